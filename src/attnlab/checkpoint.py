@@ -1,0 +1,149 @@
+"""Checkpoints: ``<run>/step-XXXXXXXX/`` folders written atomically and verified by a manifest.
+
+A checkpoint is first written to a hidden temporary folder; its ``manifest.json`` (SHA-256 of every
+file) is written last, and only then is the folder renamed into place. A folder without a manifest or
+whose files do not match it is incomplete or corrupt and is never loaded or counted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+import yaml
+from safetensors.torch import load_model, save_model
+
+from .errors import UserError
+
+STEP_DIR = re.compile(r"^step-(\d{8})$")
+MANIFEST = "manifest.json"
+
+
+def step_dir_name(step: int) -> str:
+    return f"step-{step:08d}"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(run_dir: Path, step: int, model, optimizer, train_state: dict, config: dict,
+                    tokenizer: dict) -> Path:
+    """Write everything needed to continue training bit for bit; returns the final folder."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    final = run_dir / step_dir_name(step)
+    tmp = Path(tempfile.mkdtemp(dir=run_dir, prefix=f".{final.name}-"))
+    try:
+        save_model(model, str(tmp / "model.safetensors"))
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save(train_state, tmp / "train_state.pt")
+        (tmp / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        (tmp / "tokenizer.json").write_text(json.dumps(tokenizer))
+        files = sorted(p.name for p in tmp.iterdir())
+        for name in files:
+            with open(tmp / name, "rb") as f:
+                os.fsync(f.fileno())
+        manifest = {"step": step, "files": {name: _sha256(tmp / name) for name in files}}
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        _fsync_dir(tmp)
+        if final.exists():  # a stale or corrupt folder from an earlier, interrupted run
+            stale = run_dir / f".stale-{final.name}-{os.getpid()}"
+            os.replace(final, stale)
+            shutil.rmtree(stale)
+        os.replace(tmp, final)
+        _fsync_dir(run_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def verify(folder: Path) -> str | None:
+    """None if the checkpoint is complete and intact, else the reason it is not."""
+    manifest_path = folder / MANIFEST
+    if not manifest_path.is_file():
+        return "no manifest (the write did not finish)"
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except json.JSONDecodeError:
+        return "unreadable manifest"
+    for name, digest in manifest["files"].items():
+        if not (folder / name).is_file():
+            return f"{name} is missing"
+        if _sha256(folder / name) != digest:
+            return f"{name} does not match its checksum"
+    return None
+
+
+def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """All step folders of a run, oldest first, whether intact or not."""
+    if not run_dir.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in run_dir.iterdir() if (m := STEP_DIR.match(p.name)) and p.is_dir()]
+    return sorted(found)
+
+
+def latest_checkpoint(run_dir: Path, warn=print) -> Path | None:
+    """The newest intact checkpoint; damaged newer ones are reported and skipped."""
+    for _, folder in reversed(list_checkpoints(run_dir)):
+        problem = verify(folder)
+        if problem is None:
+            return folder
+        warn(f"skipping checkpoint {folder}: {problem}")
+    return None
+
+
+def prune_checkpoints(run_dir: Path, keep_last: int) -> None:
+    """Delete intact checkpoints beyond the newest keep_last; damaged ones are left for inspection."""
+    if keep_last <= 0:
+        return
+    intact = [folder for _, folder in list_checkpoints(run_dir) if verify(folder) is None]
+    for folder in intact[:-keep_last]:
+        shutil.rmtree(folder)
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A checkpoint folder, or a run folder (its newest intact checkpoint)."""
+    path = Path(path).expanduser()
+    if STEP_DIR.match(path.name):
+        problem = verify(path) if path.is_dir() else "it does not exist"
+        if problem:
+            raise UserError(f"checkpoint {path} cannot be used: {problem}")
+        return path
+    if not path.is_dir():
+        raise UserError(f"{path} is neither a run folder nor a checkpoint folder (runs/<name>/step-XXXXXXXX)")
+    found = latest_checkpoint(path)
+    if found is None:
+        raise UserError(f"{path} holds no intact checkpoint")
+    return found
+
+
+def load_weights(model, folder: Path) -> None:
+    missing, unexpected = load_model(model, str(folder / "model.safetensors"), strict=False)
+    if missing or unexpected:
+        raise UserError(f"checkpoint {folder} does not fit this model (missing {missing}, unexpected {unexpected})")
+
+
+def load_config(folder: Path) -> dict:
+    return yaml.safe_load((folder / "config.yaml").read_text())
+
+
+def load_tokenizer_dict(folder: Path) -> dict:
+    return json.loads((folder / "tokenizer.json").read_text())

@@ -1,0 +1,145 @@
+"""The ``attnlab`` command: train | eval | generate | list | demo | bench."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+
+from .errors import UserError
+
+
+def cmd_train(args) -> None:
+    from .config import load_config
+    from .train import train
+
+    cfg = load_config(args.config, args.overrides)
+    summary = train(cfg, resume=args.resume, progress=not args.quiet)
+    print(f"done: val loss {summary['val_loss']:.4f}, perplexity {summary['val_ppl']:.2f}, "
+          f"checkpoints in {summary['run_dir']}")
+
+
+def cmd_eval(args) -> None:
+    from .inference import load_run
+    from .evaluate import perplexity, split_loss
+
+    run = load_run(args.checkpoint)
+    t = run.config.train
+    loss = split_loss(run.model, run.corpus(), args.split, args.batches, t.batch_size // t.grad_accum,
+                      args.seq_len or t.seq_len, run.device)
+    print(f"{run.folder}: {args.split} loss {loss:.4f} nats/token, perplexity {perplexity(loss):.2f}")
+
+
+def cmd_generate(args) -> None:
+    from .inference import load_run
+
+    run = load_run(args.checkpoint)
+    print(run.complete(args.prompt, args.tokens, args.temperature, args.top_k, args.seed))
+
+
+def cmd_list(args) -> None:
+    from .config import list_presets, load_config
+    from .mixers import list_mixers, mixer_fields
+
+    if not args.params:
+        print("mixers:")
+        for name in list_mixers():
+            print(f"  {name:<16} fields: {', '.join(mixer_fields(name))}")
+        print("presets:", ", ".join(list_presets()))
+        return
+    from .model import Decoder
+
+    cfg = load_config(args.config, args.overrides)
+    cfg.model.vocab_size = cfg.model.vocab_size or 256
+    print(f"{args.config or 'default'} model, vocab {cfg.model.vocab_size}, state at T={cfg.train.seq_len}:")
+    print(f"  {'mixer':<16} {'parameters':>12} {'vs softmax':>11} {'state numbers':>14}")
+    baseline = None
+    for name in list_mixers():
+        cfg.model.mixer, cfg.model.layers = name, None
+        try:
+            model = Decoder(cfg.model)
+        except UserError as err:
+            print(f"  {name:<16} (not buildable with this config: {err})")
+            continue
+        n = model.num_params()
+        baseline = baseline or (n if name == "softmax" else None)
+        overhead = f"{100 * (n / baseline - 1):+.3f}%" if baseline else ""
+        print(f"  {name:<16} {n:>12,} {overhead:>11} {model.state_size(cfg.train.seq_len):>14,}")
+
+
+def cmd_demo(args) -> None:
+    from .demo import run_demo
+
+    run_demo(out_dir=args.out_dir, steps=args.steps)
+
+
+def cmd_bench(args) -> None:
+    from .bench import run_bench
+
+    run_bench(lengths=args.lengths, batch=args.batch, repeats=args.repeats)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="attnlab", description=__doc__)
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks for user errors too")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="train a model from a preset or YAML file plus dotted overrides")
+    p.add_argument("config", nargs="?", help="preset name (attnlab list) or path to a YAML file")
+    p.add_argument("overrides", nargs="*", help="section.field=value, e.g. model.mixer=sigmoid train.steps=500")
+    p.add_argument("--resume", help="'auto' (newest intact checkpoint of the run) or a checkpoint folder")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("eval", help="loss and perplexity of a checkpoint on its corpus")
+    p.add_argument("checkpoint", help="a run folder (its newest checkpoint) or a step-XXXXXXXX folder")
+    p.add_argument("--split", default="val", choices=["train", "val"])
+    p.add_argument("--batches", type=int, default=50)
+    p.add_argument("--seq-len", type=int, default=None, help="context length (default: the training one)")
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("generate", help="sample text from a checkpoint")
+    p.add_argument("checkpoint", help="a run folder (its newest checkpoint) or a step-XXXXXXXX folder")
+    p.add_argument("--prompt", default="\n")
+    p.add_argument("--tokens", type=int, default=300)
+    p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("list", help="registered mixers and presets; --params compares parameter counts")
+    p.add_argument("--params", action="store_true", help="parameters and state of every mixer on a model")
+    p.add_argument("config", nargs="?", help="preset or YAML file for --params (default: the default model)")
+    p.add_argument("overrides", nargs="*")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("demo", help="train a small model on Shakespeare, report and sample (CPU, minutes)")
+    p.add_argument("--out-dir", default="runs")
+    p.add_argument("--steps", type=int, default=None, help="override the demo's training steps")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("bench", help="forward/backward time of every mixer vs sequence length")
+    p.add_argument("--lengths", type=int, nargs="+", default=[256, 1024])
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=3)
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except UserError as err:
+        if args.debug:
+            traceback.print_exc()
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,253 @@
+"""Typed run configuration: dataclasses are the single source of truth, YAML presets fill them, and
+dotted command-line overrides (``model.mixer=sigmoid train.steps=500``) change single fields."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from .errors import ConfigError, unknown_name
+
+PRESET_DIR = Path(__file__).parent / "configs"
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int = 0  # 0: taken from the tokenizer
+    d_model: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    mixer: str = "softmax"  # the token mixer of every layer ...
+    layers: list[str] | None = None  # ... unless this per-layer list is given (hybrids)
+    mixer_options: dict[str, dict] = field(default_factory=dict)  # {mixer name: {field: value}}
+    ffn_hidden: int | None = None  # SwiGLU width; None: 8/3 * d_model rounded up to a multiple of 32
+    tie_embeddings: bool = True
+    dropout: float = 0.0
+    norm_eps: float = 1e-6
+
+    def layer_mixers(self) -> list[str]:
+        return list(self.layers) if self.layers is not None else [self.mixer] * self.n_layers
+
+    def validate(self) -> None:
+        from .mixers import list_mixers
+
+        _positive(self, "model", "d_model", "n_layers", "n_heads")
+        if self.vocab_size < 0:
+            raise ConfigError(f"model.vocab_size={self.vocab_size} must be >= 0 (0 takes it from the tokenizer)")
+        if self.d_model % self.n_heads:
+            divisors = [h for h in range(1, self.d_model + 1) if self.d_model % h == 0][:8]
+            raise ConfigError(
+                f"model.n_heads={self.n_heads} does not divide model.d_model={self.d_model}; "
+                f"choose n_heads from {divisors}... or change d_model"
+            )
+        if self.layers is not None and len(self.layers) != self.n_layers:
+            raise ConfigError(
+                f"model.layers lists {len(self.layers)} mixers but model.n_layers={self.n_layers}; "
+                "give one mixer name per layer"
+            )
+        known = list_mixers()
+        for name in self.layer_mixers() + list(self.mixer_options):
+            if name not in known:
+                raise ConfigError(unknown_name("mixer", name, known))
+        if self.ffn_hidden is not None and self.ffn_hidden <= 0:
+            raise ConfigError(f"model.ffn_hidden={self.ffn_hidden} must be positive (or null for 8/3*d_model)")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"model.dropout={self.dropout} must be in [0, 1)")
+
+
+@dataclass
+class DataConfig:
+    source: str = "shakespeare"  # shakespeare | text
+    path: str | None = None  # a text file or a folder of .txt files, for source=text
+    tokenizer: str = "char"  # char (vocabulary built from the corpus) | byte (256 symbols)
+    max_chars: int | None = None  # keep only the first max_chars characters (e.g. 100_000)
+    val_fraction: float = 0.1  # the last fraction of the corpus is the validation split
+    cache_dir: str | None = None  # where token arrays are stored; None: $ATTNLAB_CACHE or ~/.cache/attnlab
+
+    def validate(self) -> None:
+        if self.source not in ("shakespeare", "text"):
+            raise ConfigError(unknown_name("data.source", self.source, ["shakespeare", "text"]))
+        if self.tokenizer not in ("char", "byte"):
+            raise ConfigError(unknown_name("data.tokenizer", self.tokenizer, ["char", "byte"]))
+        if self.source == "text":
+            if not self.path:
+                raise ConfigError("data.source=text needs data.path=<a .txt file or a folder of them>")
+            if not Path(self.path).expanduser().exists():
+                raise ConfigError(f"data.path={self.path} does not exist; give an existing file or folder")
+        if self.max_chars is not None and self.max_chars <= 0:
+            raise ConfigError(f"data.max_chars={self.max_chars} must be positive (or null for everything)")
+        if not 0.0 < self.val_fraction < 1.0:
+            raise ConfigError(f"data.val_fraction={self.val_fraction} must be between 0 and 1")
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 2000
+    batch_size: int = 32  # sequences per optimizer step (split over grad_accum micro-batches)
+    seq_len: int = 128
+    grad_accum: int = 1
+    lr: float = 1e-3
+    min_lr: float = 1e-4  # the cosine schedule ends here
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99
+    grad_clip: float = 1.0  # 0 disables clipping
+    eval_every: int = 250
+    eval_batches: int = 20
+    log_every: int = 10
+    ckpt_every: int = 500  # a checkpoint is also written at the last step
+    keep_last: int = 3  # older checkpoints are deleted; 0 keeps all
+    seed: int = 1337
+    precision: str = "fp32"  # fp32 | bf16 (autocast; parameters and states stay fp32)
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+
+    def validate(self) -> None:
+        _positive(self, "train", "steps", "batch_size", "seq_len", "grad_accum", "eval_every",
+                  "eval_batches", "log_every", "ckpt_every")
+        if self.batch_size % self.grad_accum:
+            raise ConfigError(
+                f"train.batch_size={self.batch_size} is not divisible by train.grad_accum={self.grad_accum}; "
+                "the batch is split evenly into grad_accum micro-batches"
+            )
+        if self.lr <= 0 or self.min_lr < 0 or self.min_lr > self.lr:
+            raise ConfigError(f"need 0 <= train.min_lr <= train.lr and lr > 0 (got lr={self.lr}, "
+                              f"min_lr={self.min_lr})")
+        for name in ("warmup_steps", "weight_decay", "grad_clip", "keep_last"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"train.{name}={getattr(self, name)} must be >= 0")
+        if self.precision not in ("fp32", "bf16"):
+            raise ConfigError(unknown_name("train.precision", self.precision, ["fp32", "bf16"]))
+        if self.device != "auto" and self.device.split(":")[0] not in ("cpu", "cuda"):
+            raise ConfigError(f"train.device={self.device} is not one of auto, cpu, cuda, cuda:N")
+
+
+@dataclass
+class RunConfig:
+    name: str = "run"  # checkpoints and logs go to <out_dir>/<name>/
+    out_dir: str = "runs"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def validate(self) -> RunConfig:
+        if not self.name or "/" in self.name:
+            raise ConfigError(f"name='{self.name}' must be a non-empty folder name without '/'")
+        self.model.validate()
+        self.data.validate()
+        self.train.validate()
+        return self
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _positive(cfg, section: str, *names: str) -> None:
+    for name in names:
+        value = getattr(cfg, name)
+        if value <= 0:
+            raise ConfigError(f"{section}.{name}={value} must be a positive integer")
+
+
+# ---------------------------------------------------------------------------------------------------
+# dict <-> dataclass with clear errors
+
+
+def from_dict(cls, values: dict, where: str = ""):
+    """Build dataclass ``cls`` from a plain dict, rejecting unknown fields and values of the wrong type."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"{where or 'config'} must be a mapping of fields, got {values!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for key, value in values.items():
+        path = f"{where}.{key}" if where else key
+        if key not in fields:
+            raise ConfigError(unknown_name("field", path, [f"{where}.{f}" if where else f for f in fields]))
+        kwargs[key] = _coerce(hints[key], value, path)
+    return cls(**kwargs)
+
+
+def _coerce(hint, value, path: str):
+    if dataclasses.is_dataclass(hint):
+        return from_dict(hint, value or {}, path)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _coerce(inner, value, path)
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{path} must be a list, e.g. {path}=[a,b], got {value!r}")
+        return [_coerce(args[0], v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path} must be a mapping, got {value!r}")
+        return {k: _coerce(args[1], v, f"{path}.{k}") for k, v in value.items()}
+    if hint is typing.Any:
+        return value
+    if hint is float and isinstance(value, (int, str)) and not isinstance(value, bool):
+        try:  # YAML 1.1 reads 3e-4 (no dot) as a string
+            return float(value)
+        except ValueError:
+            pass
+    if hint is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
+        raise ConfigError(f"{path}={value!r} must be of type {hint.__name__}")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------------
+# presets and overrides
+
+
+def list_presets() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def load_yaml(preset_or_path: str) -> dict:
+    """Read a preset by name (see ``list_presets``) or any YAML file by path."""
+    path = Path(preset_or_path).expanduser()
+    if not path.is_file():
+        if preset_or_path not in list_presets():
+            raise ConfigError(unknown_name("config preset or file", preset_or_path, list_presets()))
+        path = PRESET_DIR / f"{preset_or_path}.yaml"
+    try:
+        values = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path} is not valid YAML: {err}") from None
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path} must hold a mapping with sections model, data, train")
+    return values
+
+
+def apply_overrides(values: dict, overrides: list[str]) -> dict:
+    """Apply ``a.b.c=value`` strings; values are parsed as YAML (``3``, ``1e-3``, ``true``, ``[a, b]``)."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override '{item}' must look like section.field=value, e.g. train.steps=500")
+        try:
+            value = yaml.safe_load(raw) if raw else None
+        except yaml.YAMLError:
+            value = raw
+        node = values
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override '{item}': '{part}' is a value, not a section")
+        node[leaf] = value
+    return values
+
+
+def load_config(preset_or_path: str | None = None, overrides: list[str] = ()) -> RunConfig:
+    values = load_yaml(preset_or_path) if preset_or_path else {}
+    return from_dict(RunConfig, apply_overrides(values, list(overrides))).validate()

@@ -1,0 +1,72 @@
+"""Character- and byte-level tokenizers. Both turn text into small-integer numpy arrays and back."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import UserError
+
+
+def _code_points(text: str) -> np.ndarray:
+    return np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+
+
+class CharTokenizer:
+    """One id per distinct character of the corpus, ids in code-point order (vocab 65 on Tiny Shakespeare)."""
+
+    kind = "char"
+
+    def __init__(self, chars: str):
+        self.chars = "".join(sorted(set(chars)))
+        self._codes = _code_points(self.chars)  # sorted, so ids come from a binary search
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chars)
+
+    def encode(self, text: str) -> np.ndarray:
+        codes = _code_points(text)
+        ids = np.searchsorted(self._codes, codes)
+        unknown = (ids >= len(self._codes)) | (self._codes[np.minimum(ids, len(self._codes) - 1)] != codes)
+        if unknown.any():
+            bad = sorted({chr(c) for c in codes[unknown]})
+            raise UserError(f"characters {bad!r} are not in this model's vocabulary of {self.vocab_size} characters")
+        return ids.astype(np.int64)
+
+    def decode(self, ids) -> str:
+        return "".join(self.chars[int(i)] for i in ids)
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "chars": self.chars}
+
+
+class ByteTokenizer:
+    """The UTF-8 bytes of the text: a fixed vocabulary of 256 that needs no fitting."""
+
+    kind = "byte"
+    vocab_size = 256
+
+    def encode(self, text: str) -> np.ndarray:
+        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
+
+    def decode(self, ids) -> str:
+        return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind}
+
+
+def tokenizer_from_dict(values: dict):
+    if values["kind"] == "char":
+        return CharTokenizer(values["chars"])
+    if values["kind"] == "byte":
+        return ByteTokenizer()
+    raise ValueError(f"unknown tokenizer kind {values['kind']!r}")
+
+
+def token_dtype(vocab_size: int):
+    """The smallest unsigned integer type that holds every id."""
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if vocab_size <= np.iinfo(dtype).max + 1:
+            return dtype
+    raise ValueError(f"vocabulary of {vocab_size} is too large")

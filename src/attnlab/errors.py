@@ -1,0 +1,19 @@
+"""Errors that are the user's to fix. The CLI prints them as one line, without a traceback."""
+
+import difflib
+
+
+class UserError(Exception):
+    """A mistake in a config, a flag, a path or an input: the message says what and how to fix it."""
+
+
+class ConfigError(UserError, ValueError):
+    """A config field has a bad name or value."""
+
+
+def unknown_name(kind: str, name: str, known) -> str:
+    """'unknown mixer 'sofmax'; did you mean 'softmax'? Known: ...' — the message for a bad name."""
+    known = sorted(known)
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else "."
+    return f"unknown {kind} '{name}'{hint} Known: {', '.join(known)}"

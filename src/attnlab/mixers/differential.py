@@ -1,0 +1,70 @@
+"""Differential attention (Ye et al. 2024, "Differential Transformer")."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import ConfigError
+from .attention import AttentionConfig, AttentionMixer
+from .softmax import causal_sdpa
+from .registry import register_mixer
+
+
+@dataclass
+class DifferentialConfig(AttentionConfig):
+    norm_eps: float = 1e-5
+
+    def validate(self) -> None:
+        super().validate()
+        if self.n_heads % 2:
+            raise ConfigError(
+                f"differential attention pairs its heads: n_heads={self.n_heads} must be even"
+            )
+
+
+def lambda_init(layer_idx: int) -> float:
+    """lambda_init = 0.8 - 0.6 exp(-0.3 (l - 1)) for the l-th layer, l = layer_idx + 1."""
+    return 0.8 - 0.6 * math.exp(-0.3 * layer_idx)
+
+
+@register_mixer("differential")
+class DifferentialAttention(AttentionMixer):
+    """Per head pair: (softmax(q1 k1^T) - lambda softmax(q2 k2^T)) v, then RMSNorm and (1 - lambda_init).
+
+    With ``n_heads = H`` the layer has H/2 differential heads; each uses two query/key heads of width
+    d_model/H and one value head of width 2 d_model/H, so the parameter count equals softmax attention
+    with H heads plus the 4 lambda vectors and the norm. lambda is re-parameterised as
+    exp(lq1 . lk1) - exp(lq2 . lk2) + lambda_init and shared by the heads of a layer.
+    """
+
+    config_class = DifferentialConfig
+
+    def __init__(self, cfg: DifferentialConfig):
+        super().__init__(cfg)
+        self.lambda_init = lambda_init(cfg.layer_idx)
+        self.lambda_q1, self.lambda_k1, self.lambda_q2, self.lambda_k2 = (
+            nn.Parameter(torch.randn(cfg.head_dim) * 0.1) for _ in range(4)
+        )
+        self.head_norm = nn.RMSNorm(2 * cfg.head_dim, eps=cfg.norm_eps)
+
+    def lambda_full(self) -> torch.Tensor:
+        return (
+            torch.exp(torch.dot(self.lambda_q1, self.lambda_k1))
+            - torch.exp(torch.dot(self.lambda_q2, self.lambda_k2))
+            + self.lambda_init
+        )
+
+    def attend(self, q, k, v):
+        B, H, S, D = v.shape
+        # heads 2i and 2i+1 form differential head i; their values are joined into one 2D-wide head
+        q1, q2 = q[:, 0::2], q[:, 1::2]
+        k1, k2 = k[:, 0::2], k[:, 1::2]
+        v = v.transpose(1, 2).reshape(B, S, H // 2, 2 * D).transpose(1, 2)
+        # A1 v - lambda A2 v == (A1 - lambda A2) v, with both maps computed by the fused kernel
+        y = causal_sdpa(q1, k1, v) - self.lambda_full() * causal_sdpa(q2, k2, v)
+        return self.head_norm(y) * (1.0 - self.lambda_init)

@@ -1,0 +1,96 @@
+"""The mixer protocol and the registry that maps names to mixers.
+
+A mixer maps x [B, T, d_model] to y [B, T, d_model] and may continue from a state (a KV cache, a
+recurrent state, ...) so that one forward over a sequence equals a prefill followed by token-by-token
+steps. The decoder only ever talks to mixers through this protocol.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+from torch import nn
+
+from ..config import from_dict
+from ..errors import ConfigError, unknown_name
+
+
+@dataclass
+class MixerConfig:
+    """Fields every mixer has; each mixer extends this with its own typed fields."""
+
+    d_model: int = 128
+    n_heads: int = 4
+    layer_idx: int = 0  # 0-based depth of the layer, for depth-dependent initialisation
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def validate(self) -> None:
+        if self.d_model <= 0 or self.n_heads <= 0 or self.d_model % self.n_heads:
+            raise ConfigError(
+                f"n_heads={self.n_heads} must be positive and divide d_model={self.d_model}"
+            )
+
+
+class Mixer(nn.Module):
+    """Base class of all token mixers."""
+
+    config_class: type[MixerConfig] = MixerConfig
+    name: str = ""
+
+    def __init__(self, cfg: MixerConfig):
+        super().__init__()
+        self.cfg = cfg
+
+    def forward(self, x: torch.Tensor, state=None):
+        """x [B, T, d_model], state from ``init_state`` or a previous call -> (y [B, T, d_model], state)."""
+        raise NotImplementedError
+
+    def init_state(self, batch: int, device=None, dtype=None):
+        """The state before the first token."""
+        raise NotImplementedError
+
+    def state_size(self, seq_len: int) -> int:
+        """Numbers held per sequence after ``seq_len`` tokens."""
+        raise NotImplementedError
+
+
+_REGISTRY: dict[str, type[Mixer]] = {}
+
+
+def register_mixer(name: str):
+    """Class decorator: ``@register_mixer("softmax")`` makes the mixer buildable by name."""
+
+    def add(cls: type[Mixer]) -> type[Mixer]:
+        if name in _REGISTRY:
+            raise ValueError(f"mixer '{name}' is already registered by {_REGISTRY[name].__qualname__}")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return add
+
+
+def list_mixers() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def mixer_class(name: str) -> type[Mixer]:
+    if name not in _REGISTRY:
+        raise ConfigError(unknown_name("mixer", name, _REGISTRY))
+    return _REGISTRY[name]
+
+
+def mixer_fields(name: str) -> list[str]:
+    return [f.name for f in fields(mixer_class(name).config_class)]
+
+
+def build_mixer(name: str, **config) -> Mixer:
+    """Build a registered mixer, e.g. ``build_mixer("softmax", d_model=256, n_heads=4, rope=False)``."""
+    cls = mixer_class(name)
+    cfg = from_dict(cls.config_class, config, where=name)
+    cfg.validate()
+    return cls(cfg)

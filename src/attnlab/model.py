@@ -1,0 +1,136 @@
+"""A Llama-style pre-norm decoder around any registered token mixer."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig
+from .errors import ConfigError
+from .mixers import Mixer, build_mixer
+from .nn import SwiGLU
+
+
+def ffn_width(cfg: ModelConfig) -> int:
+    """8/3 * d_model keeps SwiGLU's three matrices at the parameter count of a 4x GELU MLP."""
+    if cfg.ffn_hidden is not None:
+        return cfg.ffn_hidden
+    return 32 * math.ceil(8 * cfg.d_model / 3 / 32)
+
+
+class Block(nn.Module):
+    """x + mixer(norm(x)), then x + SwiGLU(norm(x))."""
+
+    def __init__(self, cfg: ModelConfig, mixer: Mixer):
+        super().__init__()
+        self.mixer_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.mixer = mixer
+        self.mlp_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.mlp = SwiGLU(cfg.d_model, ffn_width(cfg))
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor, state=None):
+        y, state = self.mixer(self.mixer_norm(x), state)
+        x = x + self.dropout(y)
+        x = x + self.dropout(self.mlp(self.mlp_norm(x)))
+        return x, state
+
+
+def build_layer_mixer(cfg: ModelConfig, name: str, layer_idx: int) -> Mixer:
+    options = dict(cfg.mixer_options.get(name, {}))
+    for reserved in ("d_model", "layer_idx"):
+        if reserved in options:
+            raise ConfigError(f"model.mixer_options.{name}.{reserved} is set by the decoder; remove it")
+    options.setdefault("n_heads", cfg.n_heads)
+    return build_mixer(name, d_model=cfg.d_model, layer_idx=layer_idx, **options)
+
+
+class Decoder(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        if cfg.vocab_size <= 0:
+            raise ConfigError("model.vocab_size must be set (the training entry point takes it from the tokenizer)")
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(
+            Block(cfg, build_layer_mixer(cfg, name, i)) for i, name in enumerate(cfg.layer_mixers())
+        )
+        self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self._init_weights()
+        if cfg.tie_embeddings:
+            self.head.weight = self.embed.weight
+
+    def _init_weights(self) -> None:
+        """N(0, 0.02) for embeddings and linear maps; the projections that write into the residual
+        stream get 0.02 / sqrt(2 n_layers) so its variance does not grow with depth (GPT-2).
+        Parameters that are not inside an nn.Linear or nn.Embedding keep the mixer's own init."""
+        residual_std = 0.02 / math.sqrt(2 * self.cfg.n_layers)
+        for name, module in self.named_modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                is_residual_out = name.endswith(("mixer.out_proj", "mlp.down"))
+                nn.init.normal_(module.weight, std=residual_std if is_residual_out else 0.02)
+                if getattr(module, "bias", None) is not None:
+                    nn.init.zeros_(module.bias)
+
+    def forward(self, tokens: torch.Tensor, states: list | None = None):
+        """tokens [B, T] -> (logits [B, T, vocab], per-layer states to continue from)."""
+        x = self.dropout(self.embed(tokens))
+        states = states if states is not None else [None] * len(self.blocks)
+        new_states = []
+        for block, state in zip(self.blocks, states, strict=True):
+            x, state = block(x, state)
+            new_states.append(state)
+        return self.head(self.norm(x)), new_states
+
+    def loss(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean next-token cross-entropy in nats; targets of -100 are ignored."""
+        logits, _ = self(tokens)
+        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
+
+    def init_states(self, batch: int, device=None, dtype=None) -> list:
+        return [block.mixer.init_state(batch, device, dtype) for block in self.blocks]
+
+    def state_size(self, seq_len: int) -> int:
+        """Numbers held per sequence by all mixers after seq_len tokens."""
+        return sum(block.mixer.state_size(seq_len) for block in self.blocks)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompt: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """Continue prompt [B, T0] by max_new_tokens tokens, decoding incrementally through the mixer
+        states (one prefill, then one token per step). temperature 0 picks the most likely token."""
+        if prompt.ndim != 2 or prompt.shape[1] == 0:
+            raise ValueError("prompt must be a non-empty [batch, length] tensor of token ids")
+        if temperature < 0 or (top_k is not None and top_k <= 0):
+            raise ValueError("temperature must be >= 0 and top_k positive (or None)")
+        out = [prompt]
+        logits, states = self(prompt)
+        for i in range(max_new_tokens):
+            next_logits = logits[:, -1].float()
+            if temperature == 0:
+                token = next_logits.argmax(-1, keepdim=True)
+            else:
+                next_logits = next_logits / temperature
+                if top_k is not None and top_k < next_logits.shape[-1]:
+                    kth = torch.topk(next_logits, top_k).values[:, -1:]
+                    next_logits = next_logits.masked_fill(next_logits < kth, float("-inf"))
+                probs = torch.softmax(next_logits, dim=-1)
+                token = torch.multinomial(probs, 1, generator=generator)
+            out.append(token)
+            if i + 1 < max_new_tokens:
+                logits, states = self(token, states)
+        return torch.cat(out, dim=1)

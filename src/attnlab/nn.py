@@ -1,0 +1,42 @@
+"""Small building blocks shared by the decoder and the mixers."""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class SwiGLU(nn.Module):
+    """down(silu(gate(x)) * up(x)), the Llama feed-forward block."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.gate = nn.Linear(dim, hidden, bias=False)
+        self.up = nn.Linear(dim, hidden, bias=False)
+        self.down = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding (Su et al. 2021), rotate-half layout.
+
+    Channel pair (i, i + D/2) of the vector at position p is rotated by the angle p * base^(-2i/D).
+    Mixers that use positions own one of these and pass the absolute position of their first token,
+    so that decoding from a state rotates exactly as the full forward does.
+    """
+
+    def __init__(self, head_dim: int, base: float = 10000.0):
+        super().__init__()
+        if head_dim % 2:
+            raise ValueError(f"RoPE needs an even head dimension, got {head_dim}")
+        inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+        self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """x: [B, H, T, D] holding positions offset .. offset + T - 1."""
+        positions = torch.arange(offset, offset + x.shape[-2], device=x.device, dtype=torch.float32)
+        angles = positions[:, None] * self.inv_freq[None, :]  # [T, D/2]
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)

@@ -1,0 +1,211 @@
+"""The training loop: AdamW with parameter groups, warmup + cosine, clipping, accumulation, periodic
+evaluation, a JSONL metrics log and checkpoints that resume bit for bit."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from contextlib import nullcontext
+from functools import partial
+from pathlib import Path
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from . import checkpoint
+from .config import RunConfig, TrainConfig, from_dict
+from .data import load_corpus
+from .errors import ConfigError, UserError
+from .evaluate import perplexity, split_loss
+from .model import Decoder
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"train.device={name} but no CUDA device is available; use train.device=cpu")
+    return torch.device(name)
+
+
+def set_optim(param: nn.Parameter, **options) -> nn.Parameter:
+    """Give a parameter its own optimizer settings (``lr``, ``weight_decay``); mixers use this for
+    parameters that need them, e.g. couplings with a separate learning rate."""
+    param._optim = options
+    return param
+
+
+def param_groups(model: nn.Module, cfg: TrainConfig) -> list[dict]:
+    """Weight decay on matrices only: not on norms, biases or embeddings (nor the head tied to them).
+    Parameters marked with ``set_optim`` get their own group."""
+    groups: dict[tuple, list] = {}
+    seen: set[int] = set()
+    for module in model.modules():
+        for param in module.parameters(recurse=False):
+            if id(param) in seen or not param.requires_grad:
+                continue
+            seen.add(id(param))
+            decays = param.ndim >= 2 and not isinstance(module, nn.Embedding)
+            options = getattr(param, "_optim", {})
+            key = (options.get("lr", cfg.lr), options.get("weight_decay", cfg.weight_decay if decays else 0.0))
+            groups.setdefault(key, []).append(param)
+    return [{"params": ps, "peak_lr": lr, "weight_decay": wd} for (lr, wd), ps in groups.items()]
+
+
+def lr_multiplier(step: int, cfg: TrainConfig) -> float:
+    """Linear warmup to 1, then cosine decay to min_lr / lr at the last step."""
+    if step < cfg.warmup_steps:
+        return (step + 1) / cfg.warmup_steps
+    floor = cfg.min_lr / cfg.lr
+    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+class MetricsLog:
+    """metrics.jsonl in the run folder; on resume, records after the checkpoint's step are dropped so
+    the log reads as one uninterrupted run."""
+
+    def __init__(self, path: Path, resume_step: int | None):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        kept = []
+        if resume_step is not None and path.exists():
+            kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= resume_step]
+        path.write_text("".join(line + "\n" for line in kept))
+
+    def write(self, **record) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def build_model(cfg: RunConfig, vocab_size: int) -> Decoder:
+    if cfg.model.vocab_size == 0:
+        cfg.model.vocab_size = vocab_size
+    elif cfg.model.vocab_size < vocab_size:
+        raise ConfigError(f"model.vocab_size={cfg.model.vocab_size} is smaller than the tokenizer's {vocab_size}; "
+                          "set it to 0 to take the tokenizer's")
+    return Decoder(cfg.model)
+
+
+def train(cfg: RunConfig, resume: str | None = None, progress: bool = True, log=print) -> dict:
+    """Train cfg's model; resume='auto' continues from the run's newest intact checkpoint, a path from
+    that checkpoint. Returns a summary (final losses, tokens/s, run folder)."""
+    t = cfg.train
+    run_dir = Path(cfg.out_dir) / cfg.name
+    ckpt = _resume_point(run_dir, resume, log)
+    if ckpt is not None:  # the model and data must be the checkpoint's; train settings may change
+        saved = from_dict(RunConfig, checkpoint.load_config(ckpt)).validate()
+        _check_same_run(saved, cfg, ckpt)
+        cfg.model = saved.model
+
+    device = pick_device(t.device)
+    torch.manual_seed(t.seed)
+    corpus = load_corpus(cfg.data)
+    model = build_model(cfg, corpus.tokenizer.vocab_size).to(device)
+    optimizer = torch.optim.AdamW(param_groups(model, t), lr=t.lr, betas=(t.beta1, t.beta2),
+                                  fused=device.type == "cuda")
+    data_rng = torch.Generator().manual_seed(t.seed)
+    start = 0
+    if ckpt is not None:
+        checkpoint.load_weights(model, ckpt)
+        optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", map_location=device))
+        state = torch.load(ckpt / "train_state.pt", weights_only=False)
+        start = state["step"]
+        data_rng.set_state(state["data_rng"])
+        torch.set_rng_state(state["torch_rng"])
+        if device.type == "cuda" and state.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        log(f"resuming {run_dir} from {ckpt.name}")
+    log(f"{cfg.name}: {model.num_params():,} parameters, mixers {sorted(set(cfg.model.layer_mixers()))}, "
+        f"{len(corpus.split('train')):,} training tokens, device {device}")
+
+    metrics = MetricsLog(run_dir / "metrics.jsonl", resume_step=start if ckpt is not None else None)
+    autocast = partial(torch.autocast, device.type, dtype=torch.bfloat16) if t.precision == "bf16" else nullcontext
+    micro_batch = t.batch_size // t.grad_accum
+    tokens_per_step = t.batch_size * t.seq_len
+    evaluate = partial(split_loss, model, corpus, "val", t.eval_batches, micro_batch, t.seq_len, device, autocast)
+
+    summary = {"run_dir": str(run_dir), "params": model.num_params()}
+    model.train()
+    bar = tqdm(range(start, t.steps), initial=start, total=t.steps, disable=not progress, desc=cfg.name,
+               dynamic_ncols=True)
+    clock, window_tokens = time.perf_counter(), 0
+    train_start = clock
+    for step in bar:
+        multiplier = lr_multiplier(step, t)
+        for group in optimizer.param_groups:
+            group["lr"] = group["peak_lr"] * multiplier
+        loss_sum = 0.0
+        for _ in range(t.grad_accum):
+            x, y = corpus.batch("train", micro_batch, t.seq_len, data_rng)
+            with autocast():
+                loss = model.loss(x.to(device), y.to(device))
+            (loss / t.grad_accum).backward()
+            loss_sum += loss.item()
+        loss_value = loss_sum / t.grad_accum
+        if not math.isfinite(loss_value):
+            raise UserError(f"training diverged: the loss is {loss_value} at step {step + 1}; "
+                            f"lower train.lr (now {t.lr}) or check the data")
+        if t.grad_clip > 0:
+            nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        done = step + 1
+        window_tokens += tokens_per_step
+
+        if done % t.log_every == 0 or done == t.steps:
+            now = time.perf_counter()
+            tokens_per_s = window_tokens / (now - clock)
+            clock, window_tokens = now, 0
+            bar.set_postfix(loss=f"{loss_value:.3f}", tok_s=f"{tokens_per_s:,.0f}")
+            metrics.write(step=done, loss=loss_value, lr=optimizer.param_groups[0]["lr"], tokens_per_s=tokens_per_s)
+            summary.update(train_loss=loss_value, tokens_per_s=tokens_per_s)
+        if done % t.eval_every == 0 or done == t.steps:
+            val = evaluate()
+            metrics.write(step=done, val_loss=val, val_ppl=perplexity(val))
+            summary.update(val_loss=val, val_ppl=perplexity(val))
+            bar.write(f"step {done}: val loss {val:.4f} (perplexity {perplexity(val):.2f})")
+        if done % t.ckpt_every == 0 or done == t.steps:
+            train_state = {
+                "step": done,
+                "data_rng": data_rng.get_state(),
+                "torch_rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state_all() if device.type == "cuda" else None,
+            }
+            checkpoint.save_checkpoint(run_dir, done, model, optimizer, train_state, cfg.to_dict(),
+                                       corpus.tokenizer.to_dict())
+            checkpoint.prune_checkpoints(run_dir, t.keep_last)
+    bar.close()
+    summary["train_seconds"] = time.perf_counter() - train_start
+    summary["steps"] = t.steps
+    if "val_loss" not in summary:  # resumed at the last step: nothing left to train
+        summary.update(val_loss=evaluate())
+        summary["val_ppl"] = perplexity(summary["val_loss"])
+    return summary
+
+
+def _resume_point(run_dir: Path, resume: str | None, log) -> Path | None:
+    if resume is None:
+        if checkpoint.list_checkpoints(run_dir):
+            raise UserError(f"{run_dir} already holds checkpoints; pass --resume auto to continue it, "
+                            "or choose another run name (name=...)")
+        return None
+    if resume == "auto":
+        found = checkpoint.latest_checkpoint(run_dir, warn=log)
+        if found is None:
+            log(f"no checkpoint in {run_dir} to resume from; starting from scratch")
+        return found
+    return checkpoint.resolve_checkpoint(resume)
+
+
+def _check_same_run(saved: RunConfig, given: RunConfig, ckpt: Path) -> None:
+    old, new = saved.to_dict(), given.to_dict()
+    if new["model"]["vocab_size"] == 0:  # 0 means "the tokenizer's", which the checkpoint recorded
+        new["model"]["vocab_size"] = old["model"]["vocab_size"]
+    changed = [f"{section}.{key}" for section in ("model", "data") for key in old[section]
+               if key != "cache_dir" and old[section][key] != new[section][key]]
+    if changed:
+        raise UserError(f"cannot resume from {ckpt}: {', '.join(changed)} differ from the checkpoint's config; "
+                        "resume with the same model and data settings, or start a new run (name=...)")

@@ -1,0 +1,38 @@
+from attnlab.cli import main
+
+
+def tiny_overrides(text_file, tmp_path):
+    return ["name=cli", f"out_dir={tmp_path / 'runs'}", "data.source=text", f"data.path={text_file}",
+            f"data.cache_dir={tmp_path / 'cache'}", "model.d_model=32", "model.n_layers=1", "train.steps=4",
+            "train.batch_size=2", "train.seq_len=16", "train.eval_batches=1", "train.ckpt_every=4"]
+
+
+def test_train_eval_generate(text_file, tmp_path, capsys):
+    assert main(["train", "demo", *tiny_overrides(text_file, tmp_path), "--quiet"]) == 0
+    run = str(tmp_path / "runs" / "cli")
+    assert main(["eval", run, "--batches", "2"]) == 0
+    assert "val loss" in capsys.readouterr().out
+    assert main(["generate", run, "--prompt", "Line", "--tokens", "12", "--seed", "3"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("Line") and len(text.rstrip("\n")) >= 4
+
+
+def test_user_errors_are_one_line_without_traceback(capsys):
+    assert main(["train", "demo", "model.mixer=sofmax"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown mixer 'sofmax'; did you mean 'softmax'?")
+    assert "Traceback" not in err and err.count("\n") == 1
+
+
+def test_generate_from_missing_run(tmp_path, capsys):
+    assert main(["generate", str(tmp_path / "nothing")]) == 2
+    assert "is neither a run folder nor a checkpoint folder" in capsys.readouterr().err
+
+
+def test_list_mixers_and_params(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "softmax" in out and "differential" in out and "demo" in out
+    assert main(["list", "--params", "demo"]) == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[2:]}
+    assert rows["softmax"][2] == "+0.000%" and rows["differential"][1] != rows["softmax"][1]

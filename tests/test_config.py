@@ -1,0 +1,73 @@
+import pytest
+
+from attnlab.config import RunConfig, apply_overrides, from_dict, list_presets, load_config
+from attnlab.errors import ConfigError
+
+
+def test_presets_load_and_validate():
+    assert "demo" in list_presets()
+    for name in list_presets():
+        assert isinstance(load_config(name), RunConfig)
+
+
+def test_dotted_overrides_are_typed():
+    cfg = load_config("demo", ["model.mixer=sigmoid", "train.steps=7", "train.lr=3e-4",
+                               "model.layers=[softmax, sigmoid, softmax, differential]",
+                               "model.mixer_options.softmax.rope=false"])
+    assert cfg.model.mixer == "sigmoid" and cfg.train.steps == 7 and cfg.train.lr == 3e-4
+    assert cfg.model.layer_mixers()[3] == "differential"
+    assert cfg.model.mixer_options == {"softmax": {"rope": False}}
+
+
+def test_int_is_accepted_for_float_fields():
+    assert load_config(None, ["train.lr=1"]).train.lr == 1.0
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["model.mixer=sofmax"], "unknown mixer 'sofmax'; did you mean 'softmax'?"),
+        (["model.d_model=-8"], "model.d_model=-8 must be a positive integer"),
+        (["model.n_heads=0"], "model.n_heads=0 must be a positive integer"),
+        (["model.d_model=100", "model.n_heads=3"], "model.n_heads=3 does not divide model.d_model=100"),
+        (["model.layers=[softmax]"], "model.layers lists 1 mixers but model.n_layers=4"),
+        (["model.mixer_options.sigmod.bias=1"], "unknown mixer 'sigmod'; did you mean 'sigmoid'?"),
+        (["train.setps=5"], "unknown field 'train.setps'; did you mean 'train.steps'?"),
+        (["train.steps=many"], "train.steps='many' must be of type int"),
+        (["train.batch_size=10", "train.grad_accum=3"], "train.batch_size=10 is not divisible"),
+        (["train.precision=fp8"], "unknown train.precision 'fp8'"),
+        (["data.source=text"], "data.source=text needs data.path"),
+        (["data.source=text", "data.path=/no/such/file.txt"], "data.path=/no/such/file.txt does not exist"),
+        (["data.val_fraction=1.5"], "data.val_fraction=1.5 must be between 0 and 1"),
+        (["train"], "override 'train' must look like section.field=value"),
+        (["modle.d_model=8"], "unknown field 'modle'; did you mean 'model'?"),
+    ],
+)
+def test_bad_values_get_clear_messages(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        load_config("demo", overrides)
+    assert message in str(err.value)
+
+
+def test_unknown_preset_suggests():
+    with pytest.raises(ConfigError, match="did you mean 'demo'"):
+        load_config("dem")
+
+
+def test_yaml_file_by_path(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("name: mine\nmodel:\n  d_model: 64\ntrain:\n  steps: 3\n")
+    cfg = load_config(str(path), ["train.steps=4"])
+    assert (cfg.name, cfg.model.d_model, cfg.train.steps) == ("mine", 64, 4)
+    path.write_text("model: [1, 2\n")
+    with pytest.raises(ConfigError, match="is not valid YAML"):
+        load_config(str(path))
+
+
+def test_round_trip_through_dict():
+    cfg = load_config("demo")
+    assert from_dict(RunConfig, cfg.to_dict()) == cfg
+
+
+def test_overrides_build_nested_sections():
+    assert apply_overrides({}, ["a.b.c=1", "a.d=x"]) == {"a": {"b": {"c": 1}, "d": "x"}}

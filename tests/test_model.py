@@ -1,0 +1,86 @@
+import pytest
+import torch
+
+from attnlab.config import ModelConfig
+from attnlab.errors import ConfigError
+from attnlab.model import Decoder, ffn_width
+
+VOCAB = 50
+
+
+def tiny(**fields):
+    torch.manual_seed(0)
+    values = dict(vocab_size=VOCAB, d_model=32, n_layers=2, n_heads=4) | fields
+    return Decoder(ModelConfig(**values)).eval()
+
+
+def test_logits_shape_and_token_causality():
+    model = tiny()
+    tokens = torch.randint(VOCAB, (2, 10))
+    changed = tokens.clone()
+    changed[:, 6:] = (changed[:, 6:] + 1) % VOCAB
+    logits, _ = model(tokens)
+    assert logits.shape == (2, 10, VOCAB)
+    torch.testing.assert_close(model(changed)[0][:, :6], logits[:, :6], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("layers", [None, ["softmax", "differential", "sigmoid"]])
+def test_incremental_decoding_equals_full_forward(layers):
+    model = tiny(n_layers=3, layers=layers)
+    tokens = torch.randint(VOCAB, (2, 12))
+    full, _ = model(tokens)
+    logits, states = model(tokens[:, :4])
+    steps = [logits]
+    for t in range(4, 12):
+        logits, states = model(tokens[:, t : t + 1], states)
+        steps.append(logits)
+    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=0, atol=1e-5)
+
+
+def test_greedy_generate_matches_argmax_of_full_forward():
+    model = tiny()
+    prompt = torch.randint(VOCAB, (2, 5))
+    out = model.generate(prompt, max_new_tokens=6, temperature=0)
+    assert out.shape == (2, 11) and torch.equal(out[:, :5], prompt)
+    for t in range(5, 11):  # each generated token is the argmax given everything before it
+        logits, _ = model(out[:, :t])
+        assert torch.equal(out[:, t], logits[:, -1].argmax(-1))
+
+
+def test_sampling_respects_top_k_and_seed():
+    model = tiny()
+    prompt = torch.randint(VOCAB, (1, 3))
+    a = model.generate(prompt, 20, temperature=1.0, top_k=1, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(a, model.generate(prompt, 20, temperature=0))
+    b = model.generate(prompt, 20, temperature=1.5, generator=torch.Generator().manual_seed(7))
+    c = model.generate(prompt, 20, temperature=1.5, generator=torch.Generator().manual_seed(7))
+    assert torch.equal(b, c)
+
+
+def test_hybrid_layers_build_the_listed_mixers():
+    model = tiny(n_layers=3, layers=["softmax", "differential", "sigmoid"])
+    assert [b.mixer.name for b in model.blocks] == ["softmax", "differential", "sigmoid"]
+    assert [b.mixer.cfg.layer_idx for b in model.blocks] == [0, 1, 2]
+
+
+def test_mixer_options_reach_the_mixer():
+    model = tiny(mixer_options={"softmax": {"rope": False}})
+    assert all(b.mixer.rotary is None for b in model.blocks)
+    with pytest.raises(ConfigError, match="set by the decoder"):
+        tiny(mixer_options={"softmax": {"d_model": 64}})
+
+
+def test_tied_and_untied_heads():
+    tied, untied = tiny(), tiny(tie_embeddings=False)
+    assert tied.head.weight is tied.embed.weight
+    assert untied.num_params() - tied.num_params() == VOCAB * 32
+
+
+def test_ffn_width_matches_a_4x_mlp_budget():
+    assert ffn_width(ModelConfig(d_model=384)) == 1024
+    assert ffn_width(ModelConfig(d_model=128, ffn_hidden=100)) == 100
+
+
+def test_state_size_grows_with_context_for_attention():
+    model = tiny()
+    assert model.state_size(100) == 2 * model.state_size(50) == 2 * 2 * 2 * 32 * 50

@@ -1,0 +1,124 @@
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from attnlab import checkpoint
+from attnlab.config import TrainConfig, load_config
+from attnlab.errors import UserError
+from attnlab.model import Decoder
+from attnlab.config import ModelConfig
+from attnlab.train import lr_multiplier, param_groups, set_optim, train
+
+
+def tiny_config(text_file, tmp_path, name="run", **train):
+    settings = dict(steps=12, batch_size=4, seq_len=32, warmup_steps=2, eval_every=6, eval_batches=2,
+                    log_every=1, ckpt_every=6, keep_last=0) | train
+    overrides = [f"name={name}", f"out_dir={tmp_path / 'runs'}", "data.source=text", f"data.path={text_file}",
+                 f"data.cache_dir={tmp_path / 'cache'}", "model.d_model=32", "model.n_layers=2",
+                 "model.n_heads=4", "model.mixer=softmax"]
+    overrides += [f"train.{k}={v}" for k, v in settings.items()]
+    return load_config("demo", overrides)
+
+
+def losses(run_dir):
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r.get("loss"), r.get("val_loss")) for r in records]
+
+
+class Stop(Exception):
+    pass
+
+
+def test_resume_reproduces_an_uninterrupted_run(text_file, tmp_path, monkeypatch):
+    straight = train(tiny_config(text_file, tmp_path, "straight"), progress=False, log=lambda *_: None)
+
+    save = checkpoint.save_checkpoint
+
+    def save_then_stop(run_dir, step, *args, **kwargs):
+        folder = save(run_dir, step, *args, **kwargs)
+        if step == 6:
+            raise Stop  # the process dies right after its first checkpoint
+        return folder
+
+    monkeypatch.setattr(checkpoint, "save_checkpoint", save_then_stop)
+    with pytest.raises(Stop):
+        train(tiny_config(text_file, tmp_path, "stopped"), progress=False, log=lambda *_: None)
+    monkeypatch.setattr(checkpoint, "save_checkpoint", save)
+    messages = []
+    resumed = train(tiny_config(text_file, tmp_path, "stopped"), resume="auto", progress=False,
+                    log=messages.append)
+
+    assert any("resuming" in m and "step-00000006" in m for m in messages)
+    runs = tmp_path / "runs"
+    assert losses(runs / "stopped") == losses(runs / "straight")
+    assert len(losses(runs / "straight")) == 12 + 2  # every step logged once, two evaluations
+    a = load_file(runs / "straight" / "step-00000012" / "model.safetensors")
+    b = load_file(runs / "stopped" / "step-00000012" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert resumed["val_loss"] == straight["val_loss"]
+
+
+def test_training_lowers_the_loss(text_file, tmp_path):
+    summary = train(tiny_config(text_file, tmp_path, steps=30, lr=3e-3, eval_every=30, ckpt_every=30),
+                    progress=False, log=lambda *_: None)
+    history = [loss for _, loss, _ in losses(tmp_path / "runs" / "run") if loss is not None]
+    assert history[-1] < history[0] - 1.0
+    assert summary["val_loss"] < history[0]
+
+
+def test_corrupt_newest_checkpoint_falls_back(text_file, tmp_path):
+    cfg = tiny_config(text_file, tmp_path, steps=12, ckpt_every=4)
+    train(cfg, progress=False, log=lambda *_: None)
+    run_dir = tmp_path / "runs" / "run"
+    assert [s for s, _ in checkpoint.list_checkpoints(run_dir)] == [4, 8, 12]
+    weights = run_dir / "step-00000012" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-10] + b"0123456789")
+    warnings = []
+    assert checkpoint.latest_checkpoint(run_dir, warn=warnings.append).name == "step-00000008"
+    assert warnings == [f"skipping checkpoint {run_dir / 'step-00000012'}: model.safetensors does not match "
+                        "its checksum"]
+    (run_dir / "step-00000008" / "manifest.json").unlink()  # as if killed before the write finished
+    assert checkpoint.latest_checkpoint(run_dir, warn=warnings.append).name == "step-00000004"
+
+
+def test_keep_last_prunes_old_checkpoints(text_file, tmp_path):
+    train(tiny_config(text_file, tmp_path, steps=12, ckpt_every=3, keep_last=2), progress=False,
+          log=lambda *_: None)
+    assert [s for s, _ in checkpoint.list_checkpoints(tmp_path / "runs" / "run")] == [9, 12]
+
+
+def test_existing_run_needs_resume_or_new_name(text_file, tmp_path):
+    cfg = tiny_config(text_file, tmp_path, steps=2, ckpt_every=2)
+    train(cfg, progress=False, log=lambda *_: None)
+    with pytest.raises(UserError, match="already holds checkpoints; pass --resume auto"):
+        train(cfg, progress=False, log=lambda *_: None)
+
+
+def test_resume_refuses_a_different_model(text_file, tmp_path):
+    train(tiny_config(text_file, tmp_path, steps=2, ckpt_every=2), progress=False, log=lambda *_: None)
+    other = tiny_config(text_file, tmp_path, steps=4)
+    other.model.d_model = 64
+    with pytest.raises(UserError, match="model.d_model differ from the checkpoint's config"):
+        train(other, resume="auto", progress=False, log=lambda *_: None)
+
+
+def test_param_groups_skip_decay_on_norms_biases_embeddings():
+    model = Decoder(ModelConfig(vocab_size=20, d_model=16, n_layers=1, n_heads=2))
+    special = set_optim(model.blocks[0].mixer.qkv.weight, lr=0.5, weight_decay=0.0)
+    groups = param_groups(model, TrainConfig(lr=1e-3, weight_decay=0.1))
+    by_id = {id(p): (g["peak_lr"], g["weight_decay"]) for g in groups for p in g["params"]}
+    assert by_id[id(model.embed.weight)] == (1e-3, 0.0)  # also the tied head
+    assert by_id[id(model.blocks[0].mixer_norm.weight)] == (1e-3, 0.0)
+    assert by_id[id(model.blocks[0].mlp.up.weight)] == (1e-3, 0.1)
+    assert by_id[id(special)] == (0.5, 0.0)
+    assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
+
+
+def test_lr_schedule_warms_up_then_decays_to_min():
+    cfg = TrainConfig(steps=100, warmup_steps=10, lr=1e-3, min_lr=1e-4)
+    values = [lr_multiplier(s, cfg) for s in range(100)]
+    assert values[0] == pytest.approx(0.1) and values[9] == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(values[9:], values[10:]))
+    assert lr_multiplier(100, cfg) == pytest.approx(0.1)
