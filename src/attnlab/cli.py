@@ -20,8 +20,8 @@ def cmd_train(args) -> None:
 
 
 def cmd_eval(args) -> None:
-    from .inference import load_run
     from .evaluate import perplexity, split_loss
+    from .inference import load_run
 
     run = load_run(args.checkpoint)
     t = run.config.train

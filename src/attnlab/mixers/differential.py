@@ -6,13 +6,12 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError
 from .attention import AttentionConfig, AttentionMixer
-from .softmax import causal_sdpa
 from .registry import register_mixer
+from .softmax import causal_sdpa
 
 
 @dataclass
