@@ -84,3 +84,21 @@ def test_ffn_width_matches_a_4x_mlp_budget():
 def test_state_size_grows_with_context_for_attention():
     model = tiny()
     assert model.state_size(100) == 2 * model.state_size(50) == 2 * 2 * 2 * 32 * 50
+
+
+def test_generation_with_a_bounded_context_rereads_the_newest_tokens():
+    model = tiny()
+    with torch.no_grad():  # large weights, so that what the model sees changes what it says
+        for p in model.parameters():
+            p.normal_(0, 1.0)
+    prompt = torch.randint(VOCAB, (2, 5))
+    out = model.generate(prompt, max_new_tokens=20, temperature=0, context=8)
+    # reference: recompute from scratch on the same view the rule describes
+    tokens, view_start = prompt, 0
+    for _ in range(20):
+        logits, _ = model(tokens[:, view_start:])
+        tokens = torch.cat((tokens, logits[:, -1].argmax(-1, keepdim=True)), dim=1)
+        if tokens.shape[1] - view_start > 8:
+            view_start = tokens.shape[1] - 4
+    assert torch.equal(out, tokens)
+    assert not torch.equal(out, model.generate(prompt, max_new_tokens=20, temperature=0))

@@ -34,7 +34,8 @@ def cmd_generate(args) -> None:
     from .inference import load_run
 
     run = load_run(args.checkpoint)
-    print(run.complete(args.prompt, args.tokens, args.temperature, args.top_k, args.seed))
+    context = -1 if args.context is None else (args.context or None)
+    print(run.complete(args.prompt, args.tokens, args.temperature, args.top_k, args.seed, context))
 
 
 def cmd_list(args) -> None:
@@ -44,27 +45,29 @@ def cmd_list(args) -> None:
     if not args.params:
         print("mixers:")
         for name in list_mixers():
-            print(f"  {name:<16} fields: {', '.join(mixer_fields(name))}")
+            print(f"  {name:<22} fields: {', '.join(mixer_fields(name))}")
         print("presets:", ", ".join(list_presets()))
         return
+    import torch
+
     from .model import Decoder
 
     cfg = load_config(args.config, args.overrides)
     cfg.model.vocab_size = cfg.model.vocab_size or 256
     print(f"{args.config or 'default'} model, vocab {cfg.model.vocab_size}, state at T={cfg.train.seq_len}:")
-    print(f"  {'mixer':<16} {'parameters':>12} {'vs softmax':>11} {'state numbers':>14}")
+    print(f"  {'mixer':<22} {'parameters':>12} {'vs softmax':>11} {'state numbers':>14}")
     baseline = None
-    for name in list_mixers():
+    for name in ["softmax"] + [m for m in list_mixers() if m != "softmax"]:
         cfg.model.mixer, cfg.model.layers = name, None
         try:
-            model = Decoder(cfg.model)
+            with torch.device("meta"):  # shapes only: counting needs no memory or initialisation
+                model = Decoder(cfg.model)
         except UserError as err:
-            print(f"  {name:<16} (not buildable with this config: {err})")
+            print(f"  {name:<22} (not buildable with this config: {err})")
             continue
         n = model.num_params()
-        baseline = baseline or (n if name == "softmax" else None)
-        overhead = f"{100 * (n / baseline - 1):+.3f}%" if baseline else ""
-        print(f"  {name:<16} {n:>12,} {overhead:>11} {model.state_size(cfg.train.seq_len):>14,}")
+        baseline = baseline or n
+        print(f"  {name:<22} {n:>12,} {100 * (n / baseline - 1):>+10.3f}% {model.state_size(cfg.train.seq_len):>14,}")
 
 
 def cmd_demo(args) -> None:
@@ -105,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--context", type=int, default=None,
+                   help="most tokens the model sees at once (default: its training length; 0: unbounded)")
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("list", help="registered mixers and presets; --params compares parameter counts")

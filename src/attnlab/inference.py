@@ -26,11 +26,15 @@ class LoadedRun:
         return load_corpus(self.config.data)
 
     def complete(self, prompt: str, tokens: int, temperature: float = 0.8, top_k: int | None = None,
-                 seed: int = 0) -> str:
-        """The prompt followed by `tokens` sampled tokens, decoded to text."""
+                 seed: int = 0, context: int | None = -1) -> str:
+        """The prompt followed by `tokens` sampled tokens, decoded to text. The model sees at most
+        `context` tokens at once (default: its training length; None: unbounded)."""
+        if context == -1:
+            context = self.config.train.seq_len
         ids = torch.as_tensor(self.tokenizer.encode(prompt), device=self.device)[None]
         generator = torch.Generator(self.device).manual_seed(seed)
-        out = self.model.generate(ids, tokens, temperature=temperature, top_k=top_k, generator=generator)
+        out = self.model.generate(ids, tokens, temperature=temperature, top_k=top_k, generator=generator,
+                                  context=context)
         return self.tokenizer.decode(out[0].tolist())
 
 

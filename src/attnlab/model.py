@@ -110,27 +110,41 @@ class Decoder(nn.Module):
         temperature: float = 1.0,
         top_k: int | None = None,
         generator: torch.Generator | None = None,
+        context: int | None = None,
     ) -> torch.Tensor:
         """Continue prompt [B, T0] by max_new_tokens tokens, decoding incrementally through the mixer
-        states (one prefill, then one token per step). temperature 0 picks the most likely token."""
+        states (one prefill, then one token per step). temperature 0 picks the most likely token.
+
+        context: the most tokens the model sees at once, for models trained on shorter windows than the
+        text to generate. When the view grows past it, the model re-reads the newest context // 2
+        tokens from a fresh state and continues incrementally from there. None: the view is unbounded.
+        """
         if prompt.ndim != 2 or prompt.shape[1] == 0:
             raise ValueError("prompt must be a non-empty [batch, length] tensor of token ids")
-        if temperature < 0 or (top_k is not None and top_k <= 0):
-            raise ValueError("temperature must be >= 0 and top_k positive (or None)")
-        out = [prompt]
-        logits, states = self(prompt)
+        if temperature < 0 or (top_k is not None and top_k <= 0) or (context is not None and context < 2):
+            raise ValueError("temperature must be >= 0, top_k positive or None, context >= 2 or None")
+        out = prompt
+        view_start = 0 if context is None else max(0, prompt.shape[1] - context)
+        logits, states = self(out[:, view_start:])
         for i in range(max_new_tokens):
-            next_logits = logits[:, -1].float()
-            if temperature == 0:
-                token = next_logits.argmax(-1, keepdim=True)
+            token = _sample(logits[:, -1].float(), temperature, top_k, generator)
+            out = torch.cat((out, token), dim=1)
+            if i + 1 == max_new_tokens:
+                break
+            if context is not None and out.shape[1] - view_start > context:
+                view_start = out.shape[1] - context // 2
+                logits, states = self(out[:, view_start:])
             else:
-                next_logits = next_logits / temperature
-                if top_k is not None and top_k < next_logits.shape[-1]:
-                    kth = torch.topk(next_logits, top_k).values[:, -1:]
-                    next_logits = next_logits.masked_fill(next_logits < kth, float("-inf"))
-                probs = torch.softmax(next_logits, dim=-1)
-                token = torch.multinomial(probs, 1, generator=generator)
-            out.append(token)
-            if i + 1 < max_new_tokens:
                 logits, states = self(token, states)
-        return torch.cat(out, dim=1)
+        return out
+
+
+def _sample(logits: torch.Tensor, temperature: float, top_k: int | None, generator) -> torch.Tensor:
+    """One token id per row of logits [B, vocab]."""
+    if temperature == 0:
+        return logits.argmax(-1, keepdim=True)
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)

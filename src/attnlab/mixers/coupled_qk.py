@@ -1,0 +1,138 @@
+"""Coupled query-key attention and its ablations.
+
+The coupling is a pre-scoring step: after the q/k projections and the head split, before RoPE and the
+1/sqrt(d_h) scaling, each token's (q, k) is integrated for a few steps of a learned dynamical system
+(``attnlab.ops.coupled_qk``). Values are untouched, and the KV cache stores the evolved keys, so
+decoding works as for the wrapped attention. It wraps softmax attention (``coupled-qk``) and
+Differential attention (``coupled-differential``); ``uncoupled-qk`` is the matched-capacity ablation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import ConfigError, unknown_name
+from ..ops.coupled_qk import INTEGRATORS, head_mlp
+from .attention import AttentionConfig
+from .differential import DifferentialAttention, DifferentialConfig
+from .registry import register_mixer
+from .softmax import SoftmaxAttention
+
+MAX_STEPS = 7  # the range the paper tested; it found one step enough
+
+
+@dataclass
+class CouplingOptions:
+    steps: int = 1  # integration steps, 1..7
+    dt_init: float = 0.1  # initial step size; dt = softplus(raw) > 0, one per head
+    per_head_mlp: bool = False  # give each head its own force network (default: shared by the layer's heads)
+
+    def validate_coupling(self) -> None:
+        if not 1 <= self.steps <= MAX_STEPS:
+            raise ConfigError(f"steps={self.steps} must be between 1 and {MAX_STEPS}")
+        if not self.dt_init > 0:
+            raise ConfigError(f"dt_init={self.dt_init} must be positive (dt = softplus(raw) > 0)")
+
+
+@dataclass
+class IntegratorOption:
+    integrator: str = "euler"  # euler | leapfrog
+
+    def validate_integrator(self) -> None:
+        if self.integrator not in ("euler", "leapfrog"):
+            raise ConfigError(unknown_name("integrator", self.integrator, ["euler", "leapfrog"]))
+
+
+@dataclass
+class CoupledQKConfig(CouplingOptions, IntegratorOption, AttentionConfig):
+    def validate(self) -> None:
+        super().validate()
+        self.validate_coupling()
+        self.validate_integrator()
+
+
+@dataclass
+class UncoupledQKConfig(CouplingOptions, AttentionConfig):
+    def validate(self) -> None:
+        super().validate()
+        self.validate_coupling()
+
+
+@dataclass
+class CoupledDifferentialConfig(CouplingOptions, IntegratorOption, DifferentialConfig):
+    def validate(self) -> None:
+        super().validate()
+        self.validate_coupling()
+        self.validate_integrator()
+
+
+def inverse_softplus(y: float) -> float:
+    return y + math.log(-math.expm1(-y))
+
+
+class QKCoupling(nn.Module):
+    """Integrates (q, k) [B, H, T, D] with a learned force network and a learned per-head step size."""
+
+    def __init__(self, n_heads: int, head_dim: int, integrator: str, steps: int, dt_init: float,
+                 per_head_mlp: bool):
+        super().__init__()
+        self.integrate = INTEGRATORS[integrator]
+        self.steps = steps
+        shape = (n_heads, head_dim, head_dim) if per_head_mlp else (head_dim, head_dim)
+        # nn.Linear's default init, kept by the decoder (which re-initialises only Linear modules):
+        # the output layer is not zero, so the force carries gradient from the first step.
+        bound = 1 / math.sqrt(head_dim)
+        self.w_in = nn.Parameter(torch.empty(shape).uniform_(-bound, bound))
+        self.w_out = nn.Parameter(torch.empty(shape).uniform_(-bound, bound))
+        self.dt_raw = nn.Parameter(torch.full((n_heads, 1, 1), inverse_softplus(dt_init)))
+
+    @property
+    def dt(self) -> torch.Tensor:
+        return F.softplus(self.dt_raw)
+
+    def force(self, x: torch.Tensor) -> torch.Tensor:
+        return head_mlp(x, self.w_in, self.w_out)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor):
+        return self.integrate(q, k, self.force, self.dt, self.steps)
+
+
+class CoupledPreScoring:
+    """Mixin for an AttentionMixer: replaces its identity ``prepare_qk`` with the coupling."""
+
+    integrator: str | None = None  # fixed by the mixer, or None to read cfg.integrator
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.coupling = QKCoupling(cfg.n_heads, cfg.head_dim, self.integrator or cfg.integrator, cfg.steps,
+                                   cfg.dt_init, cfg.per_head_mlp)
+
+    def prepare_qk(self, q, k):
+        return self.coupling(q, k)
+
+
+@register_mixer("coupled-qk")
+class CoupledQKAttention(CoupledPreScoring, SoftmaxAttention):
+    """Softmax attention scoring coupled (q_N, k_N): Euler q' = q + dt k, k' = k + dt f(q), or leapfrog."""
+
+    config_class = CoupledQKConfig
+
+
+@register_mixer("uncoupled-qk")
+class UncoupledQKAttention(CoupledPreScoring, SoftmaxAttention):
+    """Ablation: the same network applied to q and k separately, q' = q + dt g(q), k' = k + dt g(k)."""
+
+    config_class = UncoupledQKConfig
+    integrator = "uncoupled"
+
+
+@register_mixer("coupled-differential")
+class CoupledDifferentialAttention(CoupledPreScoring, DifferentialAttention):
+    """Differential attention whose query/key heads are coupled before scoring."""
+
+    config_class = CoupledDifferentialConfig

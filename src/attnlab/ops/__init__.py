@@ -1,0 +1,1 @@
+"""Pure tensor functions: the mathematics of each mechanism, without parameters or modules."""
