@@ -25,6 +25,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/attnlab bench
+	$(VENV)/bin/attnlab bench --model demo --mixers all
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests

@@ -1,5 +1,10 @@
-"""``attnlab bench``: forward and forward+backward time of every mixer vs sequence length, and decode
-latency per token, measured side by side in one run."""
+"""``attnlab bench``: speed measured side by side in one run.
+
+Two views: every registered mixer alone (forward, forward+backward and one decode step vs sequence
+length), and whole training steps of a preset model with its mixer swapped (``--model``). Timings are
+medians over repeats, taken round-robin across the contenders so that drift in the machine's speed
+hits all of them alike; ratios are against softmax measured in the same run.
+"""
 
 from __future__ import annotations
 
@@ -8,57 +13,96 @@ import time
 
 import torch
 
+from .config import load_config
 from .mixers import build_mixer, list_mixers
+from .model import Decoder
 
 
-def _median_seconds(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+def _softmax_first(names) -> list[str]:
+    return sorted(names, key=lambda n: (n != "softmax", n))
+
+
+def _round_robin(tasks: dict, repeats: int) -> dict:
+    """Median seconds of each zero-argument callable, after one warm-up call each."""
+    for fn in tasks.values():
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    times = {name: [] for name in tasks}
+    for _ in range(repeats):
+        for name, fn in tasks.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
-def bench_mixer(name: str, seq_len: int, batch: int, d_model: int, n_heads: int, repeats: int) -> dict:
+def mixer_tasks(name: str, seq_len: int, batch: int, d_model: int, n_heads: int) -> dict:
     torch.manual_seed(0)
     mixer = build_mixer(name, d_model=d_model, n_heads=n_heads)
     x = torch.randn(batch, seq_len, d_model, requires_grad=True)
+    with torch.no_grad():
+        _, state = mixer(x)
+    token = x[:, -1:].detach()
 
     def forward():
         with torch.no_grad():
             mixer(x)
 
     def forward_backward():
-        y, _ = mixer(x)
-        y.sum().backward()
+        mixer(x)[0].sum().backward()
 
-    with torch.no_grad():
-        _, state = mixer(x)
-        token = x[:, -1:].detach()
-        decode = _median_seconds(lambda: mixer(token, state), repeats)
-    return {
-        "forward_ms": 1e3 * _median_seconds(forward, repeats),
-        "fwd_bwd_ms": 1e3 * _median_seconds(forward_backward, repeats),
-        "decode_ms": 1e3 * decode,
-        "state_kib": mixer.state_size(seq_len) * 4 / 1024,
-    }
+    def decode():
+        with torch.no_grad():
+            mixer(token, state)
+
+    return {"forward": forward, "fwd_bwd": forward_backward, "decode": decode,
+            "state_kib": mixer.state_size(seq_len) * 4 / 1024}
 
 
-def run_bench(lengths=(256, 1024), batch: int = 2, d_model: int = 256, n_heads: int = 4, repeats: int = 3) -> list:
-    print(f"batch {batch}, d_model {d_model}, {n_heads} heads, fp32, {torch.get_num_threads()} threads; "
-          "median of repeats; ratios are against softmax at the same length")
-    print(f"{'mixer':<14} {'T':>6} {'fwd ms':>9} {'fwd+bwd ms':>11} {'x softmax':>10} "
+def bench_mixers(lengths=(256, 1024), batch: int = 2, d_model: int = 256, n_heads: int = 4, repeats: int = 5):
+    print(f"mixers alone: batch {batch}, d_model {d_model}, {n_heads} heads, fp32, {torch.get_num_threads()} threads")
+    print(f"{'mixer':<22} {'T':>6} {'fwd ms':>9} {'fwd+bwd ms':>11} {'x softmax':>10} "
           f"{'decode ms/token':>16} {'state KiB/seq':>14}")
     rows = []
     for seq_len in lengths:
-        base = None
-        for name in ["softmax"] + [m for m in list_mixers() if m != "softmax"]:
-            r = bench_mixer(name, seq_len, batch, d_model, n_heads, repeats)
-            base = r["fwd_bwd_ms"] if name == "softmax" else base
-            ratio = f"{r['fwd_bwd_ms'] / base:.2f}" if base else ""
-            print(f"{name:<14} {seq_len:>6} {r['forward_ms']:>9.2f} {r['fwd_bwd_ms']:>11.2f} {ratio:>10} "
-                  f"{r['decode_ms']:>16.3f} {r['state_kib']:>14.0f}")
-            rows.append(dict(r, mixer=name, seq_len=seq_len))
+        setups = {name: mixer_tasks(name, seq_len, batch, d_model, n_heads) for name in _softmax_first(list_mixers())}
+        tasks = {(name, kind): s[kind] for name, s in setups.items() for kind in ("forward", "fwd_bwd", "decode")}
+        t = _round_robin(tasks, repeats)
+        for name, s in setups.items():
+            ratio = t[name, "fwd_bwd"] / t["softmax", "fwd_bwd"]
+            print(f"{name:<22} {seq_len:>6} {1e3 * t[name, 'forward']:>9.2f} {1e3 * t[name, 'fwd_bwd']:>11.2f} "
+                  f"{ratio:>10.2f} {1e3 * t[name, 'decode']:>16.3f} {s['state_kib']:>14.0f}")
+            rows.append({"mixer": name, "seq_len": seq_len, "fwd_bwd_x_softmax": ratio,
+                         **{f"{k}_ms": 1e3 * t[name, k] for k in ("forward", "fwd_bwd", "decode")}})
     return rows
+
+
+def bench_training_step(preset: str, mixers=None, repeats: int = 10, overrides=()) -> dict:
+    """Milliseconds per AdamW training step of the preset's model with each mixer, and the ratio to softmax."""
+    cfg = load_config(preset, list(overrides))
+    cfg.model.vocab_size = cfg.model.vocab_size or 256
+    t = cfg.train
+    names = list_mixers() if mixers == ["all"] else (mixers or [cfg.model.mixer])
+    names = _softmax_first(set(names) | {"softmax"})
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(cfg.model.vocab_size, (t.batch_size, t.seq_len + 1), generator=generator)
+    tasks = {}
+    for name in names:
+        cfg.model.mixer, cfg.model.layers = name, None
+        torch.manual_seed(0)
+        model = Decoder(cfg.model)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step(model=model, optimizer=optimizer):
+            model.loss(tokens[:, :-1], tokens[:, 1:]).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        tasks[name] = step
+    seconds = _round_robin(tasks, repeats)
+    print(f"training step of the {preset} model (batch {t.batch_size} x {t.seq_len} tokens, "
+          f"{torch.get_num_threads()} threads, median of {repeats}, round-robin)")
+    print(f"{'mixer':<22} {'ms/step':>9} {'tokens/s':>10} {'x softmax':>10}")
+    for name in names:
+        print(f"{name:<22} {1e3 * seconds[name]:>9.1f} {t.batch_size * t.seq_len / seconds[name]:>10,.0f} "
+              f"{seconds[name] / seconds['softmax']:>10.2f}")
+    return {name: {"ms": 1e3 * s, "x_softmax": s / seconds["softmax"]} for name, s in seconds.items()}

@@ -77,9 +77,12 @@ def cmd_demo(args) -> None:
 
 
 def cmd_bench(args) -> None:
-    from .bench import run_bench
+    from .bench import bench_mixers, bench_training_step
 
-    run_bench(lengths=args.lengths, batch=args.batch, repeats=args.repeats)
+    if args.model:
+        bench_training_step(args.model, args.mixers, repeats=args.repeats)
+    else:
+        bench_mixers(lengths=args.lengths, batch=args.batch, repeats=args.repeats)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -123,10 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=None, help="override the demo's training steps")
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("bench", help="forward/backward time of every mixer vs sequence length")
+    p = sub.add_parser("bench", help="speed of every mixer vs sequence length, or of whole training steps")
     p.add_argument("--lengths", type=int, nargs="+", default=[256, 1024])
     p.add_argument("--batch", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--model", help="preset: time its training step with each of --mixers (and softmax)")
+    p.add_argument("--mixers", nargs="+", help="mixers for --model, or 'all' (default: the preset's)")
     p.set_defaults(func=cmd_bench)
     return parser
 

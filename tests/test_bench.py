@@ -1,0 +1,18 @@
+"""The benchmark harness runs and reports ratios (speed itself is measured by `attnlab bench`, not here)."""
+
+from attnlab.bench import bench_mixers, bench_training_step
+from attnlab.mixers import list_mixers
+
+
+def test_mixer_bench_covers_every_mixer(capsys):
+    rows = bench_mixers(lengths=[16], batch=1, d_model=32, n_heads=4, repeats=1)
+    assert sorted(r["mixer"] for r in rows) == list_mixers()
+    assert next(r for r in rows if r["mixer"] == "softmax")["fwd_bwd_x_softmax"] == 1.0
+    assert all(r["fwd_bwd_ms"] > 0 and r["decode_ms"] > 0 for r in rows)
+
+
+def test_training_step_bench_compares_with_softmax(capsys):
+    small = ["model.d_model=32", "model.n_layers=1", "train.batch_size=2", "train.seq_len=16"]
+    result = bench_training_step("demo", ["coupled-qk"], repeats=1, overrides=small)
+    assert set(result) == {"softmax", "coupled-qk"} and result["softmax"]["x_softmax"] == 1.0
+    assert "coupled-qk" in capsys.readouterr().out
