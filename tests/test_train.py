@@ -121,3 +121,29 @@ def test_lr_schedule_warms_up_then_decays_to_min():
     assert values[0] == pytest.approx(0.1) and values[9] == pytest.approx(1.0)
     assert all(a >= b for a, b in zip(values[9:], values[10:], strict=False))
     assert lr_multiplier(100, cfg) == pytest.approx(0.1)
+
+
+def final_weights(run_dir, step):
+    return load_file(run_dir / checkpoint.step_dir_name(step) / "model.safetensors")
+
+
+def test_gradient_accumulation_matches_one_large_batch(text_file, tmp_path):
+    whole = tiny_config(text_file, tmp_path, "whole", steps=3, ckpt_every=3, grad_clip=0)
+    split = tiny_config(text_file, tmp_path, "split", steps=3, ckpt_every=3, grad_clip=0, grad_accum=2)
+    for cfg in (whole, split):
+        train(cfg, progress=False, log=lambda *_: None)
+    a, b = final_weights(tmp_path / "runs" / "whole", 3), final_weights(tmp_path / "runs" / "split", 3)
+    for key in a:  # the same windows, summed in two halves: equal up to float rounding
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-5)
+    for (_, loss_a, _), (_, loss_b, _) in zip(losses(tmp_path / "runs" / "whole"), losses(tmp_path / "runs" / "split"),
+                                              strict=True):
+        assert loss_a == pytest.approx(loss_b, rel=1e-5) if loss_a is not None else loss_b is None
+
+
+def test_bf16_autocast_trains(text_file, tmp_path):
+    cfg = tiny_config(text_file, tmp_path, steps=10, lr=3e-3, eval_every=10, ckpt_every=10, precision="bf16")
+    summary = train(cfg, progress=False, log=lambda *_: None)
+    weights = final_weights(tmp_path / "runs" / "run", 10)
+    assert all(w.dtype == torch.float32 for w in weights.values())  # parameters stay fp32
+    history = [loss for _, loss, _ in losses(tmp_path / "runs" / "run") if loss is not None]
+    assert history[-1] < history[0] and summary["val_loss"] < history[0]
