@@ -12,14 +12,25 @@ from attnlab.mixers.differential import lambda_init
 D_MODEL, N_HEADS = 32, 4
 
 
+# every registered mixer with its defaults, plus non-default options that change the computation
+CASES = [(name, {}) for name in list_mixers()] + [
+    ("coupled-qk", {"integrator": "leapfrog", "steps": 7, "per_head_mlp": True}),
+    ("coupled-differential", {"integrator": "leapfrog", "steps": 2}),
+    ("uncoupled-qk", {"steps": 3}),
+    ("softmax", {"rope": False}),
+]
+CASE_IDS = [name + "".join(f"-{k}={v}" for k, v in options.items()) for name, options in CASES]
+contract = pytest.mark.parametrize("name, options", CASES, ids=CASE_IDS)
+
+
 def make(name, **options):
     torch.manual_seed(0)
     return build_mixer(name, d_model=D_MODEL, n_heads=N_HEADS, **options).double()
 
 
-@pytest.mark.parametrize("name", list_mixers())
-def test_causal(name):
-    mixer = make(name)
+@contract
+def test_causal(name, options):
+    mixer = make(name, **options)
     x = torch.randn(2, 12, D_MODEL, dtype=torch.float64)
     x2 = x.clone()
     x2[:, 7:] = torch.randn(2, 5, D_MODEL, dtype=torch.float64)
@@ -29,11 +40,11 @@ def test_causal(name):
     assert not torch.allclose(y[:, 7:], y2[:, 7:])  # the future did reach the later outputs
 
 
-@pytest.mark.parametrize("name", list_mixers())
+@contract
 @pytest.mark.parametrize("split", [1, 5, 11])
-def test_prefill_then_decode_equals_full_forward(name, split):
+def test_prefill_then_decode_equals_full_forward(name, options, split):
     torch.manual_seed(0)
-    mixer = build_mixer(name, d_model=D_MODEL, n_heads=N_HEADS, layer_idx=2)
+    mixer = build_mixer(name, d_model=D_MODEL, n_heads=N_HEADS, layer_idx=2, **options)  # fp32
     x = torch.randn(2, 13, D_MODEL)
     full, _ = mixer(x)
     y, state = mixer(x[:, :split])
@@ -44,10 +55,10 @@ def test_prefill_then_decode_equals_full_forward(name, split):
     torch.testing.assert_close(torch.cat(outputs, dim=1), full, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", list_mixers())
-def test_chunked_prefill_and_initial_state(name):
+@contract
+def test_chunked_prefill_and_initial_state(name, options):
     """A prefill in uneven pieces from an explicit init_state equals the single forward."""
-    mixer = make(name)
+    mixer = make(name, **options)
     x = torch.randn(3, 10, D_MODEL, dtype=torch.float64)
     full, _ = mixer(x)
     state = mixer.init_state(3, dtype=torch.float64)
@@ -58,9 +69,9 @@ def test_chunked_prefill_and_initial_state(name):
     torch.testing.assert_close(torch.cat(pieces, 1), full, rtol=0, atol=1e-10)
 
 
-@pytest.mark.parametrize("name", list_mixers())
-def test_gradients_finite_and_reach_every_parameter(name):
-    mixer = make(name)
+@contract
+def test_gradients_finite_and_reach_every_parameter(name, options):
+    mixer = make(name, **options)
     x = torch.randn(2, 9, D_MODEL, dtype=torch.float64, requires_grad=True)
     y, _ = mixer(x)
     y.square().sum().backward()

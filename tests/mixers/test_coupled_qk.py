@@ -84,18 +84,3 @@ def test_bad_coupling_options(options, message):
 def test_the_ablation_has_no_integrator_choice():
     with pytest.raises(ConfigError, match="unknown field 'uncoupled-qk.integrator'"):
         build_mixer("uncoupled-qk", integrator="leapfrog")
-
-
-@pytest.mark.parametrize("integrator", ["euler", "leapfrog"])
-def test_many_steps_decode_like_the_full_forward(integrator):
-    torch.manual_seed(0)
-    mixer = build_mixer("coupled-qk", d_model=D_MODEL, n_heads=N_HEADS, steps=7, integrator=integrator,
-                        per_head_mlp=True)
-    x = torch.randn(2, 10, D_MODEL)
-    full, _ = mixer(x)
-    y, state = mixer(x[:, :6])
-    outs = [y]
-    for t in range(6, 10):
-        y, state = mixer(x[:, t : t + 1], state)
-        outs.append(y)
-    torch.testing.assert_close(torch.cat(outs, 1), full, rtol=0, atol=1e-5)
