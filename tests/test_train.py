@@ -8,7 +8,8 @@ from attnlab import checkpoint
 from attnlab.config import ModelConfig, TrainConfig, load_config
 from attnlab.errors import UserError
 from attnlab.model import Decoder
-from attnlab.train import lr_multiplier, param_groups, set_optim, train
+from attnlab.nn import set_optim
+from attnlab.train import lr_multiplier, param_groups, train
 
 
 def tiny_config(text_file, tmp_path, name="run", **train):

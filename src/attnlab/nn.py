@@ -40,3 +40,31 @@ class Rotary(nn.Module):
         cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
         x1, x2 = x.chunk(2, dim=-1)
         return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
+class ShortConv(nn.Module):
+    """Depthwise causal convolution over time with a small kernel, then SiLU (as in Mamba and fla).
+
+    Its decoding state is the last kernel_size - 1 inputs [B, kernel_size - 1, channels].
+    """
+
+    def __init__(self, channels: int, kernel_size: int = 4):
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.conv = nn.Conv1d(channels, channels, kernel_size, groups=channels, bias=False)
+
+    def forward(self, x: torch.Tensor, state: torch.Tensor | None = None):
+        """x [B, T, channels] -> (y [B, T, channels], state)."""
+        if state is None:
+            state = x.new_zeros(x.shape[0], self.kernel_size - 1, x.shape[2])
+        window = torch.cat((state.to(x.dtype), x), dim=1)
+        y = self.conv(window.transpose(1, 2)).transpose(1, 2)
+        return F.silu(y), window[:, window.shape[1] - (self.kernel_size - 1) :]
+
+
+def set_optim(param: nn.Parameter, **options) -> nn.Parameter:
+    """Give a parameter its own optimizer settings (``lr``, ``weight_decay``), which the training loop
+    puts in a parameter group of their own: e.g. no decay on SSM time constants, a separate learning
+    rate for couplings."""
+    param._optim = options
+    return param

@@ -30,16 +30,9 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def set_optim(param: nn.Parameter, **options) -> nn.Parameter:
-    """Give a parameter its own optimizer settings (``lr``, ``weight_decay``); mixers use this for
-    parameters that need them, e.g. couplings with a separate learning rate."""
-    param._optim = options
-    return param
-
-
 def param_groups(model: nn.Module, cfg: TrainConfig) -> list[dict]:
     """Weight decay on matrices only: not on norms, biases or embeddings (nor the head tied to them).
-    Parameters marked with ``set_optim`` get their own group."""
+    Parameters marked with ``attnlab.nn.set_optim`` get their own group."""
     groups: dict[tuple, list] = {}
     seen: set[int] = set()
     for module in model.modules():

@@ -1,0 +1,283 @@
+"""Linear-attention mixers: plain linear attention, GLA, Gated DeltaNet, and their CCQ variants.
+
+The layers follow flash-linear-attention's structure: q/k/v projections (with a short causal conv
+where the backbone uses one), the recurrence from ``attnlab.ops``, then a per-head RMSNorm gated by
+swish(W_g x) and an output projection. Training and prefill use the chunkwise forms; a single new
+token uses the recurrent step, so decoding holds a state whose size does not grow with the context.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import ConfigError
+from ..nn import ShortConv, set_optim
+from ..ops.ccq import CCQStats, ccq_chunk, ccq_step
+from ..ops.delta_rule import delta_rule_chunk, delta_rule_step
+from ..ops.gla import gla_chunk, gla_step
+from .registry import Mixer, MixerConfig, register_mixer
+
+
+@dataclass
+class LinearConfig(MixerConfig):
+    expand_k: float = 0.5  # key width = expand_k * d_model, split over the heads
+    expand_v: float = 1.0  # value width = expand_v * d_model
+    short_conv: bool = False  # depthwise causal conv (kernel conv_size) + SiLU on q, k, v
+    conv_size: int = 4
+    chunk_size: int = 64
+    norm_eps: float = 1e-5
+
+    @property
+    def key_dim(self) -> int:
+        return round(self.expand_k * self.d_model)
+
+    @property
+    def value_dim(self) -> int:
+        return round(self.expand_v * self.d_model)
+
+    def validate(self) -> None:
+        super().validate()
+        for name, width in (("expand_k", self.key_dim), ("expand_v", self.value_dim)):
+            ratio = getattr(self, name)
+            if width <= 0 or not math.isclose(width, ratio * self.d_model) or width % self.n_heads:
+                raise ConfigError(
+                    f"{name}={ratio} gives a width of {ratio * self.d_model:g} for d_model={self.d_model}; it must be "
+                    f"a positive whole number divisible by n_heads={self.n_heads}"
+                )
+        if self.conv_size < 2:
+            raise ConfigError(f"conv_size={self.conv_size} must be at least 2")
+        if self.chunk_size < 1:
+            raise ConfigError(f"chunk_size={self.chunk_size} must be positive")
+
+
+@dataclass
+class GLAConfig(LinearConfig):
+    gate_rank: int = 16  # the forget gate is low rank: W2 (W1 x), W1: d_model -> gate_rank
+    gate_normalizer: float = 16.0  # log-decay = logsigmoid(.) / gate_normalizer keeps early decay slow
+
+
+@dataclass
+class GDNConfig(LinearConfig):
+    expand_k: float = 0.75
+    expand_v: float = 1.5
+    short_conv: bool = True
+
+
+@dataclass
+class CCQOptions:
+    ccq_lambda_init: float = 0.1  # lambda = sigmoid(w . q + b) with w = 0 and sigmoid(b) = this at start
+    ccq_decay: bool = False  # age the key statistics with the backbone's gate (not in the paper)
+
+    def validate_ccq(self) -> None:
+        if not 0.0 < self.ccq_lambda_init < 1.0:
+            raise ConfigError(f"ccq_lambda_init={self.ccq_lambda_init} must be in (0, 1): lambda is a sigmoid")
+
+
+@dataclass
+class CCQGLAConfig(CCQOptions, GLAConfig):
+    def validate(self) -> None:
+        super().validate()
+        self.validate_ccq()
+
+
+@dataclass
+class CCQGDNConfig(CCQOptions, GDNConfig):
+    def validate(self) -> None:
+        super().validate()
+        self.validate_ccq()
+
+
+@dataclass
+class LinearState:
+    """memory [B, H, D_k, D_v]; conv: the last conv_size - 1 projected inputs; ccq: key statistics."""
+
+    memory: torch.Tensor
+    conv: torch.Tensor | None = None
+    ccq: CCQStats | None = None
+
+
+class LinearAttention(Mixer):
+    """Shared layer structure. Subclasses provide ``gates(x)`` and ``recur(q, k, v, gates, memory)``."""
+
+    config_class = LinearConfig
+
+    def __init__(self, cfg: LinearConfig):
+        super().__init__(cfg)
+        self.head_k, self.head_v = cfg.key_dim // cfg.n_heads, cfg.value_dim // cfg.n_heads
+        self.q_proj = nn.Linear(cfg.d_model, cfg.key_dim, bias=False)
+        self.k_proj = nn.Linear(cfg.d_model, cfg.key_dim, bias=False)
+        self.v_proj = nn.Linear(cfg.d_model, cfg.value_dim, bias=False)
+        self.conv = ShortConv(2 * cfg.key_dim + cfg.value_dim, cfg.conv_size) if cfg.short_conv else None
+        self.gate_proj = nn.Linear(cfg.d_model, cfg.value_dim, bias=False)
+        self.out_norm = nn.RMSNorm(self.head_v, eps=cfg.norm_eps)
+        self.out_proj = nn.Linear(cfg.value_dim, cfg.d_model, bias=False)
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.shape
+        return x.view(B, T, self.cfg.n_heads, -1).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor, state: LinearState | None = None):
+        B, T, _ = x.shape
+        state = state if state is not None else self.init_state(B, x.device)
+        qkv = torch.cat((self.q_proj(x), self.k_proj(x), self.v_proj(x)), dim=-1)
+        conv_state = None
+        if self.conv is not None:
+            qkv, conv_state = self.conv(qkv, state.conv)
+        q, k, v = (self.split_heads(t) for t in qkv.split([self.cfg.key_dim, self.cfg.key_dim, self.cfg.value_dim], -1))
+        gates = self.gates(x)
+        q, k, ccq_state = self.read_query(q, k, gates, state.ccq)
+        o, memory = self.recur(q, k, v, gates, state.memory)
+        o = self.out_norm(o) * F.silu(self.split_heads(self.gate_proj(x)))
+        y = self.out_proj(o.transpose(1, 2).reshape(B, T, -1))
+        return y, LinearState(memory, conv_state, ccq_state)
+
+    def read_query(self, q, k, gates, ccq_state):
+        """Transform the queries before the read (identity here; CCQ cleans them)."""
+        return q, k, ccq_state
+
+    def gates(self, x: torch.Tensor) -> dict:
+        raise NotImplementedError
+
+    def recur(self, q, k, v, gates: dict, memory):
+        raise NotImplementedError
+
+    def init_state(self, batch: int, device=None, dtype=None) -> LinearState:
+        memory = torch.zeros(batch, self.cfg.n_heads, self.head_k, self.head_v, device=device, dtype=torch.float32)
+        conv = None
+        if self.conv is not None:
+            conv = torch.zeros(batch, self.cfg.conv_size - 1, 2 * self.cfg.key_dim + self.cfg.value_dim,
+                               device=device, dtype=dtype or torch.float32)
+        return LinearState(memory, conv)
+
+    def state_size(self, seq_len: int) -> int:
+        conv = (self.cfg.conv_size - 1) * (2 * self.cfg.key_dim + self.cfg.value_dim) if self.conv is not None else 0
+        return self.cfg.n_heads * self.head_k * self.head_v + conv
+
+
+def _run(chunk_op, step_op, chunk_size: int, *inputs, state):
+    """The chunkwise form for sequences, the recurrent step for a single token."""
+    if inputs[0].shape[2] == 1:
+        o, state = step_op(*(t[:, :, 0] for t in inputs), state)
+        return o[:, :, None], state
+    return chunk_op(*inputs, initial_state=state, chunk_size=chunk_size)
+
+
+@register_mixer("linear")
+class PlainLinearAttention(LinearAttention):
+    """Linear attention without forgetting: h_t = h_{t-1} + k_t v_t^T, o_t = RMSNorm(h_t^T q_t / sqrt(D_k))."""
+
+    def gates(self, x):
+        B, T, _ = x.shape
+        return {"log_decay": x.new_zeros(B, self.cfg.n_heads, T, self.head_k)}
+
+    def recur(self, q, k, v, gates, memory):
+        return _run(gla_chunk, gla_step, self.cfg.chunk_size, q, k, v, gates["log_decay"], state=memory)
+
+
+@register_mixer("gla")
+class GatedLinearAttention(PlainLinearAttention):
+    """GLA (Yang et al. 2024): per-key-channel forget gates exp(g_t), g_t = logsigmoid(W2 W1 x) / 16."""
+
+    config_class = GLAConfig
+
+    def __init__(self, cfg: GLAConfig):
+        super().__init__(cfg)
+        self.forget_gate = nn.Sequential(nn.Linear(cfg.d_model, cfg.gate_rank, bias=False),
+                                         nn.Linear(cfg.gate_rank, cfg.key_dim, bias=True))
+
+    def gates(self, x):
+        log_decay = F.logsigmoid(self.forget_gate(x)) / self.cfg.gate_normalizer
+        return {"log_decay": self.split_heads(log_decay)}
+
+
+@register_mixer("gdn")
+class GatedDeltaNet(LinearAttention):
+    """Gated DeltaNet (Yang et al. 2025): L2-normalised q and k, the gated delta rule with a scalar
+    log-decay g = -exp(A_log) softplus(W_a x + dt_bias) and write strength beta = sigmoid(W_b x) per head."""
+
+    config_class = GDNConfig
+
+    def __init__(self, cfg: GDNConfig):
+        super().__init__(cfg)
+        H = cfg.n_heads
+        self.decay_proj = nn.Linear(cfg.d_model, H, bias=False)
+        self.beta_proj = nn.Linear(cfg.d_model, H, bias=False)
+        # Mamba-2's time constants: A ~ U(0, 16) stored as a log, dt log-uniform in [1e-3, 0.1] (floor 1e-4)
+        # stored as softplus^-1(dt). Neither is an nn.Linear, so the decoder's generic re-init leaves
+        # them alone, and neither gets weight decay.
+        self.A_log = set_optim(nn.Parameter(torch.empty(H).uniform_(0, 16).clamp_min(1e-4).log()), weight_decay=0.0)
+        dt = torch.exp(torch.rand(H) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3)).clamp_min(1e-4)
+        self.dt_bias = set_optim(nn.Parameter(dt + torch.log(-torch.expm1(-dt))), weight_decay=0.0)
+
+    def gates(self, x):
+        log_decay = -self.A_log.float().exp() * F.softplus(self.decay_proj(x).float() + self.dt_bias)
+        beta = torch.sigmoid(self.beta_proj(x).float())
+        return {"log_decay": log_decay.transpose(1, 2), "beta": beta.transpose(1, 2)}  # [B, H, T]
+
+    def read_query(self, q, k, gates, ccq_state):
+        return F.normalize(q, dim=-1, eps=1e-6), F.normalize(k, dim=-1, eps=1e-6), ccq_state
+
+    def recur(self, q, k, v, gates, memory):
+        return _run(delta_rule_chunk, delta_rule_step, self.cfg.chunk_size, q, k, v, gates["log_decay"],
+                    gates["beta"], state=memory)
+
+
+class CCQRead:
+    """Mixin: clean the queries with the running key covariance before the backbone reads its memory.
+
+    Sigma is built from the L2-normalised (post-conv) keys k_bar; lambda = sigmoid(w . q_bar + b) per
+    token and head. The paper reads with q_bar - lambda Sigma q_bar; we read with the backbone's own query
+    q - lambda Sigma q = |q| (q_bar - lambda Sigma q_bar). The two differ by a positive per-token factor,
+    which the per-head RMSNorm after the read removes (up to its eps), and ours makes lambda = 0 give
+    back the backbone exactly. The backbone's write keys are unchanged (raw for GLA, normalised for
+    Gated DeltaNet)."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        H, D = cfg.n_heads, cfg.key_dim // cfg.n_heads
+        self.lambda_weight = nn.Parameter(torch.zeros(H, D))  # zero: lambda starts at ccq_lambda_init exactly
+        self.lambda_bias = nn.Parameter(torch.full((H,), math.log(cfg.ccq_lambda_init / (1 - cfg.ccq_lambda_init))))
+
+    def read_query(self, q, k, gates, ccq_state):
+        q, k, _ = super().read_query(q, k, gates, ccq_state)
+        k_bar = F.normalize(k, dim=-1, eps=1e-6)
+        q_bar = F.normalize(q, dim=-1, eps=1e-6)
+        lam = torch.sigmoid(torch.einsum("bhtd,hd->bht", q_bar, self.lambda_weight) + self.lambda_bias[:, None])
+        log_decay = None
+        if self.cfg.ccq_decay:
+            log_decay = gates["log_decay"]
+            log_decay = log_decay.mean(-1) if log_decay.ndim == 4 else log_decay  # GLA: mean over channels
+        if q.shape[2] == 1:
+            stats = ccq_state if ccq_state is not None else CCQStats.empty(*q.shape[:2], q.shape[-1], q.device)
+            q_clean, ccq_state = ccq_step(q[:, :, 0], k_bar[:, :, 0], lam[:, :, 0], stats,
+                                          None if log_decay is None else log_decay[:, :, 0])
+            return q_clean[:, :, None], k, ccq_state
+        q_clean, ccq_state = ccq_chunk(q, k_bar, lam, ccq_state, log_decay, self.cfg.chunk_size)
+        return q_clean, k, ccq_state
+
+    def init_state(self, batch, device=None, dtype=None):
+        state = super().init_state(batch, device, dtype)
+        state.ccq = CCQStats.empty(batch, self.cfg.n_heads, self.head_k, device)
+        return state
+
+    def state_size(self, seq_len):
+        return super().state_size(seq_len) + self.cfg.n_heads * (self.head_k**2 + self.head_k + 1)
+
+
+@register_mixer("ccq-gla")
+class CCQGatedLinearAttention(CCQRead, GatedLinearAttention):
+    """GLA whose read uses the curvature-conditioned query."""
+
+    config_class = CCQGLAConfig
+
+
+@register_mixer("ccq-gdn")
+class CCQGatedDeltaNet(CCQRead, GatedDeltaNet):
+    """Gated DeltaNet whose read uses the curvature-conditioned query."""
+
+    config_class = CCQGDNConfig

@@ -1,0 +1,126 @@
+"""The Curvature-Conditioned Query (Le et al. 2026): a linear-attention read with the query shrunk
+along the directions in which the keys seen so far vary most.
+
+For L2-normalised queries q_t and keys k_t of one head, with the running key statistics over positions
+1..t (the current key included)
+    P_t = sum k_j k_j^T,   m_t = sum k_j,   n_t = t,
+    Sigma_t q = P_t q / n_t - m_t (m_t . q) / n_t^2          (the keys' population covariance times q)
+    q_clean_t = q_t - lambda_t Sigma_t q_t.
+Sigma_t is the Hessian at q = 0 of the softmax log-partition log sum_j exp(k_j . q), the term linear
+attention drops. The statistics are kept as unnormalised sums and a count so that a sequence can be
+continued exactly from a carried state.
+
+Optional ``log_decay`` [B, H, T] (not in the paper, which lists it as future work): the statistics age
+with the backbone's gate, P_t = exp(g_t) P_{t-1} + k_t k_t^T and likewise m_t and the count n_t, so
+Sigma_t becomes an exponentially weighted covariance.
+
+Shapes: q, k [B, H, T, D]; lam [B, H, T]. Forms: `ccq_reference` (loop over time), `ccq_chunk`
+(training) and `ccq_step` (decoding); all take and return `CCQStats`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ._chunks import compute_dtype, decay_matrix, pad_time, to_chunks
+
+
+@dataclass
+class CCQStats:
+    """Running key statistics per head: second moment sum [B, H, D, D], key sum [B, H, D], count [B, H]."""
+
+    second: torch.Tensor
+    total: torch.Tensor
+    count: torch.Tensor
+
+    @staticmethod
+    def empty(batch: int, heads: int, dim: int, device=None, dtype=torch.float32) -> CCQStats:
+        return CCQStats(torch.zeros(batch, heads, dim, dim, device=device, dtype=dtype),
+                        torch.zeros(batch, heads, dim, device=device, dtype=dtype),
+                        torch.zeros(batch, heads, device=device, dtype=dtype))
+
+    def to(self, dtype) -> CCQStats:
+        return CCQStats(self.second.to(dtype), self.total.to(dtype), self.count.to(dtype))
+
+
+def covariance_times(q, second, total, count):
+    """Sigma q = P q / n - m (m . q) / n^2 for q [..., D], P [..., D, D], m [..., D], n [...]."""
+    n = count[..., None]
+    return (second @ q[..., None]).squeeze(-1) / n - total * (total * q).sum(-1, keepdim=True) / n**2
+
+
+def _prepare(q, k, lam, stats, log_decay):
+    B, H, T, D = q.shape
+    dtype = compute_dtype(q)
+    stats = (stats or CCQStats.empty(B, H, D, q.device, dtype)).to(dtype)
+    g = log_decay.to(dtype) if log_decay is not None else q.new_zeros(B, H, T, dtype=dtype)
+    return q.to(dtype), k.to(dtype), lam.to(dtype), stats, g
+
+
+def ccq_reference(q, k, lam, stats: CCQStats | None = None, log_decay=None):
+    """Loop over time: update the statistics with k_t, then clean q_t. Returns (q_clean, stats)."""
+    out_dtype = q.dtype
+    q, k, lam, stats, g = _prepare(q, k, lam, stats, log_decay)
+    second, total, count = stats.second, stats.total, stats.count
+    cleaned = []
+    for t in range(q.shape[2]):
+        decay = g[:, :, t].exp()
+        k_t = k[:, :, t]
+        second = decay[..., None, None] * second + k_t[..., :, None] * k_t[..., None, :]
+        total = decay[..., None] * total + k_t
+        count = decay * count + 1
+        q_t = q[:, :, t]
+        cleaned.append(q_t - lam[:, :, t, None] * covariance_times(q_t, second, total, count))
+    q_clean = torch.stack(cleaned, dim=2) if cleaned else q
+    return q_clean.to(out_dtype), CCQStats(second, total, count)
+
+
+def ccq_step(q, k, lam, stats: CCQStats, log_decay=None):
+    """One token: q, k [B, H, D], lam [B, H], log_decay [B, H] or None -> (q_clean [B, H, D], stats)."""
+    q_clean, stats = ccq_reference(q[:, :, None], k[:, :, None], lam[:, :, None], stats,
+                                   None if log_decay is None else log_decay[:, :, None])
+    return q_clean[:, :, 0], stats
+
+
+def ccq_chunk(q, k, lam, stats: CCQStats | None = None, log_decay=None, chunk_size: int = 64):
+    """Chunkwise form: within a chunk with cumulative log-decays b and Gamma_ij = exp(b_i - b_j), j <= i,
+        P_i q_i = exp(b_i) P_prev q_i + sum_{j<=i} Gamma_ij (q_i . k_j) k_j      (no D x D matrix per token)
+        m_i = exp(b_i) m_prev + sum_{j<=i} Gamma_ij k_j,    n_i = exp(b_i) n_prev + sum_{j<=i} Gamma_ij
+    (without decay: Gamma is all ones below the diagonal and n_i is the absolute position). The carried
+    statistics are scanned chunk to chunk; the rest runs for all chunks at once.
+    """
+    out_dtype = q.dtype
+    q, k, lam, stats, g = _prepare(q, k, lam, stats, log_decay)
+    T = q.shape[2]
+    C = min(chunk_size, max(T, 1))
+    padded = -(-T // C) * C
+    qc, kc = (to_chunks(pad_time(x, padded), C) for x in (q, k))
+    lam_c, g = (to_chunks(pad_time(x, padded), C) for x in (lam, g))
+    b = g.cumsum(dim=-1)  # [B, H, N, C]
+    gamma = decay_matrix(b)
+    to_end = (b[..., -1:] - b).exp()[..., None]  # weight of each key at the end of its chunk
+    chunk_decay = b[..., -1].exp()  # [B, H, N]
+    real = to_chunks(pad_time(torch.ones_like(q[..., 0]), padded), C)  # padded keys are 0 but must not count
+    updates = ((kc * to_end).transpose(-1, -2) @ kc, (kc * to_end).sum(-2), (to_end.squeeze(-1) * real).sum(-1))
+
+    carried = ([], [], [])  # statistics at the start of each chunk
+    second, total, count = stats.second, stats.total, stats.count
+    for decay, d_second, d_total, d_count in zip(chunk_decay.unbind(2), *(u.unbind(2) for u in updates),
+                                                 strict=True):
+        for store, value in zip(carried, (second, total, count), strict=True):
+            store.append(value)
+        second = decay[..., None, None] * second + d_second
+        total = decay[..., None] * total + d_total
+        count = decay * count + d_count
+    second_prev, total_prev, count_prev = (torch.stack(x, dim=2) for x in carried)
+
+    start = b.exp()[..., None]  # decay from the chunk start to each position
+    second_q = start * (qc @ second_prev.transpose(-1, -2)) + ((qc @ kc.transpose(-1, -2)) * gamma) @ kc
+    total_i = start * total_prev[..., None, :] + gamma @ kc
+    count_i = start * count_prev[..., None, None] + gamma @ real[..., None]
+    count_i = count_i.clamp_min(1e-30)  # only padded rows after an empty history reach 0; they are dropped
+    sigma_q = second_q / count_i - total_i * (total_i * qc).sum(-1, keepdim=True) / count_i**2
+    q_clean = (qc - lam_c[..., None] * sigma_q).reshape(q.shape[0], q.shape[1], padded, -1)[:, :, :T]
+    return q_clean.to(out_dtype), CCQStats(second, total, count)

@@ -1,0 +1,97 @@
+"""Gated linear attention (Yang et al. 2024): linear attention with per-channel forget gates.
+
+Per head, with state h [D_k, D_v] and log-decays g_t <= 0 per key channel:
+    h_t = diag(exp(g_t)) h_{t-1} + k_t v_t^T,        o_t = h_t^T (scale * q_t)
+Shapes: q, k, g [B, H, T, D_k]; v [B, H, T, D_v]; states [B, H, D_k, D_v]. scale defaults to
+D_k^-1/2. Plain (ungated) linear attention is the special case g = 0.
+Three forms compute the same thing: `gla_reference` (a loop over time in the transposed layout
+S = h^T, S_t = S_{t-1} diag(exp g_t) + v_t k_t^T), `gla_chunk` (training) and `gla_step` (decoding).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._chunks import causal_mask, compute_dtype, pad_time, to_chunks
+
+# Largest |exponent| for which the intra-chunk scores may be factored into exp(b_i - r) * exp(r - b_j)
+# (the product of two such factors then stays far below the fp32 range).
+SAFE_EXPONENT = 30.0
+
+
+def _prepare(q, k, v, g, scale, initial_state):
+    B, H, T, K = q.shape
+    dtype = compute_dtype(q)
+    scale = K**-0.5 if scale is None else scale
+    h0 = initial_state if initial_state is not None else q.new_zeros(B, H, K, v.shape[-1], dtype=dtype)
+    return (q.to(dtype) * scale, k.to(dtype), v.to(dtype), g.to(dtype), h0.to(dtype))
+
+
+def gla_reference(q, k, v, g, scale=None, initial_state=None):
+    """Loop over time, one token at a time, in the layout S = h^T. Returns (o, final_state)."""
+    out_dtype = v.dtype
+    q, k, v, g, h0 = _prepare(q, k, v, g, scale, initial_state)
+    S = h0.transpose(-1, -2)
+    outputs = []
+    for t in range(q.shape[2]):
+        S = S * g[:, :, t].exp()[..., None, :] + v[:, :, t, :, None] * k[:, :, t, None, :]
+        outputs.append((S @ q[:, :, t, :, None]).squeeze(-1))
+    o = torch.stack(outputs, dim=2) if outputs else v.new_zeros(v.shape)
+    return o.to(out_dtype), S.transpose(-1, -2)
+
+
+def gla_step(q, k, v, g, state, scale=None):
+    """One token: q, k, g [B, H, D_k], v [B, H, D_v], state [B, H, D_k, D_v] -> (o [B, H, D_v], state)."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    dtype = compute_dtype(q)
+    state = state.to(dtype) * g.to(dtype).exp()[..., None] + k.to(dtype)[..., None] * v.to(dtype)[..., None, :]
+    o = torch.einsum("bhk,bhkv->bhv", q.to(dtype) * scale, state)
+    return o.to(v.dtype), state
+
+
+def decayed_scores(q: torch.Tensor, k: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """A_ij = sum_c q_ic k_jc exp(b_ic - b_jc) for j <= i (else 0), per chunk: q, k, b [..., C, D].
+
+    b are cumulative log-decays. Around a mid-chunk reference r the scores factor into two matmuls,
+    (q exp(b - r)) (k exp(r - b))^T, which is exact as long as the exponents stay in floating-point
+    range; decays too strong for that get every exp(b_i - b_j) formed explicitly instead (same result,
+    more memory).
+    """
+    C = q.shape[-2]
+    causal = causal_mask(C, q.device)
+    ref = b[..., C // 2 : C // 2 + 1, :]
+    if (b - ref).abs().amax() <= SAFE_EXPONENT:
+        scores = (q * (b - ref).exp()) @ (k * (ref - b).exp()).transpose(-1, -2)
+    else:
+        exponent = (b[..., :, None, :] - b[..., None, :, :]).masked_fill(~causal[..., None], float("-inf"))
+        scores = (q[..., :, None, :] * k[..., None, :, :] * exponent.exp()).sum(-1)
+    return scores.masked_fill(~causal, 0.0)
+
+
+def gla_chunk(q, k, v, g, scale=None, initial_state=None, chunk_size: int = 64):
+    """Chunkwise-parallel form. Within a chunk with cumulative log-decays b (from its start):
+        o_i = (q_i exp(b_i)) h_prev + sum_{j<=i} A_ij v_j,   A from `decayed_scores`
+        h_next = exp(b_C) h_prev + (k exp(b_C - b))^T v
+    Every chunk's contribution is computed in parallel; only the cheap state scan runs in order.
+    Lengths that are not a multiple of chunk_size are zero-padded (k = 0, g = 0 leave the state alone).
+    """
+    out_dtype = v.dtype
+    q, k, v, g, h = _prepare(q, k, v, g, scale, initial_state)
+    T = q.shape[2]
+    C = min(chunk_size, max(T, 1))
+    padded = -(-T // C) * C
+    q, k, v, g = (to_chunks(pad_time(x, padded), C) for x in (q, k, v, g))
+    b = g.cumsum(dim=-2)  # [B, H, N, C, D_k]
+    b_last = b[..., -1:, :]
+    chunk_decay = b_last.squeeze(-2).exp()  # [B, H, N, D_k]
+    chunk_update = (k * (b_last - b).exp()).transpose(-1, -2) @ v  # [B, H, N, D_k, D_v]
+
+    states = []  # unbind once: indexing inside the loop would make the backward quadratic in chunks
+    for decay, update in zip(chunk_decay.unbind(2), chunk_update.unbind(2), strict=True):
+        states.append(h)
+        h = decay[..., None] * h + update
+    h_prev = torch.stack(states, dim=2)
+
+    o = (q * b.exp()) @ h_prev + decayed_scores(q, k, b) @ v
+    o = o.reshape(*o.shape[:2], -1, o.shape[-1])[:, :, :T]
+    return o.to(out_dtype), h

@@ -1,0 +1,46 @@
+"""Helpers shared by the tests: random inputs and comparisons of forms (outputs, states, gradients)."""
+
+import torch
+
+
+def random_linear_inputs(B=2, H=3, T=37, K=8, V=6, seed=0, per_channel_decay=True, decay_scale=1.0):
+    """fp64 inputs for the linear-attention ops, each requiring grad (the initial state too)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    q, k, v = rand(B, H, T, K), torch.nn.functional.normalize(rand(B, H, T, K), dim=-1), rand(B, H, T, V)
+    decay_shape = (B, H, T, K) if per_channel_decay else (B, H, T)
+    log_decay = torch.nn.functional.logsigmoid(rand(*decay_shape)) * decay_scale
+    beta = torch.rand(B, H, T, generator=g, dtype=torch.float64)
+    h0 = rand(B, H, K, V)
+    return [t.requires_grad_() for t in (q, k, v, log_decay, beta, h0)]
+
+
+def grads_of(fn, inputs, seed=1):
+    """Outputs of fn(*inputs) -> (o, state) and the gradients of a random projection of both."""
+    o, state = fn(*inputs)
+    g = torch.Generator().manual_seed(seed)
+    loss = (o * torch.randn(o.shape, generator=g, dtype=o.dtype)).sum()
+    loss = loss + (state * torch.randn(state.shape, generator=g, dtype=state.dtype)).sum()
+    grads = torch.autograd.grad(loss, inputs)
+    return o.detach(), state.detach(), grads
+
+
+def assert_same(a, b, atol=1e-10):
+    o_a, s_a, g_a = a
+    o_b, s_b, g_b = b
+    torch.testing.assert_close(o_a, o_b, rtol=0, atol=atol)
+    torch.testing.assert_close(s_a, s_b, rtol=0, atol=atol)
+    for x, y in zip(g_a, g_b, strict=True):
+        torch.testing.assert_close(x, y, rtol=0, atol=atol)
+
+
+def step_through(step, *inputs, state):
+    """Run a single-token step function over time: inputs [B, H, T, ...] -> (o [B, H, T, ...], state)."""
+    outputs = []
+    for t in range(inputs[0].shape[2]):
+        o, state = step(*(x[:, :, t] for x in inputs), state)
+        outputs.append(o)
+    return torch.stack(outputs, dim=2), state

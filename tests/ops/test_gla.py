@@ -1,0 +1,67 @@
+"""GLA: the chunkwise and recurrent forms against the loop-over-time reference."""
+
+import pytest
+import torch
+
+from attnlab.ops.gla import SAFE_EXPONENT, gla_chunk, gla_reference, gla_step
+from helpers import assert_same, grads_of, random_linear_inputs, step_through
+
+
+def gla_inputs(**kw):
+    q, k, v, g, _, h0 = random_linear_inputs(**kw)
+    return [q, k, v, g, h0]
+
+
+def reference(q, k, v, g, h0):
+    return gla_reference(q, k, v, g, initial_state=h0)
+
+
+@pytest.mark.parametrize("T, chunk", [(37, 16), (64, 16), (5, 64), (1, 8), (40, 1)])
+def test_chunk_matches_reference(T, chunk):
+    inputs = gla_inputs(T=T)
+    expected = grads_of(reference, inputs)
+    assert_same(grads_of(lambda q, k, v, g, h0: gla_chunk(q, k, v, g, initial_state=h0, chunk_size=chunk), inputs),
+                expected)
+
+
+def test_chunk_is_exact_for_decays_too_strong_to_factor():
+    inputs = gla_inputs(T=40, decay_scale=50.0)  # log-decays ~ -35 per step: exp(b) spans far beyond fp range
+    assert -inputs[3].detach().cumsum(2)[:, :, :16].min() > 2 * SAFE_EXPONENT
+    expected = grads_of(reference, inputs)
+    assert_same(grads_of(lambda q, k, v, g, h0: gla_chunk(q, k, v, g, initial_state=h0, chunk_size=16), inputs),
+                expected)
+
+
+def test_recurrent_step_matches_reference():
+    inputs = gla_inputs(T=13)
+    assert_same(grads_of(lambda q, k, v, g, h0: step_through(gla_step, q, k, v, g, state=h0), inputs),
+                grads_of(reference, inputs))
+
+
+def test_reference_is_the_definition():
+    """h_t = diag(exp g_t) h_{t-1} + k_t v_t^T and o_t = h_t^T q_t / sqrt(D_k), written out for t = 1, 2."""
+    q, k, v, g, h0 = (x.detach() for x in gla_inputs(T=2, B=1, H=1))
+    o, h = gla_reference(q, k, v, g, initial_state=h0)
+    h1 = g[0, 0, 0].exp()[:, None] * h0[0, 0] + torch.outer(k[0, 0, 0], v[0, 0, 0])
+    h2 = g[0, 0, 1].exp()[:, None] * h1 + torch.outer(k[0, 0, 1], v[0, 0, 1])
+    scale = q.shape[-1] ** -0.5
+    torch.testing.assert_close(o[0, 0, 1], h2.T @ q[0, 0, 1] * scale)
+    torch.testing.assert_close(o[0, 0, 0], h1.T @ q[0, 0, 0] * scale)
+    torch.testing.assert_close(h[0, 0], h2)
+
+
+def test_two_segments_with_carried_state_equal_one_pass():
+    q, k, v, g, h0 = (x.detach() for x in gla_inputs(T=50))
+    full_o, full_h = gla_chunk(q, k, v, g, initial_state=h0, chunk_size=16)
+    o1, h1 = gla_chunk(q[:, :, :23], k[:, :, :23], v[:, :, :23], g[:, :, :23], initial_state=h0, chunk_size=16)
+    o2, h2 = gla_chunk(q[:, :, 23:], k[:, :, 23:], v[:, :, 23:], g[:, :, 23:], initial_state=h1, chunk_size=16)
+    torch.testing.assert_close(torch.cat((o1, o2), 2), full_o, rtol=0, atol=1e-12)
+    torch.testing.assert_close(h2, full_h, rtol=0, atol=1e-12)
+
+
+def test_float32_inputs_keep_their_dtype_and_fp32_state():
+    q, k, v, g, _ = (x.detach().float() for x in gla_inputs(T=20))
+    o, h = gla_chunk(q, k, v, g, chunk_size=8)
+    o_ref, h_ref = gla_reference(q.double(), k.double(), v.double(), g.double())
+    assert o.dtype == torch.float32 and h.dtype == torch.float32
+    torch.testing.assert_close(o, o_ref.float(), rtol=0, atol=1e-5)
