@@ -26,6 +26,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/attnlab bench
 	$(VENV)/bin/attnlab bench --model demo --mixers all
+	$(VENV)/bin/attnlab bench --ops
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests

@@ -1,6 +1,6 @@
 """The benchmark harness runs and reports ratios (speed itself is measured by `attnlab bench`, not here)."""
 
-from attnlab.bench import bench_mixers, bench_training_step
+from attnlab.bench import bench_mixers, bench_ops, bench_training_step
 from attnlab.mixers import list_mixers
 
 
@@ -16,3 +16,9 @@ def test_training_step_bench_compares_with_softmax(capsys):
     result = bench_training_step("demo", ["coupled-qk"], repeats=1, overrides=small)
     assert set(result) == {"softmax", "coupled-qk"} and result["softmax"]["x_softmax"] == 1.0
     assert "coupled-qk" in capsys.readouterr().out
+
+
+def test_ops_bench_reports_the_form_ratios(capsys):
+    result = bench_ops(seq_len=32, batch=1, heads=2, head_dim=8, d_model=16, repeats=1)
+    assert {"gla reference / chunk", "ccq-gla / gla mixer", "ccq-gdn / gdn mixer"} <= set(result["ratios"])
+    assert all(r > 0 for r in result["ratios"].values())

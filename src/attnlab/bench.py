@@ -1,15 +1,18 @@
 """``attnlab bench``: speed measured side by side in one run.
 
-Two views: every registered mixer alone (forward, forward+backward and one decode step vs sequence
-length), and whole training steps of a preset model with its mixer swapped (``--model``). Timings are
-medians over repeats, taken round-robin across the contenders so that drift in the machine's speed
-hits all of them alike; ratios are against softmax measured in the same run.
+Three views: every registered mixer alone (forward, forward+backward and one decode step vs sequence
+length); whole training steps of a preset model with its mixer swapped (``--model``); and the forms of
+the linear-attention ops against their loop-over-time references, flash-linear-attention's pure-PyTorch
+references when installed, and CCQ's cost over its backbone (``--ops``). Timings are medians over
+repeats, taken round-robin across the contenders so that drift in the machine's speed hits all of
+them alike; every ratio compares numbers measured in the same run.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+import warnings
 
 import torch
 
@@ -106,3 +109,77 @@ def bench_training_step(preset: str, mixers=None, repeats: int = 10, overrides=(
         print(f"{name:<22} {1e3 * seconds[name]:>9.1f} {t.batch_size * t.seq_len / seconds[name]:>10,.0f} "
               f"{seconds[name] / seconds['softmax']:>10.2f}")
     return {name: {"ms": 1e3 * s, "x_softmax": s / seconds["softmax"]} for name, s in seconds.items()}
+
+
+def _fla_references() -> dict:
+    """flash-linear-attention's pure-PyTorch references, when the package imports ([B, T, H, D] layout)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from fla.ops.gated_delta_rule.naive import naive_chunk_gated_delta_rule
+            from fla.ops.gla.naive import naive_recurrent_gla
+    except ImportError:
+        return {}
+    return {"gla": naive_recurrent_gla, "gdn": naive_chunk_gated_delta_rule}
+
+
+def bench_ops(seq_len: int = 4096, batch: int = 2, heads: int = 4, head_dim: int = 64, d_model: int = 256,
+              repeats: int = 3) -> dict:
+    """Forward+backward seconds of each op form, and CCQ mixers against their backbones."""
+    from .ops.delta_rule import delta_rule_chunk, delta_rule_reference
+    from .ops.gla import gla_chunk, gla_reference
+
+    gen = torch.Generator().manual_seed(0)
+
+    def leaf(*shape, fn=lambda t: t):
+        return fn(torch.randn(*shape, generator=gen)).requires_grad_()
+
+    B, H, T, D = batch, heads, seq_len, head_dim
+    q, v = leaf(B, H, T, D), leaf(B, H, T, D)
+    k = leaf(B, H, T, D, fn=lambda t: torch.nn.functional.normalize(t, dim=-1))
+    g_gla = leaf(B, H, T, D, fn=lambda t: torch.nn.functional.logsigmoid(t) / 16)
+    g_gdn = leaf(B, H, T, fn=lambda t: torch.nn.functional.logsigmoid(t + 3))
+    beta = leaf(B, H, T, fn=torch.sigmoid)
+
+    def backward_of(fn):
+        return lambda: fn()[0].sum().backward()
+
+    def fla_layout(*xs):
+        return [x.transpose(1, 2) for x in xs]
+
+    tasks = {
+        "gla chunk": backward_of(lambda: gla_chunk(q, k, v, g_gla)),
+        "gla reference": backward_of(lambda: gla_reference(q, k, v, g_gla)),
+        "gdn chunk": backward_of(lambda: delta_rule_chunk(q, k, v, g_gdn, beta)),
+        "gdn reference": backward_of(lambda: delta_rule_reference(q, k, v, g_gdn, beta)),
+    }
+    fla = _fla_references()
+    if fla:
+        tasks["gla fla naive_recurrent"] = backward_of(lambda: fla["gla"](*fla_layout(q, k, v, g_gla)))
+        tasks["gdn fla naive_chunk"] = backward_of(lambda: fla["gdn"](*fla_layout(q, k, v), g=g_gdn.transpose(1, 2),
+                                                                       beta=beta.transpose(1, 2)))
+    x = torch.randn(B, T, d_model, requires_grad=True)
+    for name in ("gla", "ccq-gla", "gdn", "ccq-gdn"):
+        mixer = build_mixer(name, d_model=d_model, n_heads=heads)
+        tasks[f"{name} mixer"] = backward_of(lambda mixer=mixer: mixer(x))
+    seconds = _round_robin(tasks, repeats)
+
+    print(f"forward+backward, B={B} H={H} T={T} head dim {D} (mixers: d_model {d_model}), "
+          f"{torch.get_num_threads()} threads, median of {repeats}, round-robin")
+    for name, sec in seconds.items():
+        print(f"  {name:<26} {1e3 * sec:>10.1f} ms")
+    ratios = {
+        "gla reference / chunk": seconds["gla reference"] / seconds["gla chunk"],
+        "gdn reference / chunk": seconds["gdn reference"] / seconds["gdn chunk"],
+        "ccq-gla / gla mixer": seconds["ccq-gla mixer"] / seconds["gla mixer"],
+        "ccq-gdn / gdn mixer": seconds["ccq-gdn mixer"] / seconds["gdn mixer"],
+    }
+    if fla:
+        ratios["fla naive_recurrent_gla / our gla chunk"] = seconds["gla fla naive_recurrent"] / seconds["gla chunk"]
+        ratios["fla naive_chunk_gated_delta_rule / our gdn chunk"] = (seconds["gdn fla naive_chunk"]
+                                                                      / seconds["gdn chunk"])
+    else:
+        print("  (flash-linear-attention is not installed: its references are not measured)")
+    for name, ratio in ratios.items():
+        print(f"  {name:<50} {ratio:>6.2f}x")
+    return {"seconds": seconds, "ratios": ratios}

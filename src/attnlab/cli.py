@@ -77,12 +77,14 @@ def cmd_demo(args) -> None:
 
 
 def cmd_bench(args) -> None:
-    from .bench import bench_mixers, bench_training_step
+    from .bench import bench_mixers, bench_ops, bench_training_step
 
-    if args.model:
-        bench_training_step(args.model, args.mixers, repeats=args.repeats)
+    if args.ops:
+        bench_ops(seq_len=(args.lengths or [4096])[-1], repeats=args.repeats or 3)
+    elif args.model:
+        bench_training_step(args.model, args.mixers, repeats=args.repeats or 10)
     else:
-        bench_mixers(lengths=args.lengths, batch=args.batch, repeats=args.repeats)
+        bench_mixers(lengths=args.lengths or [256, 1024], batch=args.batch, repeats=args.repeats or 5)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -127,11 +129,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("bench", help="speed of every mixer vs sequence length, or of whole training steps")
-    p.add_argument("--lengths", type=int, nargs="+", default=[256, 1024])
+    p.add_argument("--lengths", type=int, nargs="+", help="sequence lengths (default 256 1024; --ops: 4096)")
     p.add_argument("--batch", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, help="timed repeats per contender (default 5; --model 10; --ops 3)")
     p.add_argument("--model", help="preset: time its training step with each of --mixers (and softmax)")
     p.add_argument("--mixers", nargs="+", help="mixers for --model, or 'all' (default: the preset's)")
+    p.add_argument("--ops", action="store_true",
+                   help="linear-attention op forms vs their references (T=4096, or the last of --lengths)")
     p.set_defaults(func=cmd_bench)
     return parser
 

@@ -105,6 +105,7 @@ class LinearAttention(Mixer):
     """Shared layer structure. Subclasses provide ``gates(x)`` and ``recur(q, k, v, gates, memory)``."""
 
     config_class = LinearConfig
+    unit_qk = False  # whether read_query already returns L2-normalised queries and keys
 
     def __init__(self, cfg: LinearConfig):
         super().__init__(cfg)
@@ -201,6 +202,7 @@ class GatedDeltaNet(LinearAttention):
     log-decay g = -exp(A_log) softplus(W_a x + dt_bias) and write strength beta = sigmoid(W_b x) per head."""
 
     config_class = GDNConfig
+    unit_qk = True
 
     def __init__(self, cfg: GDNConfig):
         super().__init__(cfg)
@@ -245,8 +247,10 @@ class CCQRead:
 
     def read_query(self, q, k, gates, ccq_state):
         q, k, _ = super().read_query(q, k, gates, ccq_state)
-        k_bar = F.normalize(k, dim=-1, eps=1e-6)
-        q_bar = F.normalize(q, dim=-1, eps=1e-6)
+        if self.unit_qk:
+            q_bar, k_bar = q, k
+        else:
+            q_bar, k_bar = F.normalize(q, dim=-1, eps=1e-6), F.normalize(k, dim=-1, eps=1e-6)
         lam = torch.sigmoid(torch.einsum("bhtd,hd->bht", q_bar, self.lambda_weight) + self.lambda_bias[:, None])
         log_decay = None
         if self.cfg.ccq_decay:

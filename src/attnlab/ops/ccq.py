@@ -87,40 +87,45 @@ def ccq_step(q, k, lam, stats: CCQStats, log_decay=None):
 def ccq_chunk(q, k, lam, stats: CCQStats | None = None, log_decay=None, chunk_size: int = 64):
     """Chunkwise form: within a chunk with cumulative log-decays b and Gamma_ij = exp(b_i - b_j), j <= i,
         P_i q_i = exp(b_i) P_prev q_i + sum_{j<=i} Gamma_ij (q_i . k_j) k_j      (no D x D matrix per token)
-        m_i = exp(b_i) m_prev + sum_{j<=i} Gamma_ij k_j,    n_i = exp(b_i) n_prev + sum_{j<=i} Gamma_ij
-    (without decay: Gamma is all ones below the diagonal and n_i is the absolute position). The carried
-    statistics are scanned chunk to chunk; the rest runs for all chunks at once.
+        m_i = exp(b_i) m_prev + sum_{j<=i} Gamma_ij k_j,    n_i = exp(b_i) n_prev + sum_{j<=i} Gamma_ij.
+    Without decay Gamma is all ones below the diagonal, so m_i and n_i are plain prefix sums over the
+    sequence. The carried statistics are scanned chunk to chunk; the rest runs for all chunks at once.
     """
     out_dtype = q.dtype
     q, k, lam, stats, g = _prepare(q, k, lam, stats, log_decay)
-    T = q.shape[2]
+    B, H, T, D = q.shape
     C = min(chunk_size, max(T, 1))
     padded = -(-T // C) * C
     qc, kc = (to_chunks(pad_time(x, padded), C) for x in (q, k))
-    lam_c, g = (to_chunks(pad_time(x, padded), C) for x in (lam, g))
-    b = g.cumsum(dim=-1)  # [B, H, N, C]
+    b = to_chunks(pad_time(g, padded), C).cumsum(dim=-1)  # [B, H, N, C]
     gamma = decay_matrix(b)
-    to_end = (b[..., -1:] - b).exp()[..., None]  # weight of each key at the end of its chunk
-    chunk_decay = b[..., -1].exp()  # [B, H, N]
-    real = to_chunks(pad_time(torch.ones_like(q[..., 0]), padded), C)  # padded keys are 0 but must not count
-    updates = ((kc * to_end).transpose(-1, -2) @ kc, (kc * to_end).sum(-2), (to_end.squeeze(-1) * real).sum(-1))
-
-    carried = ([], [], [])  # statistics at the start of each chunk
-    second, total, count = stats.second, stats.total, stats.count
-    for decay, d_second, d_total, d_count in zip(chunk_decay.unbind(2), *(u.unbind(2) for u in updates),
-                                                 strict=True):
-        for store, value in zip(carried, (second, total, count), strict=True):
-            store.append(value)
-        second = decay[..., None, None] * second + d_second
-        total = decay[..., None] * total + d_total
-        count = decay * count + d_count
-    second_prev, total_prev, count_prev = (torch.stack(x, dim=2) for x in carried)
-
     start = b.exp()[..., None]  # decay from the chunk start to each position
+    to_end = (b[..., -1:] - b).exp()[..., None]  # weight of each key at the end of its chunk
+    chunk_decay = b[..., -1].exp().unbind(2)
+
+    second_prev, second = _scan(stats.second, ((kc * to_end).transpose(-1, -2) @ kc).unbind(2), chunk_decay)
     second_q = start * (qc @ second_prev.transpose(-1, -2)) + ((qc @ kc.transpose(-1, -2)) * gamma) @ kc
-    total_i = start * total_prev[..., None, :] + gamma @ kc
-    count_i = start * count_prev[..., None, None] + gamma @ real[..., None]
-    count_i = count_i.clamp_min(1e-30)  # only padded rows after an empty history reach 0; they are dropped
-    sigma_q = second_q / count_i - total_i * (total_i * qc).sum(-1, keepdim=True) / count_i**2
-    q_clean = (qc - lam_c[..., None] * sigma_q).reshape(q.shape[0], q.shape[1], padded, -1)[:, :, :T]
+    second_q = second_q.reshape(B, H, padded, D)[:, :, :T]
+    if log_decay is None:
+        total_i = stats.total[:, :, None] + k.cumsum(dim=2)
+        count_i = (stats.count[..., None] + torch.arange(1, T + 1, device=q.device, dtype=q.dtype))[..., None]
+        total, count = (total_i[:, :, -1], count_i[:, :, -1, 0]) if T else (stats.total, stats.count)
+    else:
+        real = to_chunks(pad_time(torch.ones_like(q[..., 0]), padded), C)  # padded keys must not count
+        total_prev, total = _scan(stats.total, (kc * to_end).sum(-2).unbind(2), chunk_decay)
+        count_prev, count = _scan(stats.count, (to_end.squeeze(-1) * real).sum(-1).unbind(2), chunk_decay)
+        total_i = (start * total_prev[..., None, :] + gamma @ kc).reshape(B, H, padded, D)[:, :, :T]
+        count_i = (start * count_prev[..., None, None] + gamma @ real[..., None]).reshape(B, H, padded, 1)[:, :, :T]
+    sigma_q = second_q / count_i - total_i * (total_i * q).sum(-1, keepdim=True) / count_i**2
+    q_clean = q - lam[..., None] * sigma_q
     return q_clean.to(out_dtype), CCQStats(second, total, count)
+
+
+def _scan(initial: torch.Tensor, updates, decays):
+    """x_{n+1} = decay_n x_n + update_n over chunks: (the value entering each chunk, stacked on dim 2; last)."""
+    entering = []
+    x = initial
+    for update, decay in zip(updates, decays, strict=True):
+        entering.append(x)
+        x = decay.view(*decay.shape, *[1] * (x.ndim - decay.ndim)) * x + update
+    return torch.stack(entering, dim=2), x
