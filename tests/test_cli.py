@@ -36,3 +36,22 @@ def test_list_mixers_and_params(capsys):
     assert main(["list", "--params", "demo"]) == 0
     rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[2:]}
     assert rows["softmax"][2] == "+0.000%" and rows["differential"][1] != rows["softmax"][1]
+
+
+def test_couplings_report_and_figure(text_file, tmp_path, capsys):
+    overrides = tiny_overrides(text_file, tmp_path) + [
+        "model.mixer=boltzmann", "model.n_heads=1", "train.seq_len=8",
+        "model.mixer_options.boltzmann.window=8", "model.mixer_options.boltzmann.j_init_std=0.1"]
+    assert main(["train", "demo", *overrides, "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["couplings", str(tmp_path / "runs" / "cli"), "--out", str(tmp_path / "fig")]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert "mean J by distance" in out and len(rows) == 7  # distances 1..window-1
+    assert (tmp_path / "fig" / "couplings-layer0.png").stat().st_size > 1000
+
+
+def test_couplings_of_a_model_without_them(text_file, tmp_path, capsys):
+    assert main(["train", "demo", *tiny_overrides(text_file, tmp_path), "--quiet"]) == 0
+    assert main(["couplings", str(tmp_path / "runs" / "cli")]) == 2
+    assert "has no Boltzmann layer with couplings J" in capsys.readouterr().err

@@ -1,10 +1,11 @@
-"""The ``attnlab`` command: train | eval | generate | list | demo | bench."""
+"""The ``attnlab`` command: train | eval | generate | list | couplings | demo | bench."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import traceback
+from pathlib import Path
 
 from .errors import UserError
 
@@ -70,6 +71,27 @@ def cmd_list(args) -> None:
         print(f"  {name:<22} {n:>12,} {100 * (n / baseline - 1):>+10.3f}% {model.state_size(cfg.train.seq_len):>14,}")
 
 
+def cmd_couplings(args) -> None:
+    from .inference import load_run
+    from .plots import coupling_profile, plot_couplings
+
+    run = load_run(args.checkpoint)
+    found = False
+    for i, block in enumerate(run.model.blocks):
+        if block.mixer.name != "boltzmann" or block.mixer.J is None:
+            continue
+        found = True
+        J = block.mixer.coupling_matrix(block.mixer.cfg.window)
+        mean, std = coupling_profile(J)
+        print(f"layer {i}: mean J by distance |j - k| (+- std over pairs and heads)")
+        for d, (m, s) in enumerate(zip(mean.tolist(), std.tolist(), strict=True), start=1):
+            print(f"  {d:>3}  {m:+.4f} +- {s:.4f}")
+        path = Path(args.out or run.folder.parent) / f"couplings-layer{i}.png"
+        print(f"  figure: {plot_couplings(J, path, title=f'learned J, layer {i}')}")
+    if not found:
+        raise UserError(f"{run.folder} has no Boltzmann layer with couplings J")
+
+
 def cmd_demo(args) -> None:
     from .demo import run_demo
 
@@ -77,9 +99,11 @@ def cmd_demo(args) -> None:
 
 
 def cmd_bench(args) -> None:
-    from .bench import bench_mixers, bench_ops, bench_training_step
+    from .bench import bench_boltzmann, bench_mixers, bench_ops, bench_training_step
 
-    if args.ops:
+    if args.boltzmann:
+        bench_boltzmann()
+    elif args.ops:
         bench_ops(seq_len=(args.lengths or [4096])[-1], repeats=args.repeats or 3)
     elif args.model:
         bench_training_step(args.model, args.mixers, repeats=args.repeats or 10)
@@ -123,6 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*")
     p.set_defaults(func=cmd_list)
 
+    p = sub.add_parser("couplings", help="a Boltzmann model's learned J: profile over distance and heat map")
+    p.add_argument("checkpoint", help="a run folder (its newest checkpoint) or a step-XXXXXXXX folder")
+    p.add_argument("--out", help="folder for the PNG files (default: the run folder)")
+    p.set_defaults(func=cmd_couplings)
+
     p = sub.add_parser("demo", help="train a small model on Shakespeare, report and sample (CPU, minutes)")
     p.add_argument("--out-dir", default="runs")
     p.add_argument("--steps", type=int, default=None, help="override the demo's training steps")
@@ -134,6 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, help="timed repeats per contender (default 5; --model 10; --ops 3)")
     p.add_argument("--model", help="preset: time its training step with each of --mixers (and softmax)")
     p.add_argument("--mixers", nargs="+", help="mixers for --model, or 'all' (default: the preset's)")
+    p.add_argument("--boltzmann", action="store_true",
+                   help="Boltzmann attention: exact enumeration at T=8,12,16 and banded couplings at T=256..4096")
     p.add_argument("--ops", action="store_true",
                    help="linear-attention op forms vs their references (T=4096, or the last of --lengths)")
     p.set_defaults(func=cmd_bench)

@@ -18,6 +18,12 @@ CASES = [(name, {}) for name in list_mixers()] + [
     ("coupled-differential", {"integrator": "leapfrog", "steps": 2}),
     ("uncoupled-qk", {"steps": 3}),
     ("softmax", {"rope": False}),
+    ("boltzmann", {"j_init_std": 0.3}),
+    ("boltzmann", {"mode": "h+J+K", "j_init_std": 0.3}),
+    ("boltzmann", {"inference": "banded", "couplings": "distance", "band": 3, "j_init_std": 0.3}),
+    ("boltzmann", {"inference": "mean-field", "j_init_std": 0.3}),
+    ("boltzmann", {"inference": "dqa", "window": 12, "dqa_shots": 0, "dqa_steps": 20, "j_init_std": 0.3}),
+    ("ccq-gdn", {"ccq_decay": True}),
 ]
 CASE_IDS = [name + "".join(f"-{k}={v}" for k, v in options.items()) for name, options in CASES]
 contract = pytest.mark.parametrize("name, options", CASES, ids=CASE_IDS)
@@ -45,7 +51,7 @@ def test_causal(name, options):
 def test_prefill_then_decode_equals_full_forward(name, options, split):
     torch.manual_seed(0)
     mixer = build_mixer(name, d_model=D_MODEL, n_heads=N_HEADS, layer_idx=2, **options)  # fp32
-    x = torch.randn(2, 13, D_MODEL)
+    x = torch.randn(2, 12, D_MODEL)
     full, _ = mixer(x)
     y, state = mixer(x[:, :split])
     outputs = [y]

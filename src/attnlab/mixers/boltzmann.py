@@ -1,0 +1,193 @@
+"""Boltzmann attention (Kim & Park 2026): attention weights are the spin marginals of an Ising model
+whose fields are the attention scores and whose couplings are learned.
+
+For query i, key j <= i carries a spin with field h_ij = q_i . k_j / sqrt(d) (plus an optional learned
+bias), pairs of keys are coupled by J_jk, and the weight of key j is its marginal alpha_ij =
+P_i(s_j = +1), normalised over the visible keys: o_i = sum_j alpha_ij v_j / sum_k alpha_ik.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..errors import ConfigError, UserError, unknown_name
+from ..nn import set_optim
+from ..ops import annealing, ising
+from .attention import AttentionConfig, AttentionMixer
+from .registry import register_mixer
+
+# which terms of the energy each mode keeps: (fields h, pair couplings J, three-body couplings K)
+MODES = {
+    "h+J": (True, True, False), "h-only": (True, False, False), "j-only": (False, True, False),
+    "h+J+K": (True, True, True), "h+K": (True, False, True), "J+K": (False, True, True), "K-only": (False, False, True),
+}
+INFERENCE = ("exact", "banded", "mean-field", "dqa")
+MAX_DQA_WINDOW = 12  # a state vector of 2^window amplitudes per query
+
+
+@dataclass
+class BoltzmannConfig(AttentionConfig):
+    mode: str = "h+J"
+    inference: str = "exact"  # exact | banded | mean-field | dqa
+    window: int = 16  # the most positions a query sees; position couplings are a window x window matrix
+    couplings: str = "position"  # position: J_jk per pair of window positions (the paper) | distance: J by k - j
+    band: int = 8  # banded inference: couplings reach at most this far (others are dropped)
+    j_init_std: float = 0.0  # J = 0 at start is h-only attention, and J still gets gradients
+    j_lr: float = 3e-5  # the paper's separate learning rate for couplings (LM; 1e-4 for brackets)
+    j_weight_decay: float = 0.01
+    bias_field: bool = False  # a learned field b_j per window position added to h (not in the paper)
+    mean_field_iterations: int = 30
+    mean_field_damping: float = 0.5
+    dqa_tau: float = 2.0  # anneal time of the linear schedule (dimensionless)
+    dqa_steps: int = 200  # Trotter steps
+    dqa_shots: int = 256  # 0: use the simulated measurement probabilities (infinitely many shots)
+    dqa_gradient: str = "ste"  # ste: through the simulated circuit | covariance: sample correlations
+    memory_budget_gib: float = 2.0  # exact inference: log-weights held at once
+
+    def validate(self) -> None:
+        super().validate()
+        if self.mode not in MODES:
+            raise ConfigError(unknown_name("mode", self.mode, MODES))
+        if self.inference not in INFERENCE:
+            raise ConfigError(unknown_name("inference", self.inference, INFERENCE))
+        if self.couplings not in ("position", "distance"):
+            raise ConfigError(unknown_name("couplings", self.couplings, ["position", "distance"]))
+        if self.window < 2:
+            raise ConfigError(f"window={self.window} must be at least 2")
+        uses_K = MODES[self.mode][2]
+        if uses_K and self.couplings != "position":
+            raise ConfigError(f"mode={self.mode} has three-body couplings, which are indexed by position; "
+                              "use couplings=position")
+        if uses_K and self.inference == "banded":
+            raise ConfigError(f"banded inference handles pair couplings only; mode={self.mode} has three-body "
+                              "terms: use inference=exact, mean-field or dqa")
+        if self.inference == "banded" and not 1 <= self.band < self.window:
+            raise ConfigError(f"band={self.band} must be between 1 and window - 1 = {self.window - 1}")
+        if self.inference == "dqa":
+            if self.window > MAX_DQA_WINDOW:
+                raise ConfigError(f"dqa simulates 2^window amplitudes per query; window={self.window} is above "
+                                  f"{MAX_DQA_WINDOW}: lower it or use inference=exact, banded or mean-field")
+            if self.dqa_gradient not in ("ste", "covariance"):
+                raise ConfigError(unknown_name("dqa_gradient", self.dqa_gradient, ["ste", "covariance"]))
+            if self.dqa_gradient == "covariance" and self.dqa_shots < 2:
+                raise ConfigError("dqa_gradient=covariance estimates correlations from shots: set dqa_shots >= 2")
+        if self.dqa_tau <= 0 or self.dqa_steps < 1 or self.dqa_shots < 0:
+            raise ConfigError("need dqa_tau > 0, dqa_steps >= 1 and dqa_shots >= 0")
+
+
+@register_mixer("boltzmann")
+class BoltzmannAttention(AttentionMixer):
+    """Attention weights from Ising marginals; see the module docstring and ``attnlab.ops.ising``."""
+
+    config_class = BoltzmannConfig
+
+    def __init__(self, cfg: BoltzmannConfig):
+        super().__init__(cfg)
+        self.uses_h, self.uses_J, self.uses_K = MODES[cfg.mode]
+        H, W = cfg.n_heads, cfg.window
+        self.J = self.K = self.bias = None
+        if self.uses_J:
+            shape = (H, W, W) if cfg.couplings == "position" else (H, W - 1)
+            self.J = set_optim(nn.Parameter(torch.randn(shape) * cfg.j_init_std), lr=cfg.j_lr,
+                               weight_decay=cfg.j_weight_decay)
+        if self.uses_K:
+            self.K = set_optim(nn.Parameter(torch.randn(H, W, W, W) * cfg.j_init_std), lr=cfg.j_lr,
+                               weight_decay=cfg.j_weight_decay)
+        if cfg.bias_field:
+            self.bias = nn.Parameter(torch.zeros(H, W))
+
+    def coupling_matrix(self, size: int) -> torch.Tensor | None:
+        """J over the first `size` positions [H, size, size] (strict upper triangle meaningful)."""
+        if self.J is None:
+            return None
+        if self.cfg.couplings == "position":
+            return self.J[:, :size, :size]
+        offset = torch.arange(size)[None, :] - torch.arange(size)[:, None]  # k - j
+        reach = self.J.shape[-1]
+        table = torch.cat((self.J.new_zeros(self.J.shape[0], 1), self.J), dim=-1)  # distance 0 -> 0
+        index = torch.where((offset >= 1) & (offset <= reach), offset, 0).to(self.J.device)
+        return table[:, index]
+
+    def attend(self, q, k, v):
+        B, H, Tq, D = q.shape
+        S = k.shape[-2]
+        if S > self.cfg.window and (self.cfg.couplings == "position" or self.cfg.bias_field):
+            raise UserError(
+                f"Boltzmann attention with window={self.cfg.window} sees at most {self.cfg.window} positions, "
+                f"but this call reaches {S}; raise window, or use couplings=distance (without bias_field) "
+                "with inference=banded or mean-field for longer contexts"
+            )
+        h = q @ k.transpose(-1, -2) / math.sqrt(D) if self.uses_h else q.new_zeros(B, H, Tq, S)
+        if self.bias is not None:
+            h = h + self.bias[:, None, :S]
+        visible = torch.ones(Tq, S, dtype=torch.bool, device=q.device).tril(S - Tq)
+        log_weights = self.log_weights(h, visible)
+        return torch.softmax(log_weights.masked_fill(~visible, float("-inf")), dim=-1) @ v
+
+    def log_weights(self, h: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+        """log alpha [B, H, Tq, S] (up to a per-query constant) for the visible keys."""
+        S = h.shape[-1]
+        J = self.coupling_matrix(S)
+        K = None if self.K is None else self.K[:, :S, :S, :S]
+        if J is None and K is None:  # independent spins: alpha = sigmoid(2h), whatever the inference
+            return torch.nn.functional.logsigmoid(2 * h)
+        inference = self.cfg.inference
+        if inference == "exact":
+            return ising.causal_log_weights(h, J, K, int(self.cfg.memory_budget_gib * 2**30))
+        h = h * visible  # absent spins: no field ...
+        if inference == "banded":
+            return self.banded_log_weights(h, J, visible)
+        if inference == "mean-field":
+            phi = ising.mean_field_fields(h, None if J is None else J[:, None], None if K is None else K[:, None],
+                                          visible, self.cfg.mean_field_iterations, self.cfg.mean_field_damping)
+            return torch.nn.functional.logsigmoid(2 * phi)
+        return self.dqa_log_weights(h, J, K, visible)
+
+    def banded_log_weights(self, h, J, visible):
+        """Exact marginals when couplings reach at most `band` positions, O(S 2^band) per query. Queries
+        are processed in groups that fit the memory budget, each group only as far as it can see."""
+        B, H, Tq, S = h.shape
+        w = self.cfg.band
+        band = ising.band_couplings(J, w)  # [H, S, w]
+        bytes_per_query = S * 2**w * h.element_size() * 8  # messages both ways and what autograd keeps
+        group = max(1, int(self.cfg.memory_budget_gib * 2**30) // (bytes_per_query * B * H))
+        rows = []
+        for r0 in range(0, Tq, group):
+            r1 = min(Tq, r0 + group)
+            n = S - Tq + r1  # the furthest key this group sees, plus one
+            seen = visible[r0:r1, :n]  # [g, n]
+            Jb = band[None, :, None, :n] * seen[None, None, :, :, None]  # absent spins: no couplings
+            fields = h[:, :, r0:r1, :n]
+            log_alpha = ising.banded_log_marginals(fields.flatten(0, 2), Jb.expand(B, H, -1, -1, -1).flatten(0, 2))
+            rows.append(torch.nn.functional.pad(log_alpha.view_as(fields), (0, S - n)))
+        return torch.cat(rows, dim=2)
+
+    def dqa_log_weights(self, h, J, K, visible):
+        B, H, Tq, S = h.shape
+        spins = ising.configurations(S, h.device, h.dtype)
+        pair_mask = visible[:, :, None] & visible[:, None, :]  # [Tq, S, S]: couplings among visible spins
+        J_q = None if J is None else J[:, None] * pair_mask  # [H, Tq, S, S]
+        K_q = None if K is None else K[:, None] * (pair_mask[..., None] & visible[:, None, None, :])
+        energy = ising.coupling_energy(spins, J_q, K_q)  # [H, Tq, 2^S]
+        log_weight = h @ spins.T + energy  # [B, H, Tq, 2^S] = -E(s)
+        probs = annealing.anneal(-log_weight.flatten(0, 2), self.cfg.dqa_tau, self.cfg.dqa_steps)
+        shots = self.cfg.dqa_shots
+        if shots == 0:
+            m = probs @ spins
+        else:
+            # training draws fresh shots; evaluation draws the same ones every call, so it is reproducible
+            generator = None if self.training else torch.Generator(h.device).manual_seed(0)
+            samples = annealing.sample_configurations(probs, shots, generator)
+            if self.cfg.dqa_gradient == "ste":
+                m = annealing.ste_magnetisation(probs, samples)
+            else:
+                tau = self.cfg.dqa_tau
+                J_full = (J_q if J_q is not None else h.new_zeros(H, Tq, S, S)).expand(B, H, Tq, S, S)
+                m = annealing.covariance_magnetisation(h.flatten(0, 2), J_full.flatten(0, 2), samples,
+                                                       tau**2 / 6, tau**2 / 3)
+        alpha = ((1 + m) / 2).clamp_min(0.5 / max(shots, 1) if shots else 0.0)  # a key never seen: half a shot
+        return alpha.log().view(B, H, Tq, S)
