@@ -63,8 +63,8 @@ class ShortConv(nn.Module):
 
 
 def set_optim(param: nn.Parameter, **options) -> nn.Parameter:
-    """Give a parameter its own optimizer settings (``lr``, ``weight_decay``), which the training loop
-    puts in a parameter group of their own: e.g. no decay on SSM time constants, a separate learning
-    rate for couplings."""
+    """Give a parameter its own optimizer settings (``lr``, ``max_lr``: a cap on the run's learning rate,
+    ``weight_decay``), which the training loop puts in a parameter group of their own: e.g. no decay and
+    a capped rate for SSM time constants, a separate learning rate for couplings."""
     param._optim = options
     return param

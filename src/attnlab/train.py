@@ -42,7 +42,8 @@ def param_groups(model: nn.Module, cfg: TrainConfig) -> list[dict]:
             seen.add(id(param))
             decays = param.ndim >= 2 and not isinstance(module, nn.Embedding)
             options = getattr(param, "_optim", {})
-            key = (options.get("lr", cfg.lr), options.get("weight_decay", cfg.weight_decay if decays else 0.0))
+            lr = min(options.get("lr", cfg.lr), options.get("max_lr", float("inf")))
+            key = (lr, options.get("weight_decay", cfg.weight_decay if decays else 0.0))
             groups.setdefault(key, []).append(param)
     return [{"params": ps, "peak_lr": lr, "weight_decay": wd} for (lr, wd), ps in groups.items()]
 

@@ -24,6 +24,9 @@ CASES = [(name, {}) for name in list_mixers()] + [
     ("boltzmann", {"inference": "mean-field", "j_init_std": 0.3}),
     ("boltzmann", {"inference": "dqa", "window": 12, "dqa_shots": 0, "dqa_steps": 20, "j_init_std": 0.3}),
     ("ccq-gdn", {"ccq_decay": True}),
+    ("interdomain", {"form": "fft", "readout": "hermitian", "modes": 8}),
+    ("interdomain", {"input": "single", "gate": True, "chunk_size": 5, "modes": 8}),
+    ("interdomain", {"query": "linear", "rope": False, "modes": 8}),
 ]
 CASE_IDS = [name + "".join(f"-{k}={v}" for k, v in options.items()) for name, options in CASES]
 contract = pytest.mark.parametrize("name, options", CASES, ids=CASE_IDS)
@@ -91,7 +94,7 @@ def test_gradients_finite_and_reach_every_parameter(name, options):
 def test_state_size_counts_the_state(name):
     mixer = make(name)
     _, state = mixer(torch.randn(1, 6, D_MODEL, dtype=torch.float64))
-    assert mixer.state_size(6) == sum(t.numel() for t in tensors_in(state))
+    assert mixer.state_size(6) == sum(t.numel() * (2 if t.is_complex() else 1) for t in tensors_in(state))
 
 
 def tensors_in(state):

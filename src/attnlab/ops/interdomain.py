@@ -1,0 +1,126 @@
+"""Interdomain attention (Kiyohara et al. 2026): a query-conditioned read of a fixed-size S4D state.
+
+Per head, keys and values are projected onto M learned basis functions by one S4D recurrence over
+the concatenated input z_t = [k_t ; v_t] (widths R and D):
+    X_t = lambda * X_{t-1} + B_bar z_t^T                      X [M, R + D] complex
+    U_t = Re(C X_t[:, :R]),  Gamma_t = Re(C X_t[:, R:])        C [M, M] complex (the learned basis)
+    o_t = Gamma_t^T U_t xi(q_t)                                 (no denominator)
+All readout conventions reduce to one cheap form: with u = C (X_k xi(q)) in C^M and a = Re(u) ('re_first',
+the default), u ('bilinear': Re(xi^T U^T Gamma) with complex U, Gamma) or conj(u) ('hermitian'),
+    o = Re((C^T a)^T X_v),
+which costs O(M (R + D) + M^2) per token. Shapes: xi_q [B, H, T, R]; z [B, H, T, R + D]; lam, B_bar
+[H, M]; C [H, M, M]; states [B, H, M, R + D] complex. Forms: `interdomain_reference` (loop over time,
+the naive readout), `interdomain_fft` (all states from one FFT convolution), `interdomain_chunk`
+(training: no per-position state beyond a chunk) and `interdomain_step` (decoding).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .s4d import causal_conv, powers
+
+READOUTS = ("re_first", "bilinear", "hermitian")
+
+
+def _coefficients(u: torch.Tensor, readout: str) -> torch.Tensor:
+    if readout == "re_first":
+        return u.real.to(u.dtype)
+    if readout == "bilinear":
+        return u
+    if readout == "hermitian":
+        return u.conj()
+    raise ValueError(f"unknown readout {readout!r}; one of {READOUTS}")
+
+
+def _zeros_state(z, lam):
+    B, H, _, width = z.shape
+    return z.new_zeros(B, H, lam.shape[-1], width, dtype=lam.dtype)
+
+
+def interdomain_reference(xi_q, z, lam, B_bar, C, readout="re_first", initial_state=None):
+    """Loop over time with the readout written as in the paper: alpha = U xi(q), o = Gamma^T alpha."""
+    R = xi_q.shape[-1]
+    X = initial_state if initial_state is not None else _zeros_state(z, lam)
+    outputs = []
+    for t in range(z.shape[2]):
+        X = lam[..., None] * X + B_bar[..., None] * z[:, :, t, None, :]
+        U, Gamma = C @ X[..., :R], C @ X[..., R:]  # [B, H, M, R], [B, H, M, D] complex
+        if readout == "re_first":
+            alpha = (U.real @ xi_q[:, :, t, :, None]).squeeze(-1)
+            outputs.append((Gamma.real.transpose(-1, -2) @ alpha[..., None]).squeeze(-1))
+        else:
+            alpha = (U @ xi_q[:, :, t, :, None].to(U.dtype)).squeeze(-1)
+            alpha = alpha.conj() if readout == "hermitian" else alpha
+            outputs.append((Gamma.transpose(-1, -2) @ alpha[..., None]).squeeze(-1).real)
+    return torch.stack(outputs, dim=2), X
+
+
+def interdomain_step(xi_q, z, lam, B_bar, C, state, readout="re_first"):
+    """One token: xi_q [B, H, R], z [B, H, R + D] -> (o [B, H, D], state). O(M (R + D) + M^2)."""
+    R = xi_q.shape[-1]
+    state = lam[..., None] * state + B_bar[..., None] * z[:, :, None, :]
+    u = (C @ (state[..., :R] @ xi_q[..., None].to(state.dtype))).squeeze(-1)  # C (X_k xi) [B, H, M]
+    beta = (C.transpose(-1, -2) @ _coefficients(u, readout)[..., None]).squeeze(-1)
+    return torch.einsum("bhn,bhnd->bhd", beta, state[..., R:]).real, state
+
+
+def _read(xi_q, X, C, readout):
+    """o_t = Re((C^T a_t)^T X_t[:, R:]) for states X [B, H, T, M, R + D] at every position."""
+    R = xi_q.shape[-1]
+    u = torch.einsum("hmn,bhtnr,bhtr->bhtm", C, X[..., :R], xi_q.to(X.dtype))
+    beta = torch.einsum("hmn,bhtm->bhtn", C, _coefficients(u, readout))
+    return torch.einsum("bhtn,bhtnd->bhtd", beta, X[..., R:]).real
+
+
+def interdomain_fft(xi_q, z, lam, B_bar, C, readout="re_first", initial_state=None):
+    """Every state X_t at once: a causal convolution of z with B_bar lambda^tau per mode (by FFT), then the
+    readout at every position. Memory O(T M (R + D))."""
+    T = z.shape[2]
+    kernel = B_bar[..., None] * powers(lam, T)  # [H, M, T] complex
+    X = torch.stack([causal_conv(z, kernel[:, m].real) + 1j * causal_conv(z, kernel[:, m].imag)
+                     for m in range(lam.shape[-1])], dim=3)  # [B, H, T, M, R + D]
+    if initial_state is not None:
+        X = X + powers(lam, T, start=1).transpose(-1, -2)[None, :, :, :, None] * initial_state[:, :, None]
+    return _read(xi_q, X, C, readout), X[:, :, -1]
+
+
+def interdomain_chunk(xi_q, z, lam, B_bar, C, readout="re_first", initial_state=None, chunk_size: int = 64):
+    """Chunkwise scan. Within a chunk (local rows i, j < K) with carried state X0 and W[tau] = B_bar lambda^tau:
+        u_i   = C (lambda^(i+1) X0_k xi_i + sum_{j<=i} W[i-j] (k_j . xi_i)),   a_i = readout(u_i)
+        beta_i = C^T a_i
+        o_i   = Re(beta_i . lambda^(i+1) X0_v) + sum_{j<=i} Re(beta_i . W[i-j]) v_j
+        X0   <- lambda^K X0 + sum_j W[K-1-j] z_j^T.
+    Only chunk-boundary states exist; only non-negative powers of lambda appear."""
+    B, H, T, width = z.shape
+    R = xi_q.shape[-1]
+    K = min(chunk_size, max(T, 1))
+    padded = -(-T // K) * K
+    N = padded // K
+    zc = torch.nn.functional.pad(z, (0, 0, 0, padded - T)).reshape(B, H, N, K, width).to(lam.dtype)
+    qc = torch.nn.functional.pad(xi_q, (0, 0, 0, padded - T)).reshape(B, H, N, K, R).to(lam.dtype)
+    W = B_bar[..., None] * powers(lam, K)  # [H, M, K]
+    lag = torch.arange(K)[:, None] - torch.arange(K)[None, :]  # i - j
+    W_lag = W[:, :, lag.clamp_min(0)] * (lag >= 0).to(W.dtype)  # [H, M, K, K], zero above the diagonal
+    rise = powers(lam, K, start=1)  # lambda^(i+1): [H, M, K]
+
+    # chunk-end states: a serial pass over chunk boundaries only (contributions computed in parallel)
+    contributions = torch.einsum("hmj,bhgjc->bhgmc", W.flip(-1), zc)
+    X = initial_state.to(lam.dtype) if initial_state is not None else _zeros_state(z, lam)
+    starts = []
+    for contribution in contributions.unbind(2):
+        starts.append(X)
+        X = (lam**K)[..., None] * X + contribution
+    X0 = torch.stack(starts, dim=2)  # [B, H, N, M, R + D]  (index g below: the chunk)
+    # the final state ends at T, not at the padded end (padding cannot stop lambda from decaying the state)
+    r = T - (N - 1) * K
+    final = (lam**r)[..., None] * starts[-1] + torch.einsum("hmj,bhjc->bhmc", W[..., :r].flip(-1), zc[:, :, -1, :r])
+
+    scores = qc @ zc[..., :R].transpose(-1, -2)  # xi_i . k_j: [B, H, N, K, K]
+    carried_k = torch.einsum("hmi,bhgmr,bhgir->bhgim", rise, X0[..., :R], qc)
+    u = torch.einsum("hpm,bhgim->bhgip", C, carried_k + torch.einsum("hmij,bhgij->bhgim", W_lag, scores))
+    beta = torch.einsum("hmp,bhgim->bhgip", C, _coefficients(u, readout))
+    mix = torch.einsum("bhgip,hpij->bhgij", beta, W_lag).real  # Re(beta_i . W[i-j]): [B, H, N, K, K]
+    o = torch.einsum("bhgij,bhgjd->bhgid", mix, zc[..., R:].real)
+    o = o + torch.einsum("bhgim,hmi,bhgmd->bhgid", beta, rise, X0[..., R:]).real
+    return o.reshape(B, H, padded, -1)[:, :, :T], final
