@@ -99,10 +99,12 @@ def cmd_demo(args) -> None:
 
 
 def cmd_bench(args) -> None:
-    from .bench import bench_boltzmann, bench_mixers, bench_ops, bench_training_step
+    from .bench import bench_boltzmann, bench_interdomain, bench_mixers, bench_ops, bench_training_step
 
     if args.boltzmann:
         bench_boltzmann()
+    elif args.interdomain:
+        bench_interdomain()
     elif args.ops:
         bench_ops(seq_len=(args.lengths or [4096])[-1], repeats=args.repeats or 3)
     elif args.model:
@@ -165,6 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mixers", nargs="+", help="mixers for --model, or 'all' (default: the preset's)")
     p.add_argument("--boltzmann", action="store_true",
                    help="Boltzmann attention: exact enumeration at T=8,12,16 and banded couplings at T=256..4096")
+    p.add_argument("--interdomain", action="store_true",
+                   help="interdomain chunked vs FFT form at T=1K..16K (time, memory) and decode latency")
     p.add_argument("--ops", action="store_true",
                    help="linear-attention op forms vs their references (T=4096, or the last of --lengths)")
     p.set_defaults(func=cmd_bench)

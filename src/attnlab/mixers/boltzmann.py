@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from ..errors import ConfigError, UserError, unknown_name
 from ..nn import set_optim
@@ -149,7 +150,9 @@ class BoltzmannAttention(AttentionMixer):
 
     def banded_log_weights(self, h, J, visible):
         """Exact marginals when couplings reach at most `band` positions, O(S 2^band) per query. Queries
-        are processed in groups that fit the memory budget, each group only as far as it can see."""
+        are processed in groups that fit the memory budget, each group only as far as it can see, and
+        each group's messages are recomputed in the backward pass instead of kept (so memory stays
+        within the budget however long the sequence)."""
         B, H, Tq, S = h.shape
         w = self.cfg.band
         band = ising.band_couplings(J, w)  # [H, S, w]
@@ -162,7 +165,11 @@ class BoltzmannAttention(AttentionMixer):
             seen = visible[r0:r1, :n]  # [g, n]
             Jb = band[None, :, None, :n] * seen[None, None, :, :, None]  # absent spins: no couplings
             fields = h[:, :, r0:r1, :n]
-            log_alpha = ising.banded_log_marginals(fields.flatten(0, 2), Jb.expand(B, H, -1, -1, -1).flatten(0, 2))
+            couplings = Jb.expand(B, H, -1, -1, -1).flatten(0, 2)
+            if torch.is_grad_enabled():
+                log_alpha = checkpoint(ising.banded_log_marginals, fields.flatten(0, 2), couplings, use_reentrant=False)
+            else:
+                log_alpha = ising.banded_log_marginals(fields.flatten(0, 2), couplings)
             rows.append(torch.nn.functional.pad(log_alpha.view_as(fields), (0, S - n)))
         return torch.cat(rows, dim=2)
 
