@@ -55,3 +55,35 @@ def test_couplings_of_a_model_without_them(text_file, tmp_path, capsys):
     assert main(["train", "demo", *tiny_overrides(text_file, tmp_path), "--quiet"]) == 0
     assert main(["couplings", str(tmp_path / "runs" / "cli")]) == 2
     assert "has no Boltzmann layer with couplings J" in capsys.readouterr().err
+
+
+def test_train_and_evaluate_mqar(tmp_path, capsys):
+    overrides = ["name=mq", f"out_dir={tmp_path / 'runs'}", "model.d_model=32", "model.n_layers=1",
+                 "data.mqar.train_examples=64", "data.mqar.test_examples=32", "data.mqar.test_pairs=[1,4]",
+                 "train.steps=3", "train.batch_size=8", "train.eval_batches=1", "train.ckpt_every=3"]
+    assert main(["train", "mqar", *overrides, "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "runs" / "mq"), "--task", "mqar"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["mqar test accuracy", "mqar test pairs=1", "mqar test pairs=4"]
+    assert main(["eval", str(tmp_path / "runs" / "mq"), "--task", "brackets"]) == 2
+
+
+def test_train_brackets_with_a_pointer_head(tmp_path, capsys):
+    overrides = ["name=br", f"out_dir={tmp_path / 'runs'}", "data.brackets.train_examples=64",
+                 "data.brackets.test_examples=16", "train.steps=2", "train.batch_size=8", "train.eval_batches=1",
+                 "train.ckpt_every=2", "model.ffn=false"]
+    assert main(["train", "brackets", *overrides, "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "runs" / "br"), "--task", "brackets"]) == 0
+    assert "brackets test accuracy" in capsys.readouterr().out
+
+
+def test_extrapolation_and_needle_evaluations(text_file, tmp_path, capsys):
+    assert main(["train", "demo", *tiny_overrides(text_file, tmp_path), "--quiet"]) == 0
+    run = str(tmp_path / "runs" / "cli")
+    capsys.readouterr()
+    assert main(["eval", run, "--task", "extrapolation", "--lengths", "16", "32", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "context     16 (1.0x training)" in out and (tmp_path / "extrapolation.png").exists()
+    assert main(["eval", run, "--task", "niah", "--lengths", "120", "--samples", "1"]) == 2  # vocabulary lacks '?'

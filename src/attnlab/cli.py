@@ -7,6 +7,8 @@ import sys
 import traceback
 from pathlib import Path
 
+import numpy as np
+
 from .errors import UserError
 
 
@@ -21,14 +23,48 @@ def cmd_train(args) -> None:
 
 
 def cmd_eval(args) -> None:
-    from .evaluate import perplexity, split_loss
+    from . import evaluate
     from .inference import load_run
 
     run = load_run(args.checkpoint)
     t = run.config.train
-    loss = split_loss(run.model, run.corpus(), args.split, args.batches, t.batch_size // t.grad_accum,
-                      args.seq_len or t.seq_len, run.device)
-    print(f"{run.folder}: {args.split} loss {loss:.4f} nats/token, perplexity {perplexity(loss):.2f}")
+    if args.task is None:
+        loss = evaluate.split_loss(run.model, run.corpus(), args.split, args.batches, t.batch_size // t.grad_accum,
+                                   args.seq_len or t.seq_len, run.device)
+        print(f"{run.folder}: {args.split} loss {loss:.4f} nats/token, perplexity {evaluate.perplexity(loss):.2f}")
+    elif args.task in ("mqar", "brackets"):
+        if run.config.data.source != args.task:
+            raise UserError(f"{run.folder} was trained on data.source={run.config.data.source}, not {args.task}")
+        for name, value in evaluate.task_accuracy(run.model, run.corpus(), run.device).items():
+            print(f"{args.task} test {name}: {100 * value:.2f}%")
+    elif args.task == "niah":
+        from .data import niah
+
+        lengths = [int(n) for n in (args.lengths or [t.seq_len, 2 * t.seq_len])]
+        data = run.corpus() if run.config.data.source == "niah" else None
+        haystack = data.haystacks["val"] if data else _heldout_text(run)
+        cfg = niah.NIAHConfig(kind=args.kind)
+        for length in lengths:
+            rng = np.random.default_rng(niah.TEST_SEED_OFFSET)
+            samples = [niah.make_sample(args.kind, length, depth, rng, haystack, run.tokenizer.encode)
+                       for depth in cfg.depths for _ in range(args.samples)]
+            by_depth = niah.niah_accuracy(run.model, samples, run.device)
+            cells = "  ".join(f"{d:.2f}: {100 * a:5.1f}%" for d, a in by_depth.items())
+            print(f"S-NIAH {args.kind} at {length} tokens, accuracy by depth  {cells}")
+    else:  # extrapolation
+        lengths = [int(n) for n in (args.lengths or [t.seq_len * f for f in (1, 2, 3.5, 5)])]
+        curve = evaluate.perplexity_by_length(run.model, run.corpus(), lengths, device=run.device)
+        for length, ppl in curve.items():
+            print(f"context {length:>6} ({length / t.seq_len:.1f}x training): perplexity {ppl:.3f}")
+        path = Path(args.out or run.folder.parent) / "extrapolation.png"
+        evaluate.plot_perplexity_by_length({run.config.model.mixer: curve}, path, t.seq_len)
+        print(f"figure: {path}")
+
+
+def _heldout_text(run) -> str:
+    """The validation text of the run's corpus, as the haystack for needle-in-a-haystack prompts."""
+    corpus = run.corpus()
+    return corpus.tokenizer.decode(corpus.split("val"))
 
 
 def cmd_generate(args) -> None:
@@ -130,6 +166,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="val", choices=["train", "val"])
     p.add_argument("--batches", type=int, default=50)
     p.add_argument("--seq-len", type=int, default=None, help="context length (default: the training one)")
+    p.add_argument("--task", choices=["mqar", "brackets", "niah", "extrapolation"],
+                   help="task accuracy, needle-in-a-haystack retrieval, or perplexity against context length")
+    p.add_argument("--kind", default="passkey", choices=["passkey", "number", "uuid"], help="--task niah")
+    p.add_argument("--samples", type=int, default=10, help="--task niah: prompts per depth")
+    p.add_argument("--lengths", type=float, nargs="+", help="--task niah/extrapolation: context lengths")
+    p.add_argument("--out", help="--task extrapolation: folder for the figure (default: the run folder)")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("generate", help="sample text from a checkpoint")

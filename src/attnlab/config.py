@@ -11,6 +11,9 @@ from pathlib import Path
 
 import yaml
 
+from .data.brackets import BracketsConfig
+from .data.mqar import MQARConfig
+from .data.niah import NIAHConfig
 from .errors import ConfigError, unknown_name
 
 PRESET_DIR = Path(__file__).parent / "configs"
@@ -26,6 +29,8 @@ class ModelConfig:
     layers: list[str] | None = None  # ... unless this per-layer list is given (hybrids)
     mixer_options: dict[str, dict] = field(default_factory=dict)  # {mixer name: {field: value}}
     ffn_hidden: int | None = None  # SwiGLU width; None: 8/3 * d_model rounded up to a multiple of 32
+    ffn: bool = True  # False: blocks without the feed-forward part (attention only)
+    output_size: int = 0  # 0: the vocabulary; tasks with a pointer head over positions set it (untied)
     tie_embeddings: bool = True
     dropout: float = 0.0
     norm_eps: float = 1e-6
@@ -54,31 +59,59 @@ class ModelConfig:
         for name in self.layer_mixers() + list(self.mixer_options):
             if name not in known:
                 raise ConfigError(unknown_name("mixer", name, known))
+        if self.output_size < 0:
+            raise ConfigError(f"model.output_size={self.output_size} must be >= 0 (0: the vocabulary)")
         if self.ffn_hidden is not None and self.ffn_hidden <= 0:
             raise ConfigError(f"model.ffn_hidden={self.ffn_hidden} must be positive (or null for 8/3*d_model)")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout={self.dropout} must be in [0, 1)")
 
 
+TEXT_SOURCES = ("shakespeare", "text", "mixed")
+TASK_SOURCES = ("mqar", "brackets", "niah")
+
+
 @dataclass
 class DataConfig:
-    source: str = "shakespeare"  # shakespeare | text
-    path: str | None = None  # a text file or a folder of .txt files, for source=text
-    tokenizer: str = "char"  # char (vocabulary built from the corpus) | byte (256 symbols)
+    # shakespeare | text (data.path) | mixed (plays + Python source + docs) | mqar | brackets | niah |
+    # hf:<dataset>[/<config>] (Hugging Face datasets; hf:text with data.path reads local text files)
+    source: str = "shakespeare"
+    path: str | None = None  # a text file or a folder of .txt files, for source=text or hf:text
+    tokenizer: str = "char"  # char (vocabulary of the corpus) | byte (256 symbols) | bpe (trained locally)
+    bpe_vocab: int = 4096
     max_chars: int | None = None  # keep only the first max_chars characters (e.g. 100_000)
     val_fraction: float = 0.1  # the last fraction of the corpus is the validation split
+    mix: dict[str, float] = field(default_factory=lambda: {"plays": 1.0, "python": 1.0, "docs": 1.0})
+    chunk_chars: int = 512  # source=mixed: size of the shuffled chunks
+    seed: int = 0  # source=mixed: chunk order
     cache_dir: str | None = None  # where token arrays are stored; None: $ATTNLAB_CACHE or ~/.cache/attnlab
+    mqar: MQARConfig = field(default_factory=MQARConfig)
+    brackets: BracketsConfig = field(default_factory=BracketsConfig)
+    niah: NIAHConfig = field(default_factory=NIAHConfig)
 
     def validate(self) -> None:
-        if self.source not in ("shakespeare", "text"):
-            raise ConfigError(unknown_name("data.source", self.source, ["shakespeare", "text"]))
-        if self.tokenizer not in ("char", "byte"):
-            raise ConfigError(unknown_name("data.tokenizer", self.tokenizer, ["char", "byte"]))
-        if self.source == "text":
+        known = TEXT_SOURCES + TASK_SOURCES
+        if self.source not in known and not self.source.startswith("hf:"):
+            raise ConfigError(unknown_name("data.source", self.source, [*known, "hf:<dataset>"]))
+        if self.tokenizer not in ("char", "byte", "bpe"):
+            raise ConfigError(unknown_name("data.tokenizer", self.tokenizer, ["char", "byte", "bpe"]))
+        if self.source == "text" or self.source == "hf:text":
             if not self.path:
-                raise ConfigError("data.source=text needs data.path=<a .txt file or a folder of them>")
+                raise ConfigError(f"data.source={self.source} needs data.path=<a .txt file or a folder of them>")
             if not Path(self.path).expanduser().exists():
                 raise ConfigError(f"data.path={self.path} does not exist; give an existing file or folder")
+        if self.source == "mixed":
+            from .data.texts import SOURCES
+
+            for name in self.mix:
+                if name not in SOURCES:
+                    raise ConfigError(unknown_name("data.mix source", name, SOURCES))
+            if any(w < 0 for w in self.mix.values()) or sum(self.mix.values()) <= 0:
+                raise ConfigError("data.mix weights must be >= 0 and not all zero")
+        if self.source == "niah":
+            self.niah.validate()
+        if self.bpe_vocab < 260:
+            raise ConfigError(f"data.bpe_vocab={self.bpe_vocab} must be at least 260 (the bytes and a few merges)")
         if self.max_chars is not None and self.max_chars <= 0:
             raise ConfigError(f"data.max_chars={self.max_chars} must be positive (or null for everything)")
         if not 0.0 < self.val_fraction < 1.0:

@@ -28,3 +28,65 @@ def split_loss(model, corpus, split: str, batches: int, batch_size: int, seq_len
 
 def perplexity(loss: float) -> float:
     return math.exp(min(loss, 700.0))
+
+
+@torch.no_grad()
+def accuracy(model, inputs: torch.Tensor, targets: torch.Tensor, device=None, batch_size: int = 256) -> float:
+    """Fraction of scored positions (targets != -100) whose argmax prediction equals the target."""
+    model.eval()
+    correct = total = 0
+    for lo in range(0, len(inputs), batch_size):
+        x, y = inputs[lo : lo + batch_size].to(device), targets[lo : lo + batch_size].to(device)
+        logits, _ = model(x)
+        scored = y != -100
+        correct += (logits.argmax(-1)[scored] == y[scored]).sum().item()
+        total += scored.sum().item()
+    return correct / max(total, 1)
+
+
+def task_accuracy(model, data, device=None) -> dict:
+    """Test accuracy of a synthetic task: overall and, for MQAR, per number of key-value pairs."""
+    result = {"accuracy": accuracy(model, *data.test, device=device)}
+    for pairs, (x, y) in getattr(data, "slices", {}).items():
+        result[f"pairs={pairs}"] = accuracy(model, x, y, device=device)
+    return result
+
+
+@torch.no_grad()
+def perplexity_by_length(model, corpus, lengths, max_tokens: int = 65_536, device=None, split: str = "val") -> dict:
+    """Perplexity on non-overlapping windows of each length (each window from a fresh state), using at
+    most max_tokens tokens of the split per length: exp of the token-weighted mean cross-entropy."""
+    model.eval()
+    data = corpus.split(split)
+    result = {}
+    for length in lengths:
+        windows = min((len(data) - 1) // length, max(1, max_tokens // length))
+        if windows == 0:
+            raise ValueError(f"the {split} split has {len(data)} tokens, fewer than one window of {length}")
+        total, count = 0.0, 0
+        for w in range(windows):
+            chunk = torch.from_numpy(data[w * length : w * length + length + 1].astype("int64"))[None].to(device)
+            total += model.loss(chunk[:, :-1], chunk[:, 1:]).item() * length
+            count += length
+        result[length] = perplexity(total / count)
+    return result
+
+
+def plot_perplexity_by_length(curves: dict, path, train_length: int | None = None):
+    """curves: {label: {length: perplexity}} -> a PNG of perplexity against context length."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, curve in curves.items():
+        ax.plot(list(curve), list(curve.values()), marker="o", label=label)
+    if train_length:
+        ax.axvline(train_length, color="gray", linestyle="--", linewidth=0.8, label="training length")
+    ax.set(xscale="log", xlabel="context length (tokens)", ylabel="perplexity", title="length extrapolation")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

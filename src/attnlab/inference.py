@@ -9,7 +9,7 @@ import torch
 
 from . import checkpoint
 from .config import RunConfig, from_dict
-from .data import load_corpus, tokenizer_from_dict
+from .data import load_data, tokenizer_from_dict
 from .model import Decoder
 from .train import pick_device
 
@@ -23,7 +23,7 @@ class LoadedRun:
     folder: Path
 
     def corpus(self):
-        return load_corpus(self.config.data)
+        return load_data(self.config.data, self.config.train.seq_len)
 
     def complete(self, prompt: str, tokens: int, temperature: float = 0.8, top_k: int | None = None,
                  seed: int = 0, context: int | None = -1) -> str:

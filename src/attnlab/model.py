@@ -28,14 +28,15 @@ class Block(nn.Module):
         super().__init__()
         self.mixer_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.mixer = mixer
-        self.mlp_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
-        self.mlp = SwiGLU(cfg.d_model, ffn_width(cfg))
+        self.mlp_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps) if cfg.ffn else None
+        self.mlp = SwiGLU(cfg.d_model, ffn_width(cfg)) if cfg.ffn else None
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, state=None):
         y, state = self.mixer(self.mixer_norm(x), state)
         x = x + self.dropout(y)
-        x = x + self.dropout(self.mlp(self.mlp_norm(x)))
+        if self.mlp is not None:
+            x = x + self.dropout(self.mlp(self.mlp_norm(x)))
         return x, state
 
 
@@ -60,9 +61,12 @@ class Decoder(nn.Module):
             Block(cfg, build_layer_mixer(cfg, name, i)) for i, name in enumerate(cfg.layer_mixers())
         )
         self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
-        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.head = nn.Linear(cfg.d_model, cfg.output_size or cfg.vocab_size, bias=False)
         self._init_weights()
         if cfg.tie_embeddings:
+            if cfg.output_size not in (0, cfg.vocab_size):
+                raise ConfigError(f"model.output_size={cfg.output_size} differs from the vocabulary, so the head "
+                                  "cannot be tied to the embedding: set model.tie_embeddings=false")
             self.head.weight = self.embed.weight
 
     def _init_weights(self) -> None:

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 
 from . import checkpoint
 from .config import RunConfig, TrainConfig, from_dict
-from .data import load_corpus
+from .data import load_data
 from .errors import ConfigError, UserError
 from .evaluate import perplexity, split_loss
 from .model import Decoder
@@ -74,12 +74,18 @@ class MetricsLog:
             f.write(json.dumps(record) + "\n")
 
 
-def build_model(cfg: RunConfig, vocab_size: int) -> Decoder:
+def build_model(cfg: RunConfig, data) -> Decoder:
+    """The decoder for cfg.model, its vocabulary (and pointer-head size) taken from the data when unset."""
+    vocab_size = data.vocab_size
     if cfg.model.vocab_size == 0:
         cfg.model.vocab_size = vocab_size
     elif cfg.model.vocab_size < vocab_size:
-        raise ConfigError(f"model.vocab_size={cfg.model.vocab_size} is smaller than the tokenizer's {vocab_size}; "
-                          "set it to 0 to take the tokenizer's")
+        raise ConfigError(f"model.vocab_size={cfg.model.vocab_size} is smaller than the data's {vocab_size}; "
+                          "set it to 0 to take the data's")
+    output_size = getattr(data, "output_size", None)
+    if output_size is not None and cfg.model.output_size == 0:
+        cfg.model.output_size = output_size
+        cfg.model.tie_embeddings = False  # a pointer head scores positions, not tokens
     return Decoder(cfg.model)
 
 
@@ -96,8 +102,8 @@ def train(cfg: RunConfig, resume: str | None = None, progress: bool = True, log=
 
     device = pick_device(t.device)
     torch.manual_seed(t.seed)
-    corpus = load_corpus(cfg.data)
-    model = build_model(cfg, corpus.tokenizer.vocab_size).to(device)
+    corpus = load_data(cfg.data, t.seq_len)
+    model = build_model(cfg, corpus).to(device)
     optimizer = torch.optim.AdamW(param_groups(model, t), lr=t.lr, betas=(t.beta1, t.beta2),
                                   fused=device.type == "cuda")
     data_rng = torch.Generator().manual_seed(t.seed)
@@ -113,7 +119,7 @@ def train(cfg: RunConfig, resume: str | None = None, progress: bool = True, log=
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         log(f"resuming {run_dir} from {ckpt.name}")
     log(f"{cfg.name}: {model.num_params():,} parameters, mixers {sorted(set(cfg.model.layer_mixers()))}, "
-        f"{len(corpus.split('train')):,} training tokens, device {device}")
+        f"device {device}; {corpus.describe()}")
 
     metrics = MetricsLog(run_dir / "metrics.jsonl", resume_step=start if ckpt is not None else None)
     autocast = partial(torch.autocast, device.type, dtype=torch.bfloat16) if t.precision == "bf16" else nullcontext

@@ -13,17 +13,21 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from ..config import DataConfig
 from ..errors import UserError
-from .tokenizer import ByteTokenizer, CharTokenizer, token_dtype, tokenizer_from_dict
+from .tokenizer import BPETokenizer, ByteTokenizer, CharTokenizer, token_dtype, tokenizer_from_dict
+
+if TYPE_CHECKING:
+    from ..config import DataConfig
 
 FORMAT_VERSION = 1
 READ_CHUNK = 1 << 22  # characters per read when streaming a file
@@ -69,23 +73,44 @@ def text_files(path: str) -> list[Path]:
     return files
 
 
-def corpus_files(cfg: DataConfig) -> list[Path]:
-    return shakespeare_files() if cfg.source == "shakespeare" else text_files(cfg.path)
+def source_files(cfg: DataConfig) -> list[Path]:
+    """The files a corpus is read from (none for the generated mixed corpus or remote datasets)."""
+    if cfg.source == "shakespeare":
+        return shakespeare_files()
+    if cfg.source == "text" or (cfg.source == "hf:text" and cfg.path):
+        return text_files(cfg.path)
+    return []
 
 
-def read_text(files: list[Path], cfg: DataConfig) -> Iterator[str]:
+def read_text(cfg: DataConfig) -> Iterator[str]:
     """The corpus as a stream of text pieces: documents joined by a blank line, cut at max_chars."""
     budget = cfg.max_chars if cfg.max_chars is not None else float("inf")
-    for i, path in enumerate(files):
-        pieces = _file_pieces(path, strip=cfg.source == "shakespeare")
+    for piece in _documents(cfg):
+        if budget <= 0:
+            return
+        piece = piece[: int(min(len(piece), budget))]
+        budget -= len(piece)
+        yield piece
+
+
+def _documents(cfg: DataConfig) -> Iterator[str]:
+    if cfg.source == "mixed":
+        from .texts import heterogeneous_text
+
+        yield heterogeneous_text(cfg.max_chars or 3_000_000, cfg.mix, cfg.chunk_chars, cfg.seed)
+        return
+    if cfg.source.startswith("hf:"):
+        from .hf import hf_documents
+
+        first = True
+        for document in hf_documents(cfg):
+            yield document if first else DOC_SEPARATOR + document
+            first = False
+        return
+    for i, path in enumerate(source_files(cfg)):
         if i:
-            pieces = _prepend(DOC_SEPARATOR, pieces)
-        for piece in pieces:
-            if budget <= 0:
-                return
-            piece = piece[: int(min(len(piece), budget))]
-            budget -= len(piece)
-            yield piece
+            yield DOC_SEPARATOR
+        yield from _file_pieces(path, strip=cfg.source == "shakespeare")
 
 
 def _file_pieces(path: Path, strip: bool) -> Iterator[str]:
@@ -100,11 +125,6 @@ def _file_pieces(path: Path, strip: bool) -> Iterator[str]:
         raise UserError(f"{path} is not UTF-8 text ({err.reason} at byte {err.start}); convert it to UTF-8") from None
 
 
-def _prepend(first: str, pieces: Iterator[str]) -> Iterator[str]:
-    yield first
-    yield from pieces
-
-
 @dataclass
 class TokenCorpus:
     """Memory-mapped token ids split into train and validation, and the tokenizer that made them."""
@@ -113,6 +133,13 @@ class TokenCorpus:
     n_train: int
     tokenizer: CharTokenizer | ByteTokenizer
     folder: Path
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.vocab_size
+
+    def describe(self) -> str:
+        return f"{len(self.split('train')):,} training tokens, {self.tokenizer.kind} vocabulary of {self.vocab_size}"
 
     def split(self, name: str) -> np.ndarray:
         if name not in ("train", "val"):
@@ -137,47 +164,58 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("ATTNLAB_CACHE", Path.home() / ".cache" / "attnlab"))
 
 
-def cache_key(cfg: DataConfig, files: list[Path]) -> str:
+def cache_key(cfg: DataConfig) -> str:
+    """A hash of everything that determines the token array."""
     identity = {
         "format": FORMAT_VERSION,
         "source": cfg.source,
         "tokenizer": cfg.tokenizer,
+        "bpe_vocab": cfg.bpe_vocab if cfg.tokenizer == "bpe" else None,
         "max_chars": cfg.max_chars,
         "val_fraction": cfg.val_fraction,
-        "files": [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files],
+        "files": [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in source_files(cfg)],
     }
+    if cfg.source == "mixed":
+        identity.update(mix=cfg.mix, chunk_chars=cfg.chunk_chars, seed=cfg.seed, python=sys.version)
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
 
 
 def load_corpus(cfg: DataConfig) -> TokenCorpus:
     """Prepare the corpus once (cached) and memory-map it."""
-    files = corpus_files(cfg)
     cache = Path(cfg.cache_dir).expanduser() if cfg.cache_dir else default_cache_dir()
-    folder = cache / "corpora" / cache_key(cfg, files)
+    folder = cache / "corpora" / cache_key(cfg)
     if not (folder / "meta.json").is_file():
-        _prepare(cfg, files, folder)
+        _prepare(cfg, folder)
     meta = json.loads((folder / "meta.json").read_text())
     tokens = np.memmap(folder / "tokens.bin", dtype=meta["dtype"], mode="r")
     return TokenCorpus(tokens, meta["n_train"], tokenizer_from_dict(meta["tokenizer"]), folder)
 
 
-def _prepare(cfg: DataConfig, files: list[Path], folder: Path) -> None:
+def _fit_tokenizer(cfg: DataConfig):
+    """A first pass over the text: the tokenizer (fitted where it needs to be) and the character count."""
     n_chars, chars = 0, set()
-    for piece in read_text(files, cfg):
+    for piece in read_text(cfg):
         n_chars += len(piece)
         if cfg.tokenizer == "char":
             chars.update(piece)
     if n_chars == 0:
-        raise UserError(f"the corpus ({cfg.source}, {len(files)} files) is empty")
-    tokenizer = CharTokenizer("".join(chars)) if cfg.tokenizer == "char" else ByteTokenizer()
-    dtype = token_dtype(tokenizer.vocab_size)
+        raise UserError(f"the corpus (data.source={cfg.source}) is empty")
+    if cfg.tokenizer == "char":
+        return CharTokenizer("".join(chars))
+    if cfg.tokenizer == "bpe":
+        return BPETokenizer.train(read_text(cfg), cfg.bpe_vocab)
+    return ByteTokenizer()
 
+
+def _prepare(cfg: DataConfig, folder: Path) -> None:
+    tokenizer = _fit_tokenizer(cfg)
+    dtype = token_dtype(tokenizer.vocab_size)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}-"))
     try:
         n_tokens = 0
         with open(tmp / "tokens.bin", "wb") as out:
-            for piece in read_text(files, cfg):
+            for piece in read_text(cfg):
                 ids = tokenizer.encode(piece).astype(dtype)
                 out.write(ids.tobytes())
                 n_tokens += len(ids)
@@ -186,7 +224,7 @@ def _prepare(cfg: DataConfig, files: list[Path], folder: Path) -> None:
             "n_tokens": n_tokens,
             "n_train": int(round(n_tokens * (1 - cfg.val_fraction))),
             "tokenizer": tokenizer.to_dict(),
-            "files": [str(p) for p in files],
+            "source": cfg.source,
         }
         (tmp / "meta.json").write_text(json.dumps(meta))
         try:

@@ -56,11 +56,71 @@ class ByteTokenizer:
         return {"kind": self.kind}
 
 
+class BPETokenizer:
+    """Byte-level BPE trained locally with the `tokenizers` library (no download)."""
+
+    kind = "bpe"
+
+    def __init__(self, model):
+        self.model = model
+
+    @classmethod
+    def train(cls, texts, vocab_size: int) -> BPETokenizer:
+        try:
+            from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+        except ImportError:
+            raise UserError("data.tokenizer=bpe needs the tokenizers package: pip install tokenizers") from None
+        model = Tokenizer(models.BPE())
+        model.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        model.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                      show_progress=False)
+        model.train_from_iterator(texts, trainer=trainer)
+        return cls(model)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.get_vocab_size()
+
+    def encode(self, text: str) -> np.ndarray:
+        return np.asarray(self.model.encode(text).ids, dtype=np.int64)
+
+    def decode(self, ids) -> str:
+        return self.model.decode([int(i) for i in ids])
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "model": self.model.to_str()}
+
+
+class IdTokenizer:
+    """For synthetic tasks whose tokens are plain ids: decoding prints them."""
+
+    kind = "ids"
+
+    def __init__(self, vocab_size: int):
+        self.vocab_size = vocab_size
+
+    def encode(self, text: str) -> np.ndarray:
+        return np.asarray([int(t) for t in text.split()], dtype=np.int64)
+
+    def decode(self, ids) -> str:
+        return " ".join(str(int(i)) for i in ids)
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "vocab_size": self.vocab_size}
+
+
 def tokenizer_from_dict(values: dict):
     if values["kind"] == "char":
         return CharTokenizer(values["chars"])
     if values["kind"] == "byte":
         return ByteTokenizer()
+    if values["kind"] == "bpe":
+        from tokenizers import Tokenizer
+
+        return BPETokenizer(Tokenizer.from_str(values["model"]))
+    if values["kind"] == "ids":
+        return IdTokenizer(values["vocab_size"])
     raise ValueError(f"unknown tokenizer kind {values['kind']!r}")
 
 

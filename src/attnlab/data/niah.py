@@ -1,0 +1,145 @@
+"""Single-needle retrieval (S-NIAH, after RULER): a "special magic" value for a key is hidden at a chosen
+depth inside a haystack of exactly the requested token length, and the model must generate it.
+
+Kinds: passkey (a 7-digit number in a repeated noise sentence), number (a 7-digit number in prose) and
+uuid (a uuid in prose). Prose is Shakespeare's plays or Python's documentation, which every machine has.
+Prompts are assembled in token space, so their length is exact for any tokenizer; the needle goes to
+the sentence boundary nearest to the requested depth. Accuracy is the exact match of the greedy answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError
+
+KINDS = ("passkey", "number", "uuid")
+NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+ADJECTIVES = ["quiet", "bright", "hollow", "amber", "gentle", "wild", "silver", "crooked", "ancient", "swift"]
+NOUNS = ["river", "lantern", "meadow", "falcon", "harbor", "orchard", "thistle", "compass", "ember", "willow"]
+TEST_SEED_OFFSET = 2**31
+
+
+@dataclass
+class NIAHConfig:
+    kind: str = "passkey"
+    prose: str = "plays"  # haystack for number and uuid: plays | docs
+    depths: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
+    train_examples: int = 5_000  # when training on the task (data.source=niah)
+    test_per_depth: int = 20
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.kind not in KINDS:
+            raise ConfigError(f"data.niah.kind={self.kind!r} must be one of {', '.join(KINDS)}")
+        if self.prose not in ("plays", "docs"):
+            raise ConfigError(f"data.niah.prose={self.prose!r} must be plays or docs")
+        if not self.depths or any(not 0.0 <= d <= 1.0 for d in self.depths):
+            raise ConfigError(f"data.niah.depths={self.depths} must be fractions between 0 and 1")
+
+
+@dataclass
+class Sample:
+    prompt: list[int]  # exactly the requested length
+    answer: list[int]
+    needle_at: int  # token index where the needle starts
+    depth: float
+
+
+def make_sample(kind: str, length: int, depth: float, rng: np.random.Generator, haystack: str, encode) -> Sample:
+    """One prompt of exactly `length` tokens with the needle nearest to `depth` of the haystack."""
+    key = f"{ADJECTIVES[rng.integers(len(ADJECTIVES))]}-{NOUNS[rng.integers(len(NOUNS))]}"
+    if kind == "uuid":
+        digits = "".join(f"{x:x}" for x in rng.integers(16, size=32))
+        value, noun = f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}", "uuid"
+    else:
+        value, noun = str(rng.integers(1_000_000, 10_000_000)), "number"
+    needle = list(encode(f" The special magic {noun} for {key} is: {value}. "))
+    question = list(encode(f"\nWhat is the special magic {noun} for {key}? Answer: "))
+    room = length - len(needle) - len(question)
+    if room < 0:
+        raise ConfigError(f"a needle-in-a-haystack prompt needs at least {len(needle) + len(question)} tokens; "
+                          f"length {length} is too short")
+    text = NOISE * (room // len(NOISE) + 2) if kind == "passkey" else haystack
+    start = int(rng.integers(0, max(1, len(text) - 4 * room)))  # enough characters for any tokenizer
+    hay = list(encode(text[start : start + 4 * room + 64]))[:room]
+    if len(hay) < room:
+        raise ConfigError(f"the haystack text is too short for a {length}-token prompt")
+    at = _sentence_boundary(hay, round(depth * room), encode)
+    prompt = hay[:at] + needle + hay[at:] + question
+    return Sample([int(t) for t in prompt], [int(t) for t in encode(value)], at, depth)
+
+
+def _sentence_boundary(tokens: list[int], position: int, encode, reach: int = 64) -> int:
+    """The start of the haystack, its end, or the position just after a sentence end (". "), whichever
+    is nearest to `position` within `reach` tokens; `position` itself if there is none."""
+    period, space = encode(".")[0], encode(" ")[0]
+
+    def is_boundary(i):
+        return i in (0, len(tokens)) or (1 < i < len(tokens) and tokens[i - 2] == period and tokens[i - 1] == space)
+
+    for offset in range(reach + 1):
+        for candidate in (position - offset, position + offset):
+            if 0 <= candidate <= len(tokens) and is_boundary(candidate):
+                return candidate
+    return position
+
+
+class NIAHData:
+    """Training sequences (prompt + answer, loss on the answer only) and a test grid over depths."""
+
+    kind = "niah"
+
+    def __init__(self, cfg: NIAHConfig, seq_len: int, haystacks: dict[str, str], tokenizer):
+        cfg.validate()
+        self.cfg, self.seq_len, self.tokenizer = cfg, seq_len, tokenizer
+        self.vocab_size = tokenizer.vocab_size
+        self.haystacks = haystacks  # {"train": text, "val": text}
+        self.train = self._sequences(cfg.train_examples, seq_len, "train", cfg.seed, None)
+        self.test = self._sequences(cfg.test_per_depth * len(cfg.depths), seq_len, "val",
+                                    TEST_SEED_OFFSET + cfg.seed, cfg.depths)
+
+    def samples(self, n: int, length: int, split: str, seed: int, depths=None) -> list[Sample]:
+        rng = np.random.default_rng(seed)
+        grid = depths or [None]
+        return [make_sample(self.cfg.kind, length, grid[i % len(grid)] if depths else float(rng.random()), rng,
+                            self.haystacks[split], self.tokenizer.encode) for i in range(n)]
+
+    def _sequences(self, n, seq_len, split, seed, depths):
+        """Sequences of seq_len tokens ending with the answer; targets are the answer tokens only."""
+        probe = make_sample(self.cfg.kind, seq_len, 0.5, np.random.default_rng(0), self.haystacks[split],
+                            self.tokenizer.encode)
+        prompts = self.samples(n, seq_len + 1 - len(probe.answer), split, seed, depths)
+        inputs, targets = [], []
+        for s in prompts:
+            tokens = s.prompt + s.answer
+            labels = [-100] * (len(s.prompt) - 1) + s.answer + [-100]
+            inputs.append(tokens[:-1])
+            targets.append(labels[: len(tokens) - 1])
+        return torch.tensor(inputs), torch.tensor(targets)
+
+    def examples(self, split: str):
+        return self.train if split == "train" else self.test
+
+    def batch(self, split: str, batch_size: int, seq_len: int, generator: torch.Generator):
+        inputs, targets = self.examples(split)
+        index = torch.randint(len(inputs), (batch_size,), generator=generator)
+        return inputs[index], targets[index]
+
+    def describe(self) -> str:
+        return f"S-NIAH {self.cfg.kind}: {len(self.train[0]):,} training prompts of {self.seq_len} tokens"
+
+
+@torch.no_grad()
+def niah_accuracy(model, samples: list[Sample], device=None) -> dict[float, float]:
+    """Exact-match accuracy of the greedy answer, by depth."""
+    hits: dict[float, list[bool]] = {}
+    model.eval()
+    for s in samples:
+        prompt = torch.tensor([s.prompt], device=device)
+        out = model.generate(prompt, len(s.answer), temperature=0)[0, len(s.prompt) :].tolist()
+        hits.setdefault(s.depth, []).append(out == s.answer)
+    return {depth: sum(v) / len(v) for depth, v in sorted(hits.items())}

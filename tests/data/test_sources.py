@@ -1,0 +1,46 @@
+"""Text sources: the heterogeneous mix, Hugging Face datasets on local files, and the BPE tokenizer."""
+
+import pytest
+
+from attnlab.config import DataConfig
+from attnlab.data import load_corpus
+from attnlab.data.hf import parse_source
+from attnlab.data.texts import heterogeneous_text, python_docs_text, source_text
+
+
+def test_heterogeneous_corpus_holds_each_source_in_proportion():
+    weights = {"plays": 2.0, "python": 1.0, "docs": 1.0}
+    text = heterogeneous_text(40_000, weights, chunk_chars=500, seed=0)
+    assert len(text) == 40_000
+    originals = {name: source_text(name, 20_000) for name in weights}
+    chunks = [text[i : i + 500] for i in range(0, len(text), 500)]
+    counts = {name: sum(chunk in originals[name] for chunk in chunks) for name in weights}
+    assert counts == {"plays": 40, "python": 20, "docs": 20}  # 2 : 1 : 1 of 80 chunks
+    assert heterogeneous_text(40_000, weights, 500, seed=0) == text != heterogeneous_text(40_000, weights, 500, seed=1)
+
+
+def test_python_documentation_is_prose():
+    docs = python_docs_text()
+    assert len(docs) > 100_000 and "The " in docs
+
+
+def test_mixed_source_builds_a_corpus(tmp_path):
+    corpus = load_corpus(DataConfig(source="mixed", max_chars=30_000, cache_dir=str(tmp_path)))
+    assert len(corpus.tokens) == 30_000 and corpus.tokenizer.vocab_size > 60
+
+
+def test_hf_path_loads_a_local_text_dataset_with_a_bpe_tokenizer(text_file, tmp_path):
+    pytest.importorskip("datasets")
+    pytest.importorskip("tokenizers")
+    cfg = DataConfig(source="hf:text", path=str(text_file), tokenizer="bpe", bpe_vocab=300, cache_dir=str(tmp_path))
+    corpus = load_corpus(cfg)
+    text = text_file.read_text()
+    assert corpus.tokenizer.kind == "bpe" and 256 < corpus.tokenizer.vocab_size <= 300
+    assert corpus.tokenizer.decode(corpus.tokens) == text
+    assert len(corpus.tokens) < len(text)  # merges were learned
+
+
+def test_hf_source_names():
+    assert parse_source("hf:wikitext/wikitext-103-raw-v1") == ("wikitext", "wikitext-103-raw-v1")
+    assert parse_source("hf:roneneldan/TinyStories/") == ("roneneldan/TinyStories", None)
+    assert parse_source("hf:text") == ("text", None)

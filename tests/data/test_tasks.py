@@ -1,0 +1,161 @@
+"""Synthetic tasks: MQAR, bracket matching and needle-in-a-haystack prompts."""
+
+import numpy as np
+import pytest
+import torch
+
+from attnlab.data import brackets, mqar, niah
+from attnlab.data.tokenizer import CharTokenizer
+from attnlab.errors import ConfigError
+
+
+def mqar_data(**options):
+    cfg = mqar.MQARConfig(**({"train_examples": 300, "test_examples": 200} | options))
+    return mqar.MQARData(cfg, seq_len=64)
+
+
+def test_mqar_is_deterministic_and_splits_never_share_a_sequence():
+    a, b = mqar_data(), mqar_data()
+    assert torch.equal(a.train[0], b.train[0]) and torch.equal(a.test[1], b.test[1])
+    assert not torch.equal(mqar_data(seed=1).train[0], a.train[0])
+    train = {tuple(row) for row in a.train[0].tolist()}
+    assert not train & {tuple(row) for row in a.test[0].tolist()}
+
+
+def test_mqar_layout_keys_values_and_queries():
+    cfg = mqar.MQARConfig(random_non_queries=False)
+    inputs, targets = mqar.generate(50, 64, 4, 256, cfg.power_a, False, seed=3)
+    for x, y in zip(inputs.tolist(), targets.tolist(), strict=True):
+        keys, values = x[0:8:2], x[1:8:2]
+        assert all(1 <= k < 128 for k in keys) and all(128 <= v < 256 for v in values)
+        assert len(set(keys)) == 4
+        scored = [i for i, t in enumerate(y) if t != -100]
+        assert len(scored) == 4  # one query per pair, each after its key reappears
+        for i in scored:
+            assert x[i] in keys and y[i] == values[keys.index(x[i])]
+
+
+def oracle_predictions(inputs):
+    """A perfect lookup: remember each key's value from the context, answer it at the key's repeat."""
+    predictions = torch.zeros_like(inputs)
+    for row, x in enumerate(inputs.tolist()):
+        memory = {}
+        for i in range(0, len(x) - 1):
+            if i < 16 and i % 2 == 0:
+                memory.setdefault(x[i], x[i + 1])
+            predictions[row, i] = memory.get(x[i], 0) if i >= 8 else 0
+    return predictions
+
+
+def test_mqar_answers_are_recoverable_by_lookup_and_not_by_guessing():
+    data = mqar_data(pairs=4)
+    inputs, targets = data.test
+    scored = targets != -100
+    oracle = oracle_predictions(inputs)
+    assert (oracle[scored] == targets[scored]).float().mean() == 1.0
+    guesses = torch.randint(128, 256, targets.shape, generator=torch.Generator().manual_seed(0))
+    assert abs((guesses[scored] == targets[scored]).float().mean().item() - 1 / 128) < 0.01
+
+
+def test_mqar_slices_by_number_of_pairs():
+    data = mqar_data(test_pairs=[1, 2, 8])
+    assert sorted(data.slices) == [1, 2, 8]
+    for pairs, (_, y) in data.slices.items():
+        assert ((y != -100).sum(1) == pairs).all()
+
+
+@pytest.mark.parametrize("options, message", [({"pairs": 20}, "4 \\* pairs <= train.seq_len=64"),
+                                              ({"vocab_size": 60}, "must exceed train.seq_len=64")])
+def test_mqar_refuses_what_does_not_fit(options, message):
+    with pytest.raises(ConfigError, match=message):
+        mqar_data(**options)
+
+
+def verify_brackets(tokens, targets):
+    """An independent check: every closer's target is its opener, found by scanning the nesting depth."""
+    for i, (token, target) in enumerate(zip(tokens, targets, strict=True)):
+        if token != brackets.CLOSE:
+            assert target == -100
+            continue
+        depth = 0
+        for j in range(i, -1, -1):
+            depth += {brackets.CLOSE: 1, brackets.OPEN: -1}.get(tokens[j], 0)
+            if depth == 0:
+                assert target == j and tokens[j] == brackets.OPEN
+                break
+        else:
+            raise AssertionError("unmatched closing bracket")
+
+
+def test_bracket_targets_point_at_the_matching_opener():
+    data = brackets.BracketData(brackets.BracketsConfig(train_examples=200, test_examples=50), seq_len=16)
+    for x, y in zip(data.train[0].tolist(), data.train[1].tolist(), strict=True):
+        verify_brackets(x, y)
+        assert x.count(brackets.OPEN) == x.count(brackets.CLOSE) >= 1
+        assert all(0 <= t < brackets.VOCAB_SIZE for t in x)
+    assert data.output_size == 16
+
+
+def test_brackets_are_deterministic_and_splits_differ():
+    cfg = brackets.BracketsConfig(train_examples=100, test_examples=100)
+    a, b = brackets.BracketData(cfg, 12), brackets.BracketData(cfg, 12)
+    assert torch.equal(a.train[0], b.train[0]) and not torch.equal(a.train[0], a.test[0])
+    balanced = brackets.BracketData(brackets.BracketsConfig(train_examples=20, test_examples=5, balanced=True), 12)
+    assert ((balanced.train[0] == brackets.OPEN).sum(1) == 6).all()
+
+
+HAYSTACK = "It is a truth universally acknowledged. " * 400
+TOKENIZER = CharTokenizer(HAYSTACK + niah.NOISE + "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-:?.\n ")
+
+
+@pytest.mark.parametrize("kind", niah.KINDS)
+@pytest.mark.parametrize("depth", [0.0, 0.3, 0.5, 1.0])
+def test_niah_prompt_has_one_needle_at_the_depth_and_the_exact_length(kind, depth):
+    rng = np.random.default_rng(0)
+    sample = niah.make_sample(kind, 600, depth, rng, HAYSTACK, TOKENIZER.encode)
+    text = TOKENIZER.decode(sample.prompt)
+    value = TOKENIZER.decode(sample.answer)
+    assert len(sample.prompt) == 600
+    assert text.count("The special magic") == 1 and text.count(value) == 1
+    assert text.index("The special magic") == sample.needle_at + 1
+    haystack_len = 600 - len(TOKENIZER.encode(text[sample.needle_at : text.index(value) + len(value) + 2]))
+    haystack_len -= len(TOKENIZER.encode(text[text.index("\nWhat") :]))
+    assert abs(sample.needle_at - depth * haystack_len) <= 64  # moved at most to a nearby sentence end
+    assert (len(value) == 7 and value.isdigit()) if kind != "uuid" else len(value) == 36
+
+
+def test_niah_is_deterministic_and_too_short_prompts_are_refused():
+    a = niah.make_sample("uuid", 300, 0.5, np.random.default_rng(4), HAYSTACK, TOKENIZER.encode)
+    b = niah.make_sample("uuid", 300, 0.5, np.random.default_rng(4), HAYSTACK, TOKENIZER.encode)
+    assert a == b
+    with pytest.raises(ConfigError, match="needs at least"):
+        niah.make_sample("passkey", 20, 0.5, np.random.default_rng(0), HAYSTACK, TOKENIZER.encode)
+
+
+def test_niah_training_data_scores_only_the_answer():
+    cfg = niah.NIAHConfig(kind="number", train_examples=20, test_per_depth=2)
+    data = niah.NIAHData(cfg, 300, {"train": HAYSTACK, "val": HAYSTACK}, TOKENIZER)
+    x, y = data.train
+    assert x.shape == y.shape == (20, 300)
+    assert ((y != -100).sum(1) == 7).all()
+    for row_x, row_y in zip(x.tolist(), y.tolist(), strict=True):
+        answer = [t for t in row_y if t != -100]
+        assert TOKENIZER.decode(answer).isdigit() and row_y[-1] == answer[-1]
+        assert row_x[-6:] == answer[:-1]  # teacher forcing: the answer so far is the input
+
+
+def test_niah_accuracy_is_exact_match_by_depth():
+    rng = np.random.default_rng(1)
+    samples = [niah.make_sample("number", 300, d, rng, HAYSTACK, TOKENIZER.encode) for d in (0.0, 1.0) for _ in range(3)]
+    answers = {tuple(s.prompt): s.answer for s in samples}
+
+    class Oracle:  # answers every prompt correctly except those whose needle sits at depth 1
+        def eval(self):
+            return self
+
+        def generate(self, prompt, n, temperature):
+            answer = answers[tuple(prompt[0].tolist())]
+            at_end = [s for s in samples if s.prompt == prompt[0].tolist()][0].depth == 1.0
+            return torch.tensor([prompt[0].tolist() + ([0] * n if at_end else answer)])
+
+    assert niah.niah_accuracy(Oracle(), samples) == {0.0: 1.0, 1.0: 0.0}
