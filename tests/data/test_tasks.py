@@ -105,7 +105,8 @@ def test_brackets_are_deterministic_and_splits_differ():
 
 
 HAYSTACK = "It is a truth universally acknowledged. " * 400
-TOKENIZER = CharTokenizer(HAYSTACK + niah.NOISE + "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-:?.\n ")
+ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-:?.\n "
+TOKENIZER = CharTokenizer(HAYSTACK + niah.NOISE + ALPHABET)
 
 
 @pytest.mark.parametrize("kind", niah.KINDS)
@@ -146,7 +147,8 @@ def test_niah_training_data_scores_only_the_answer():
 
 def test_niah_accuracy_is_exact_match_by_depth():
     rng = np.random.default_rng(1)
-    samples = [niah.make_sample("number", 300, d, rng, HAYSTACK, TOKENIZER.encode) for d in (0.0, 1.0) for _ in range(3)]
+    samples = [niah.make_sample("number", 300, depth, rng, HAYSTACK, TOKENIZER.encode)
+               for depth in (0.0, 1.0) for _ in range(3)]
     answers = {tuple(s.prompt): s.answer for s in samples}
 
     class Oracle:  # answers every prompt correctly except those whose needle sits at depth 1
