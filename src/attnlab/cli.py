@@ -1,4 +1,4 @@
-"""The ``attnlab`` command: train | eval | generate | list | couplings | demo | bench."""
+"""The ``attnlab`` command: train | eval | generate | list | couplings | demo | reproduce | bench."""
 
 from __future__ import annotations
 
@@ -131,7 +131,20 @@ def cmd_couplings(args) -> None:
 def cmd_demo(args) -> None:
     from .demo import run_demo
 
-    run_demo(out_dir=args.out_dir, steps=args.steps)
+    run_demo(out_dir=args.out, quick=args.quick)
+
+
+def cmd_reproduce(args) -> None:
+    from .experiments.report import write_report
+    from .experiments.runner import run_suite
+    from .experiments.suites import SUITES
+
+    names = [n for n in SUITES if n != "demo"] if args.suite == "all" else [args.suite]
+    for name in names:
+        suite = SUITES[name]()
+        out = Path(args.out) / name
+        results = run_suite(suite, out, seeds=args.seeds, quick=args.quick, scale=args.scale)
+        print(f"report: {write_report(suite, results, out, args.seeds)}")
 
 
 def cmd_bench(args) -> None:
@@ -196,10 +209,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="folder for the PNG files (default: the run folder)")
     p.set_defaults(func=cmd_couplings)
 
-    p = sub.add_parser("demo", help="train a small model on Shakespeare, report and sample (CPU, minutes)")
-    p.add_argument("--out-dir", default="runs")
-    p.add_argument("--steps", type=int, default=None, help="override the demo's training steps")
+    p = sub.add_parser("demo", help="every mechanism on a language-modelling and a retrieval task (CPU, minutes)")
+    p.add_argument("--out", default="runs/demo")
+    p.add_argument("--quick", action="store_true", help="a few steps per model: a smoke test")
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("reproduce", help="a paper's claims in miniature over seeds, with a report")
+    p.add_argument("suite", choices=["coupled-qk", "ccq", "boltzmann", "interdomain", "all"])
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--quick", action="store_true", help="the smoke version: a few steps per run")
+    p.add_argument("--scale", type=float, default=1.0, help="multiply every run's training steps")
+    p.add_argument("--out", default="results", help="reports go to <out>/<suite>/")
+    p.set_defaults(func=cmd_reproduce)
 
     p = sub.add_parser("bench", help="speed of every mixer vs sequence length, or of whole training steps")
     p.add_argument("--lengths", type=int, nargs="+", help="sequence lengths (default 256 1024; --ops: 4096)")

@@ -1,32 +1,28 @@
-"""``attnlab demo``: train the demo preset, report validation loss and speed, and print a sample."""
+"""``attnlab demo``: every mechanism next to its baseline on a language-modelling and a retrieval task,
+trained briefly on the CPU, then a table and a report."""
 
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 
-from .config import load_config
-from .inference import load_run
-from .train import train
+from .experiments.report import write_report
+from .experiments.runner import run_suite
+from .experiments.stats import mean_std
+from .experiments.suites import demo
 
-SAMPLE_PROMPT = "ROMEO.\n"
 
-
-def run_demo(out_dir: str = "runs", steps: int | None = None) -> dict:
-    overrides = [f"out_dir={out_dir}"] + ([f"train.steps={steps}"] if steps else [])
-    cfg = load_config("demo", overrides)
-    run_dir = Path(cfg.out_dir) / cfg.name
-    if run_dir.exists():
-        print(f"replacing the previous demo run in {run_dir}")
-        shutil.rmtree(run_dir)
+def run_demo(out_dir: str = "runs/demo", quick: bool = False) -> dict:
+    suite = demo()
     start = time.perf_counter()
-    summary = train(cfg)
-    wall = time.perf_counter() - start
-    sample = load_run(run_dir).complete(SAMPLE_PROMPT, tokens=400, temperature=0.8, seed=0)
-    print()
-    print(f"softmax Transformer, {summary['params']:,} parameters, {summary['steps']} steps in {wall:.0f} s "
-          f"({summary['tokens_per_s']:,.0f} tokens/s)")
-    print(f"validation loss {summary['val_loss']:.4f} nats/char, perplexity {summary['val_ppl']:.2f}")
-    print(f"run folder: {run_dir}\n\nsample:\n{sample}")
-    return dict(summary, wall_seconds=wall, sample=sample)
+    results = run_suite(suite, out_dir, seeds=1, quick=quick)
+    report = write_report(suite, results, out_dir, seeds=1)
+    lm, mqar = suite.experiments
+    print(f"\n{'mixer':<14} {'val perplexity':>15} {'MQAR accuracy':>14} {'parameters':>11}")
+    for arm in lm.arms:
+        ppl = [r["val_ppl"] for k, r in results["runs"].items() if k.startswith(f"lm/{arm.label}/")]
+        acc = [r["accuracy"] for k, r in results["runs"].items() if k.startswith(f"mqar/{arm.label}/")]
+        params = results["runs"][f"lm/{arm.label}/0"]["params"]
+        print(f"{arm.label:<14} {mean_std(ppl)[0]:>15.3f} {100 * mean_std(acc)[0]:>13.1f}% {params:>11,}")
+    print(f"\n{time.perf_counter() - start:.0f} s; report: {report}; runs: {Path(out_dir) / 'runs'}")
+    return results

@@ -1,0 +1,98 @@
+"""Running a suite: every arm of every experiment for every seed, results saved as they finish.
+
+Results go to <out>/results.json after each run (written atomically), so an interrupted suite resumes
+where it stopped; the report is rebuilt from that file alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..config import load_config
+from ..evaluate import perplexity, perplexity_by_length, split_loss, task_accuracy
+from ..inference import load_run
+from ..train import train
+
+
+@dataclass
+class Arm:
+    label: str
+    preset: str
+    overrides: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Experiment:
+    name: str
+    title: str
+    metric: str  # val_ppl | accuracy | extrapolation | tokens_to_target
+    arms: list[Arm]
+    baseline: str  # label of the arm the others are compared with
+    paper: dict[str, str] = field(default_factory=dict)  # the paper's own numbers, by arm label
+    note: str = ""
+    lengths: list[float] = field(default_factory=lambda: [1, 2, 3.5, 5])  # extrapolation: x training length
+
+
+@dataclass
+class Suite:
+    name: str
+    title: str
+    experiments: list[Experiment]
+    quick: list[str] = field(default_factory=list)  # overrides of the --quick smoke version
+    source: str = ""
+
+
+def measure(experiment: Experiment, run_dir: Path) -> dict:
+    run = load_run(run_dir)
+    t = run.config.train
+    if experiment.metric == "accuracy":
+        return task_accuracy(run.model, run.corpus(), run.device)
+    corpus = run.corpus()
+    if experiment.metric == "extrapolation":
+        lengths = [int(t.seq_len * f) for f in experiment.lengths]
+        curve = perplexity_by_length(run.model, corpus, lengths, max_tokens=16_384, device=run.device)
+        return {f"ppl@{length}": value for length, value in curve.items()}
+    loss = split_loss(run.model, corpus, "val", 20, t.batch_size // t.grad_accum, t.seq_len, run.device)
+    return {"val_loss": loss, "val_ppl": perplexity(loss)}
+
+
+def run_suite(suite: Suite, out_dir: str | Path, seeds: int = 3, quick: bool = False, scale: float = 1.0,
+              extra: list[str] = (), log=print) -> dict:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    results_path = out / "results.json"
+    results = json.loads(results_path.read_text()) if results_path.exists() else {"suite": suite.name, "runs": {}}
+    for experiment in suite.experiments:
+        for arm in experiment.arms:
+            for seed in range(seeds):
+                key = f"{experiment.name}/{arm.label}/{seed}"
+                if key in results["runs"]:
+                    continue
+                overrides = [*arm.overrides, *(suite.quick if quick else []), *extra,
+                             f"name={experiment.name}-{arm.label}-s{seed}".replace("+", "p"),
+                             f"out_dir={out / 'runs'}", f"train.seed={1000 + seed}", "train.keep_last=1"]
+                cfg = load_config(arm.preset, overrides)
+                if scale != 1.0:
+                    cfg.train.steps = max(1, round(cfg.train.steps * scale))
+                run_dir = Path(cfg.out_dir) / cfg.name
+                shutil.rmtree(run_dir, ignore_errors=True)  # an unfinished run of an earlier attempt
+                log(f"[{suite.name}] {experiment.name}: {arm.label}, seed {seed}")
+                start = time.perf_counter()
+                summary = train(cfg, progress=False, log=lambda *_: None)
+                record = {"seconds": time.perf_counter() - start, "params": summary["params"],
+                          **measure(experiment, run_dir)}
+                results["runs"][key] = record
+                _write_json(results_path, results)
+                log(f"    {', '.join(f'{k} {v:.4g}' for k, v in record.items())}")
+    return results
+
+
+def _write_json(path: Path, value) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(value, indent=1))
+    os.replace(tmp, path)

@@ -1,0 +1,290 @@
+"""The four paper suites, sized for a 2-core CPU by default (``--scale`` grows them)."""
+
+from __future__ import annotations
+
+from .runner import Arm, Experiment, Suite
+
+QUICK = ["train.steps=20", "train.eval_every=20", "train.eval_batches=2", "train.ckpt_every=20"]
+
+
+def coupled_qk() -> Suite:
+    def arm(label, mixer, **options):
+        extra = [f"model.mixer_options.{mixer}.{k}={v}" for k, v in options.items()]
+        return Arm(label, "coupled-qk-char", [f"model.mixer={mixer}", "train.steps=600", *extra])
+
+    lm = Experiment(
+        "lm",
+        "Character-level Shakespeare: validation perplexity",
+        "val_ppl",
+        [
+            arm("softmax", "softmax"),
+            arm("coupled-euler", "coupled-qk", integrator="euler"),
+            arm("coupled-leapfrog", "coupled-qk", integrator="leapfrog"),
+            arm("uncoupled", "uncoupled-qk"),
+            arm("differential", "differential"),
+        ],
+        baseline="softmax",
+        paper={
+            "softmax": "24.22 (WikiText-103, 60M)",
+            "coupled-euler": "22.55–22.62",
+            "coupled-leapfrog": "22.55–22.62",
+            "uncoupled": "23.81 (8x the seed variance)",
+        },
+    )
+    steps = Experiment(
+        "steps",
+        "Integration steps (the paper: no difference from 1 to 7)",
+        "val_ppl",
+        [
+            arm("1 step", "coupled-qk", steps=1),
+            arm("3 steps", "coupled-qk", steps=3),
+            arm("7 steps", "coupled-qk", steps=7),
+        ],
+        baseline="1 step",
+    )
+    corpus = [
+        Experiment(
+            f"corpus-{kind}",
+            f"{kind.capitalize()} corpus: coupled vs standard",
+            "val_ppl",
+            [
+                Arm("softmax", "coupled-qk-char", ["model.mixer=softmax", "train.steps=600", *source]),
+                Arm("coupled-qk", "coupled-qk-char", ["model.mixer=coupled-qk", "train.steps=600", *source]),
+            ],
+            baseline="softmax",
+            paper={"coupled-qk": paper},
+        )
+        for kind, source, paper in [
+            ("coherent", ["data.max_chars=1500000"], "−6.6% (WikiText-103), −4.5% (PubMed)"),
+            ("heterogeneous", ["data.source=mixed", "data.max_chars=1500000"], "+10.3% (web text)"),
+        ]
+    ]
+    mqar = Experiment(
+        "mqar",
+        "MQAR, 64 tokens, 4 pairs (not in the paper)",
+        "accuracy",
+        [
+            Arm("softmax", "mqar", ["train.steps=3000"]),
+            Arm("coupled-qk", "mqar", ["model.mixer=coupled-qk", "train.steps=3000"]),
+        ],
+        baseline="softmax",
+    )
+    return Suite(
+        "coupled-qk",
+        "Coupled Query-Key Dynamics in miniature",
+        [lm, steps, *corpus, mqar],
+        QUICK,
+        "Claims: coupling lowers perplexity with Euler ≈ leapfrog < uncoupled ≤ standard; step count does not "
+        "matter; the gain depends on the corpus (helps coherent text, hurts heterogeneous text).",
+    )
+
+
+def ccq() -> Suite:
+    pairs = [("gla", "ccq-gla"), ("gdn", "ccq-gdn")]
+
+    def arms(preset, *overrides):
+        return [Arm(mixer, preset, [f"model.mixer={mixer}", *overrides]) for pair in pairs for mixer in pair]
+
+    mqar = Experiment(
+        "mqar",
+        "MQAR accuracy, 128 tokens, 8 pairs",
+        "accuracy",
+        arms("mqar", "train.seq_len=128", "data.mqar.pairs=8", "data.mqar.test_pairs=[4,8,16]", "train.steps=3000"),
+        baseline="gla",
+    )
+    niah = Experiment(
+        "niah",
+        "S-NIAH pass-key, trained at 256 tokens",
+        "accuracy",
+        arms("demo", "data.source=niah", "train.seq_len=256", "train.steps=1500", "train.batch_size=16"),
+        baseline="gla",
+        paper={
+            "gla": "1.3B: 100 / 86.4 / 47.8 (1K/2K/4K)",
+            "ccq-gla": "1.3B: 100 / 100 / 96.8",
+            "gdn": "1.3B: 100 / 99.8 / 100",
+            "ccq-gdn": "1.3B: 100 / 99.8 / 100",
+        },
+    )
+    extrapolation = Experiment(
+        "extrapolation",
+        "Perplexity against context length (trained at 128)",
+        "extrapolation",
+        arms("demo", "train.steps=800"),
+        baseline="gla",
+        paper={
+            "ccq-gla": "each CCQ model beats its backbone by 1–2.5 PPL at 5x",
+            "ccq-gdn": "each CCQ model beats its backbone by 1–2.5 PPL at 5x",
+        },
+    )
+    return Suite(
+        "ccq",
+        "The Curvature-Conditioned Query in miniature",
+        [mqar, niah, extrapolation],
+        QUICK,
+        "Claims: CCQ improves recall (S-NIAH, MQAR) and length extrapolation over GLA and Gated DeltaNet.",
+    )
+
+
+def boltzmann() -> Suite:
+    modes = [("softmax", "softmax"), ("h+J", "h+J"), ("h-only", "h-only"), ("j-only", "j-only")]
+    paper_lm = {8: ["5.894", "5.846", "6.075", "6.318"], 12: ["5.628", "5.567", "6.030", "6.318"]}
+    experiments = []
+    for T in (8, 12):
+        arms = [
+            Arm(
+                label,
+                "boltzmann-char",
+                [f"train.seq_len={T}", f"model.mixer_options.boltzmann.window={T}"]
+                + (["model.mixer=softmax"] if mode == "softmax" else [f"model.mixer_options.boltzmann.mode={mode}"]),
+            )
+            for label, mode in modes
+        ]
+        experiments.append(
+            Experiment(
+                f"lm-T{T}",
+                f"Shakespeare 100K characters, T = {T}: validation perplexity",
+                "val_ppl",
+                arms,
+                "softmax",
+                dict(zip([m for m, _ in modes], paper_lm[T], strict=True)),
+            )
+        )
+    paper_br = {12: ["93.36", "94.91", "92.65", "94.61"], 16: ["93.08", "95.97", "90.06", "87.42"]}
+    for T in (12, 16):
+        arms = [
+            Arm(
+                label,
+                "brackets",
+                [f"train.seq_len={T}", f"model.mixer_options.boltzmann.window={T}"]
+                + (["model.mixer=softmax"] if mode == "softmax" else [f"model.mixer_options.boltzmann.mode={mode}"]),
+            )
+            for label, mode in modes
+        ]
+        experiments.append(
+            Experiment(
+                f"brackets-T{T}",
+                f"Bracket matching, T = {T}: test accuracy",
+                "accuracy",
+                arms,
+                "softmax",
+                {m: f"{v}%" for (m, _), v in zip(modes, paper_br[T], strict=True)},
+            )
+        )
+    dqa = Experiment(
+        "dqa",
+        "Simulated quantum annealing vs exact marginals, T = 6",
+        "val_ppl",
+        [
+            Arm("exact", "boltzmann-char", ["train.seq_len=6", "model.mixer_options.boltzmann.window=6"]),
+            Arm(
+                "dqa",
+                "boltzmann-char",
+                [
+                    "train.seq_len=6",
+                    "model.mixer_options.boltzmann.window=6",
+                    "model.mixer_options.boltzmann.inference=dqa",
+                    "train.steps=300",
+                ],
+            ),
+        ],
+        "exact",
+        {"exact": "6.156 (T = 6)", "dqa": "6.182"},
+    )
+    return Suite(
+        "boltzmann",
+        "Boltzmann attention in miniature",
+        [*experiments, dqa],
+        QUICK,
+        "Claims: h+J beats softmax and the gap grows with T; h-only is no better than softmax; J-only is "
+        "worst (and, as specified, attends uniformly); simulated annealing trains to near exact quality. "
+        "`attnlab couplings` on a run folder shows the learned J profile.",
+    )
+
+
+def interdomain() -> Suite:
+    cube = [
+        ("interdomain", []),
+        ("no RoPE", ["model.mixer_options.interdomain.rope=false"]),
+        ("single input", ["model.mixer_options.interdomain.input=single"]),
+        ("dual + linear", ["model.mixer_options.interdomain.query=linear"]),
+        ("s4d", ["model.mixer=s4d"]),
+        ("softmax", ["model.mixer=softmax"]),
+    ]
+    paper = {
+        "interdomain": "16.48",
+        "no RoPE": "16.51",
+        "single input": "16.94",
+        "dual + linear": "20.18",
+        "s4d": "19.22",
+        "softmax": "16.65",
+    }
+    lm = Experiment(
+        "cube",
+        "The ablation cube on character Shakespeare: validation perplexity",
+        "val_ppl",
+        [Arm(label, "interdomain-char", [*o, "train.steps=600"]) for label, o in cube],
+        "softmax",
+        {k: f"{v} (125M)" for k, v in paper.items()},
+    )
+    extrapolation = Experiment(
+        "extrapolation",
+        "Perplexity against context length (trained at 128)",
+        "extrapolation",
+        [
+            Arm(label, "interdomain-char", [*o, "train.steps=600"])
+            for label, o in [("interdomain", []), ("s4d", ["model.mixer=s4d"]), ("softmax", ["model.mixer=softmax"])]
+        ],
+        "softmax",
+        {
+            "interdomain": "14.36 / 14.14 / 14.26 (4K/8K/14K, 1.3B)",
+            "softmax": "12.79 / 20.54 / 55.92",
+            "s4d": "27.24 / 26.89 / 26.75",
+        },
+        lengths=[1, 2, 3.5],
+    )
+    mqar = Experiment(
+        "mqar",
+        "MQAR recall, 64 tokens",
+        "accuracy",
+        [Arm(m, "mqar", [f"model.mixer={m}", "train.steps=3000"]) for m in ("interdomain", "s4d", "softmax")],
+        "softmax",
+    )
+    return Suite(
+        "interdomain",
+        "Interdomain attention in miniature",
+        [lm, extrapolation, mqar],
+        QUICK,
+        "Claims: the query-conditioned read is the dominant ingredient (cube); the fixed state makes "
+        "perplexity flat beyond the training length; exact recall is a weakness of fixed-state models.",
+    )
+
+
+SUITES = {"coupled-qk": coupled_qk, "ccq": ccq, "boltzmann": boltzmann, "interdomain": interdomain}
+
+
+def demo() -> Suite:
+    """Every mechanism next to its baseline on one language-modelling and one retrieval task, in minutes."""
+    mixers = ["softmax", "coupled-qk", "differential", "gla", "ccq-gla", "gdn", "ccq-gdn", "interdomain", "s4d",
+              "boltzmann"]
+    boltzmann = ["model.mixer_options.boltzmann.inference=banded", "model.mixer_options.boltzmann.couplings=distance",
+                 "model.mixer_options.boltzmann.band=4", "model.mixer_options.boltzmann.window=64"]
+    small = ["model.d_model=64", "model.n_layers=2", "model.n_heads=2", "model.mixer_options.interdomain.modes=16",
+             "model.mixer_options.s4d.modes=16"]
+
+    def arms(preset, *overrides):
+        return [Arm(m, preset, [f"model.mixer={m}", *small, *overrides, *(boltzmann if m == "boltzmann" else [])])
+                for m in mixers]
+
+    lm = Experiment("lm", "Character-level Shakespeare, 64-character context: validation perplexity", "val_ppl",
+                    arms("demo", "train.seq_len=64", "train.steps=300", "train.batch_size=16", "train.eval_every=300",
+                         "train.warmup_steps=30", "train.ckpt_every=300"), baseline="softmax")
+    mqar = Experiment("mqar", "MQAR, 64 tokens, 4 key-value pairs: test accuracy", "accuracy",
+                      arms("mqar", "train.steps=600", "data.mqar.train_examples=20000", "data.mqar.test_examples=500",
+                           "data.mqar.test_pairs=[4]", "train.eval_every=600", "train.ckpt_every=600"),
+                      baseline="softmax")
+    return Suite("demo", "attnlab demo: every mechanism at a glance", [lm, mqar], QUICK,
+                 "One seed and a few hundred steps per model: a first look and a check that everything trains, "
+                 "not evidence. `attnlab reproduce <paper>` runs the papers' claims over seeds.")
+
+
+SUITES["demo"] = demo
