@@ -3,6 +3,7 @@ trained briefly on the CPU, then a table and a report."""
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -14,6 +15,9 @@ from .experiments.suites import demo
 
 def run_demo(out_dir: str = "runs/demo", quick: bool = False) -> dict:
     suite = demo()
+    if Path(out_dir).exists():
+        print(f"replacing the previous demo in {out_dir}")
+        shutil.rmtree(out_dir)
     start = time.perf_counter()
     results = run_suite(suite, out_dir, seeds=1, quick=quick)
     report = write_report(suite, results, out_dir, seeds=1)
