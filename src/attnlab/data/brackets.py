@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .examples import FixedExamples
+
 OPEN, CLOSE, FILLERS = 0, 1, 10
 VOCAB_SIZE = 2 + FILLERS
 TEST_SEED_OFFSET = 2**31
@@ -64,7 +66,7 @@ def generate(n: int, seq_len: int, balanced: bool, seed: int) -> tuple[torch.Ten
     return torch.tensor(inputs), torch.tensor(targets)
 
 
-class BracketData:
+class BracketData(FixedExamples):
     kind = "brackets"
     vocab_size = VOCAB_SIZE
 
@@ -73,14 +75,6 @@ class BracketData:
         self.output_size = seq_len  # the pointer head scores every position
         self.train = generate(cfg.train_examples, seq_len, cfg.balanced, cfg.seed)
         self.test = generate(cfg.test_examples, seq_len, cfg.balanced, TEST_SEED_OFFSET + cfg.seed)
-
-    def examples(self, split: str):
-        return self.train if split == "train" else self.test
-
-    def batch(self, split: str, batch_size: int, seq_len: int, generator: torch.Generator):
-        inputs, targets = self.examples(split)
-        index = torch.randint(len(inputs), (batch_size,), generator=generator)
-        return inputs[index], targets[index]
 
     def describe(self) -> str:
         return f"bracket matching: {len(self.train[0]):,} training sequences of {self.seq_len} tokens, vocabulary 12"

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
+from .examples import FixedExamples
 
 TEST_SEED_OFFSET = 2**31
 
@@ -69,7 +70,7 @@ def generate(n: int, seq_len: int, pairs: int, vocab_size: int, power_a: float, 
     return inputs, targets
 
 
-class MQARData:
+class MQARData(FixedExamples):
     """Fixed train and test sets; batches are sampled from them. ``slices`` gives the test examples per
     pair count, so accuracy can be reported as a function of the number of pairs."""
 
@@ -86,14 +87,6 @@ class MQARData:
             self.slices[pairs] = generate(cfg.test_examples, seq_len, pairs, cfg.vocab_size, cfg.power_a,
                                           cfg.random_non_queries, TEST_SEED_OFFSET + cfg.seed + i)
         self.test = tuple(torch.cat(parts) for parts in zip(*self.slices.values(), strict=True))
-
-    def examples(self, split: str):
-        return self.train if split == "train" else self.test
-
-    def batch(self, split: str, batch_size: int, seq_len: int, generator: torch.Generator):
-        inputs, targets = self.examples(split)
-        index = torch.randint(len(inputs), (batch_size,), generator=generator)
-        return inputs[index], targets[index]
 
     def describe(self) -> str:
         return (f"MQAR: {len(self.train[0]):,} training sequences of {self.seq_len} tokens with {self.cfg.pairs} "

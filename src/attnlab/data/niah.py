@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
+from .examples import FixedExamples
 
 KINDS = ("passkey", "number", "uuid")
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
@@ -88,7 +89,7 @@ def _sentence_boundary(tokens: list[int], position: int, encode, reach: int = 64
     return position
 
 
-class NIAHData:
+class NIAHData(FixedExamples):
     """Training sequences (prompt + answer, loss on the answer only) and a test grid over depths."""
 
     kind = "niah"
@@ -120,14 +121,6 @@ class NIAHData:
             inputs.append(tokens[:-1])
             targets.append(labels[: len(tokens) - 1])
         return torch.tensor(inputs), torch.tensor(targets)
-
-    def examples(self, split: str):
-        return self.train if split == "train" else self.test
-
-    def batch(self, split: str, batch_size: int, seq_len: int, generator: torch.Generator):
-        inputs, targets = self.examples(split)
-        index = torch.randint(len(inputs), (batch_size,), generator=generator)
-        return inputs[index], targets[index]
 
     def describe(self) -> str:
         return f"S-NIAH {self.cfg.kind}: {len(self.train[0]):,} training prompts of {self.seq_len} tokens"

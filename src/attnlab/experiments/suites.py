@@ -126,50 +126,31 @@ def ccq() -> Suite:
 
 
 def boltzmann() -> Suite:
-    modes = [("softmax", "softmax"), ("h+J", "h+J"), ("h-only", "h-only"), ("j-only", "j-only")]
+    modes = ["softmax", "h+J", "h-only", "j-only"]  # the paper's four-way ablation
+
+    def ablation(name, title, metric, preset, T, paper):
+        def arm(mode):
+            choice = "model.mixer=softmax" if mode == "softmax" else f"model.mixer_options.boltzmann.mode={mode}"
+            return Arm(mode, preset, [f"train.seq_len={T}", f"model.mixer_options.boltzmann.window={T}", choice])
+
+        return Experiment(name, title, metric, [arm(m) for m in modes], "softmax", dict(zip(modes, paper, strict=True)))
+
     paper_lm = {8: ["5.894", "5.846", "6.075", "6.318"], 12: ["5.628", "5.567", "6.030", "6.318"]}
-    experiments = []
-    for T in (8, 12):
-        arms = [
-            Arm(
-                label,
-                "boltzmann-char",
-                [f"train.seq_len={T}", f"model.mixer_options.boltzmann.window={T}"]
-                + (["model.mixer=softmax"] if mode == "softmax" else [f"model.mixer_options.boltzmann.mode={mode}"]),
-            )
-            for label, mode in modes
-        ]
-        experiments.append(
-            Experiment(
-                f"lm-T{T}",
-                f"Shakespeare 100K characters, T = {T}: validation perplexity",
-                "val_ppl",
-                arms,
-                "softmax",
-                dict(zip([m for m, _ in modes], paper_lm[T], strict=True)),
-            )
+    paper_brackets = {12: ["93.36%", "94.91%", "92.65%", "94.61%"], 16: ["93.08%", "95.97%", "90.06%", "87.42%"]}
+    experiments = [
+        ablation(
+            f"lm-T{T}",
+            f"Shakespeare 100K characters, T = {T}: validation perplexity",
+            "val_ppl",
+            "boltzmann-char",
+            T,
+            paper,
         )
-    paper_br = {12: ["93.36", "94.91", "92.65", "94.61"], 16: ["93.08", "95.97", "90.06", "87.42"]}
-    for T in (12, 16):
-        arms = [
-            Arm(
-                label,
-                "brackets",
-                [f"train.seq_len={T}", f"model.mixer_options.boltzmann.window={T}"]
-                + (["model.mixer=softmax"] if mode == "softmax" else [f"model.mixer_options.boltzmann.mode={mode}"]),
-            )
-            for label, mode in modes
-        ]
-        experiments.append(
-            Experiment(
-                f"brackets-T{T}",
-                f"Bracket matching, T = {T}: test accuracy",
-                "accuracy",
-                arms,
-                "softmax",
-                {m: f"{v}%" for (m, _), v in zip(modes, paper_br[T], strict=True)},
-            )
-        )
+        for T, paper in paper_lm.items()
+    ] + [
+        ablation(f"brackets-T{T}", f"Bracket matching, T = {T}: test accuracy", "accuracy", "brackets", T, paper)
+        for T, paper in paper_brackets.items()
+    ]
     dqa = Experiment(
         "dqa",
         "Simulated quantum annealing vs exact marginals, T = 6",
@@ -264,27 +245,76 @@ SUITES = {"coupled-qk": coupled_qk, "ccq": ccq, "boltzmann": boltzmann, "interdo
 
 def demo() -> Suite:
     """Every mechanism next to its baseline on one language-modelling and one retrieval task, in minutes."""
-    mixers = ["softmax", "coupled-qk", "differential", "gla", "ccq-gla", "gdn", "ccq-gdn", "interdomain", "s4d",
-              "boltzmann"]
-    boltzmann = ["model.mixer_options.boltzmann.inference=banded", "model.mixer_options.boltzmann.couplings=distance",
-                 "model.mixer_options.boltzmann.band=4", "model.mixer_options.boltzmann.window=64"]
-    small = ["model.d_model=64", "model.n_layers=2", "model.n_heads=2", "model.mixer_options.interdomain.modes=16",
-             "model.mixer_options.s4d.modes=16"]
+    mixers = [
+        "softmax",
+        "coupled-qk",
+        "differential",
+        "gla",
+        "ccq-gla",
+        "gdn",
+        "ccq-gdn",
+        "interdomain",
+        "s4d",
+        "boltzmann",
+    ]
+    boltzmann = [
+        "model.mixer_options.boltzmann.inference=banded",
+        "model.mixer_options.boltzmann.couplings=distance",
+        "model.mixer_options.boltzmann.band=4",
+        "model.mixer_options.boltzmann.window=64",
+    ]
+    small = [
+        "model.d_model=64",
+        "model.n_layers=2",
+        "model.n_heads=2",
+        "model.mixer_options.interdomain.modes=16",
+        "model.mixer_options.s4d.modes=16",
+    ]
 
     def arms(preset, *overrides):
-        return [Arm(m, preset, [f"model.mixer={m}", *small, *overrides, *(boltzmann if m == "boltzmann" else [])])
-                for m in mixers]
+        return [
+            Arm(m, preset, [f"model.mixer={m}", *small, *overrides, *(boltzmann if m == "boltzmann" else [])])
+            for m in mixers
+        ]
 
-    lm = Experiment("lm", "Character-level Shakespeare, 64-character context: validation perplexity", "val_ppl",
-                    arms("demo", "train.seq_len=64", "train.steps=300", "train.batch_size=16", "train.eval_every=300",
-                         "train.warmup_steps=30", "train.ckpt_every=300"), baseline="softmax")
-    mqar = Experiment("mqar", "MQAR, 64 tokens, 4 key-value pairs: test accuracy", "accuracy",
-                      arms("mqar", "train.steps=600", "data.mqar.train_examples=20000", "data.mqar.test_examples=500",
-                           "data.mqar.test_pairs=[4]", "train.eval_every=600", "train.ckpt_every=600"),
-                      baseline="softmax")
-    return Suite("demo", "attnlab demo: every mechanism at a glance", [lm, mqar], QUICK,
-                 "One seed and a few hundred steps per model: a first look and a check that everything trains, "
-                 "not evidence. `attnlab reproduce <paper>` runs the papers' claims over seeds.")
+    lm = Experiment(
+        "lm",
+        "Character-level Shakespeare, 64-character context: validation perplexity",
+        "val_ppl",
+        arms(
+            "demo",
+            "train.seq_len=64",
+            "train.steps=300",
+            "train.batch_size=16",
+            "train.eval_every=300",
+            "train.warmup_steps=30",
+            "train.ckpt_every=300",
+        ),
+        baseline="softmax",
+    )
+    mqar = Experiment(
+        "mqar",
+        "MQAR, 64 tokens, 4 key-value pairs: test accuracy",
+        "accuracy",
+        arms(
+            "mqar",
+            "train.steps=600",
+            "data.mqar.train_examples=20000",
+            "data.mqar.test_examples=500",
+            "data.mqar.test_pairs=[4]",
+            "train.eval_every=600",
+            "train.ckpt_every=600",
+        ),
+        baseline="softmax",
+    )
+    return Suite(
+        "demo",
+        "attnlab demo: every mechanism at a glance",
+        [lm, mqar],
+        QUICK,
+        "One seed and a few hundred steps per model: a first look and a check that everything trains, "
+        "not evidence. `attnlab reproduce <paper>` runs the papers' claims over seeds.",
+    )
 
 
 SUITES["demo"] = demo
