@@ -128,10 +128,11 @@ def ccq() -> Suite:
 def boltzmann() -> Suite:
     modes = ["softmax", "h+J", "h-only", "j-only"]  # the paper's four-way ablation
 
-    def ablation(name, title, metric, preset, T, paper):
+    def ablation(name, title, metric, preset, T, paper, *overrides):
         def arm(mode):
             choice = "model.mixer=softmax" if mode == "softmax" else f"model.mixer_options.boltzmann.mode={mode}"
-            return Arm(mode, preset, [f"train.seq_len={T}", f"model.mixer_options.boltzmann.window={T}", choice])
+            window = [f"train.seq_len={T}", f"model.mixer_options.boltzmann.window={T}"]
+            return Arm(mode, preset, [*window, choice, *overrides])
 
         return Experiment(name, title, metric, [arm(m) for m in modes], "softmax", dict(zip(modes, paper, strict=True)))
 
@@ -148,7 +149,16 @@ def boltzmann() -> Suite:
         )
         for T, paper in paper_lm.items()
     ] + [
-        ablation(f"brackets-T{T}", f"Bracket matching, T = {T}: test accuracy", "accuracy", "brackets", T, paper)
+        ablation(
+            f"brackets-T{T}",
+            f"Bracket matching, T = {T}: test accuracy",
+            "accuracy",
+            "brackets",
+            T,
+            paper,
+            "train.steps=1500",
+            "train.batch_size=32",
+        )
         for T, paper in paper_brackets.items()
     ]
     dqa = Experiment(
