@@ -166,7 +166,7 @@ def train(cfg: RunConfig, resume: str | None = None, progress: bool = True, log=
             val = evaluate()
             metrics.write(step=done, val_loss=val, val_ppl=perplexity(val))
             summary.update(val_loss=val, val_ppl=perplexity(val))
-            bar.write(f"step {done}: val loss {val:.4f} (perplexity {perplexity(val):.2f})")
+            (bar.write if progress else log)(f"step {done}: val loss {val:.4f} (perplexity {perplexity(val):.2f})")
         if done % t.ckpt_every == 0 or done == t.steps:
             train_state = {
                 "step": done,
