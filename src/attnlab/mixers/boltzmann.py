@@ -143,8 +143,8 @@ class BoltzmannAttention(AttentionMixer):
         if inference == "banded":
             return self.banded_log_weights(h, J, visible)
         if inference == "mean-field":
-            phi = ising.mean_field_fields(h, None if J is None else J[:, None], None if K is None else K[:, None],
-                                          visible, self.cfg.mean_field_iterations, self.cfg.mean_field_damping)
+            phi = ising.mean_field_fields(h, J, K, visible, self.cfg.mean_field_iterations,
+                                          self.cfg.mean_field_damping)
             return torch.nn.functional.logsigmoid(2 * phi)
         return self.dqa_log_weights(h, J, K, visible)
 

@@ -155,8 +155,9 @@ def mean_field_fields(h, J=None, K=None, mask=None, iterations: int = 30, dampin
     """Naive mean field. Returns the effective fields phi [..., n], with magnetisations m = tanh(phi):
         phi = h + J_sym m [+ 1/2 sum_{k,l} K_sym[j,k,l] m_k m_l],   m <- (1 - damping) m + damping tanh(phi),
     damped fixed-point iterations from m = tanh(h), unrolled so that they are differentiable.
-    h [..., n]; J [..., n, n] and K [..., n, n, n] broadcast against h's batch (strict upper triangles
-    used); mask [..., n] marks the spins that exist (others are held at m = 0). Exact without couplings.
+    h [..., n]; J [..., n, n] and K [..., n, n, n] act on the last dimension of h through matrix products,
+    so for h [B, H, T, n] they may be per head, [H, n, n] (strict upper triangles used); mask [..., n]
+    marks the spins that exist (others are held at m = 0). Exact without couplings.
     """
     mask = torch.ones_like(h) if mask is None else mask.to(h.dtype)
     if J is None and K is None:
@@ -171,13 +172,15 @@ def mean_field_fields(h, J=None, K=None, mask=None, iterations: int = 30, dampin
         lead = list(range(K.ndim - 3))
         K_sym = sum(K_up.permute(*lead, *[K.ndim - 3 + a for a in order]) for order in
                     [(0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0)])
+    n = h.shape[-1]
+    K_flat = None if K_sym is None else K_sym.reshape(*K_sym.shape[:-3], n, n * n).transpose(-1, -2)
     m = torch.tanh(h) * mask
     for _ in range(iterations):
         phi = h
         if J_sym is not None:
-            phi = phi + (J_sym @ m[..., None]).squeeze(-1)
-        if K_sym is not None:
-            phi = phi + 0.5 * torch.einsum("...jkl,...k,...l->...j", K_sym, m, m)
+            phi = phi + m @ J_sym  # sum_k J_jk m_k (J_sym is symmetric)
+        if K_flat is not None:  # 1/2 sum_{k,l} K_jkl m_k m_l
+            phi = phi + 0.5 * (m[..., :, None] * m[..., None, :]).flatten(-2) @ K_flat
         m = ((1 - damping) * m + damping * torch.tanh(phi)) * mask
     return phi
 
