@@ -304,16 +304,18 @@ def demo() -> Suite:
     )
     mqar = Experiment(
         "mqar",
-        "MQAR, 64 tokens, 4 key-value pairs: test accuracy",
+        "MQAR, 32 tokens, 2 key-value pairs: test accuracy",
         "accuracy",
         arms(
             "mqar",
-            "train.steps=600",
-            "data.mqar.train_examples=20000",
+            "train.seq_len=32",
+            "train.steps=400",
+            "data.mqar.pairs=2",
+            "data.mqar.test_pairs=[2]",
+            "data.mqar.train_examples=10000",
             "data.mqar.test_examples=500",
-            "data.mqar.test_pairs=[4]",
-            "train.eval_every=600",
-            "train.ckpt_every=600",
+            "train.eval_every=400",
+            "train.ckpt_every=400",
         ),
         baseline="softmax",
     )
