@@ -28,3 +28,12 @@ def test_mixers_that_cannot_run_at_a_length_are_reported_not_fatal(capsys):
     rows = bench_mixers(lengths=[20], batch=1, d_model=32, n_heads=4, repeats=1)
     assert "boltzmann" not in {r["mixer"] for r in rows} and "softmax" in {r["mixer"] for r in rows}
     assert "boltzmann                  20  not run with its defaults" in capsys.readouterr().out
+
+
+def test_interdomain_bench_measures_every_form_in_its_own_process(capsys):
+    from attnlab.bench import bench_interdomain
+
+    results = bench_interdomain(lengths=[32], head_dim=8, modes=4)
+    assert set(results) == {("chunk", 32), ("fft", 32), ("decode", 32)}
+    assert all(seconds > 0 and rss > 0 for seconds, rss in results.values())
+    assert "failed" not in capsys.readouterr().out

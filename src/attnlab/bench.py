@@ -221,7 +221,7 @@ import resource, sys, time, torch
 from attnlab.mixers import build_mixer
 form, T, head_dim, modes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 torch.manual_seed(0)
-mixer = build_mixer("interdomain", d_model=head_dim, n_heads=1, modes=modes, form=form)
+mixer = build_mixer("interdomain", d_model=head_dim, n_heads=1, modes=modes, form="chunk" if form == "decode" else form)
 x = torch.randn(1, T, head_dim, requires_grad=True)
 if form == "decode":
     with torch.no_grad():
@@ -240,7 +240,8 @@ print(seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
 
-def bench_interdomain(lengths=(1024, 4096, 16384), head_dim: int = 64, modes: int = 64) -> dict:
+def bench_interdomain(lengths=(1024, 4096, 16384), head_dim: int = 64, modes: int = 64,
+                      forms=("chunk", "fft", "decode")) -> dict:
     """One head of interdomain attention: forward+backward time and peak memory of the chunked and the
     FFT forms, and decode latency per token after a prefill of each length. Each measurement runs in a
     fresh process so that its peak resident memory is its own (reported above an idle process's)."""
@@ -262,7 +263,7 @@ def bench_interdomain(lengths=(1024, 4096, 16384), head_dim: int = 64, modes: in
           f"memory = peak resident set above an idle process ({idle_mib:.0f} MiB)")
     results = {}
     for T in lengths:
-        for form in ("chunk", "fft", "decode"):
+        for form in forms:
             seconds, rss, error = run(form, T)
             results[(form, T)] = (seconds, rss)
             what = "decode per token" if form == "decode" else f"{form} fwd+bwd"
