@@ -87,3 +87,11 @@ def test_extrapolation_and_needle_evaluations(text_file, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "context     16 (1.0x training)" in out and (tmp_path / "extrapolation.png").exists()
     assert main(["eval", run, "--task", "niah", "--lengths", "120", "--samples", "1"]) == 2  # vocabulary lacks '?'
+
+
+def test_a_pointer_head_run_resumes(tmp_path):
+    overrides = ["name=br", f"out_dir={tmp_path / 'runs'}", "data.brackets.train_examples=32",
+                 "data.brackets.test_examples=8", "train.batch_size=4", "train.eval_batches=1", "train.ckpt_every=2"]
+    assert main(["train", "brackets", *overrides, "train.steps=2", "--quiet"]) == 0
+    assert main(["train", "brackets", *overrides, "train.steps=4", "--quiet", "--resume", "auto"]) == 0
+    assert (tmp_path / "runs" / "br" / "step-00000004").is_dir()

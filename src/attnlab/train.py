@@ -204,6 +204,9 @@ def _check_same_run(saved: RunConfig, given: RunConfig, ckpt: Path) -> None:
     old, new = saved.to_dict(), given.to_dict()
     if new["model"]["vocab_size"] == 0:  # 0 means "the tokenizer's", which the checkpoint recorded
         new["model"]["vocab_size"] = old["model"]["vocab_size"]
+    if new["model"]["output_size"] == 0 and old["model"]["output_size"]:  # a pointer head the data chose
+        new["model"]["output_size"] = old["model"]["output_size"]
+        new["model"]["tie_embeddings"] = old["model"]["tie_embeddings"]
     changed = [f"{section}.{key}" for section in ("model", "data") for key in old[section]
                if key != "cache_dir" and old[section][key] != new[section][key]]
     if changed:
