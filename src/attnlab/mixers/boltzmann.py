@@ -18,7 +18,7 @@ from torch.utils.checkpoint import checkpoint
 from ..errors import ConfigError, UserError, unknown_name
 from ..nn import set_optim
 from ..ops import annealing, ising
-from .attention import AttentionConfig, AttentionMixer
+from .attention import AttentionConfig, AttentionMixer, causal_mask
 from .registry import register_mixer
 
 # which terms of the energy each mode keeps: (fields h, pair couplings J, three-body couplings K)
@@ -125,7 +125,7 @@ class BoltzmannAttention(AttentionMixer):
         h = q @ k.transpose(-1, -2) / math.sqrt(D) if self.uses_h else q.new_zeros(B, H, Tq, S)
         if self.bias is not None:
             h = h + self.bias[:, None, :S]
-        visible = torch.ones(Tq, S, dtype=torch.bool, device=q.device).tril(S - Tq)
+        visible = causal_mask(Tq, S, q.device)
         log_weights = self.log_weights(h, visible)
         return torch.softmax(log_weights.masked_fill(~visible, float("-inf")), dim=-1) @ v
 

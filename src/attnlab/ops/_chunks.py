@@ -26,9 +26,9 @@ def to_chunks(x: torch.Tensor, chunk: int) -> torch.Tensor:
     return x.reshape(B, H, T // chunk, chunk, *x.shape[3:])
 
 
-def causal_mask(size: int, device, diagonal: int = 0) -> torch.Tensor:
-    """Boolean lower-triangular [size, size] mask: True where key j <= query i + diagonal."""
-    return torch.ones(size, size, dtype=torch.bool, device=device).tril(diagonal)
+def causal_mask(size: int, device) -> torch.Tensor:
+    """Boolean lower-triangular [size, size] mask: True where key j <= query i."""
+    return torch.ones(size, size, dtype=torch.bool, device=device).tril()
 
 
 def decay_matrix(b: torch.Tensor) -> torch.Tensor:

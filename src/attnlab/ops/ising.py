@@ -37,18 +37,22 @@ def configurations(n: int, device=None, dtype=torch.float32) -> torch.Tensor:
     return _configurations(n, str(torch.device(device or "cpu"))).to(dtype)
 
 
+def strict_triples(n: int, device=None) -> torch.Tensor:
+    """Boolean [n, n, n] mask of the index triples j < k < l, the entries of K that enter the energy."""
+    idx = torch.arange(n, device=device)
+    return (idx[:, None, None] < idx[None, :, None]) & (idx[None, :, None] < idx[None, None, :])
+
+
 def coupling_energy(spins: torch.Tensor, J: torch.Tensor | None = None, K: torch.Tensor | None = None):
     """sum_{j<k} J_jk s_j s_k + sum_{j<k<l} K_jkl s_j s_k s_l for every configuration.
 
     spins [C, n]; J [..., n, n]; K [..., n, n, n] -> [..., C]. Lower triangles and diagonals are ignored.
     """
-    n = spins.shape[-1]
     energy = spins.new_zeros(spins.shape[0])
     if J is not None:
         energy = energy + torch.einsum("cj,...jk,ck->...c", spins, J.triu(1), spins)
     if K is not None:
-        idx = torch.arange(n, device=spins.device)
-        strict = (idx[:, None, None] < idx[None, :, None]) & (idx[None, :, None] < idx[None, None, :])
+        strict = strict_triples(spins.shape[-1], spins.device)
         energy = energy + torch.einsum("cj,ck,cl,...jkl->...c", spins, spins, spins, K * strict)
     return energy
 
@@ -165,10 +169,7 @@ def mean_field_fields(h, J=None, K=None, mask=None, iterations: int = 30, dampin
     J_sym = None if J is None else J.triu(1) + J.triu(1).transpose(-1, -2)
     K_sym = None
     if K is not None:
-        n = h.shape[-1]
-        idx = torch.arange(n, device=h.device)
-        strict = (idx[:, None, None] < idx[None, :, None]) & (idx[None, :, None] < idx[None, None, :])
-        K_up = K * strict
+        K_up = K * strict_triples(h.shape[-1], h.device)
         lead = list(range(K.ndim - 3))
         K_sym = sum(K_up.permute(*lead, *[K.ndim - 3 + a for a in order]) for order in
                     [(0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0)])
