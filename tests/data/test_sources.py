@@ -5,6 +5,7 @@ import pytest
 from attnlab.config import DataConfig
 from attnlab.data import load_corpus
 from attnlab.data.hf import parse_source
+from attnlab.errors import ConfigError
 from attnlab.data.texts import heterogeneous_text, python_docs_text, source_text
 
 
@@ -44,3 +45,11 @@ def test_hf_source_names():
     assert parse_source("hf:wikitext/wikitext-103-raw-v1") == ("wikitext", "wikitext-103-raw-v1")
     assert parse_source("hf:roneneldan/TinyStories/") == ("roneneldan/TinyStories", None)
     assert parse_source("hf:text") == ("text", None)
+
+
+def test_mixed_corpus_takes_what_the_smallest_source_allows_or_says_which_field_to_lower():
+    docs = len(python_docs_text())
+    weights = {"plays": 1.0, "docs": 1.0}
+    assert len(heterogeneous_text(None, weights, 512, seed=0)) == 2 * docs
+    with pytest.raises(ConfigError, match=r"data\.max_chars=.*docs.*lower data\.mix\.docs"):
+        heterogeneous_text(2 * docs + 10, weights, 512, seed=0)

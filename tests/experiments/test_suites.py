@@ -5,7 +5,7 @@ import json
 import pytest
 
 from attnlab.experiments.report import write_report
-from attnlab.experiments.runner import run_suite
+from attnlab.experiments.runner import Arm, Experiment, Suite, run_suite, tokens_to_loss
 from attnlab.experiments.stats import mean_std, paired_difference
 from attnlab.experiments.suites import SUITES
 
@@ -49,3 +49,33 @@ def test_statistics():
     assert mean_std([1.0, 2.0, 3.0]) == (2.0, 1.0)
     diff, half = paired_difference([2.0, 3.0, 4.0], [1.0, 1.5, 2.5])
     assert diff == pytest.approx(4 / 3) and half == pytest.approx(4.303 * (1 / 12) ** 0.5 / 3**0.5, rel=1e-3)
+
+
+def test_an_arm_shared_by_two_experiments_is_trained_once_and_measured_by_each(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    softmax, sigmoid = Arm("softmax", "demo"), Arm("sigmoid", "demo", ["model.mixer=sigmoid"])
+    suite = Suite("s", "s", [
+        Experiment("ppl", "perplexity", "val_ppl", [softmax, sigmoid], "softmax"),
+        Experiment("speed", "sample efficiency", "tokens_to_loss", [Arm("again", "demo")], "again",
+                   target_losses=[100.0, 0.0]),
+    ])
+    calls = []
+    results = run_suite(suite, tmp_path, seeds=1, extra=TINY, log=calls.append)
+    runs = results["runs"]
+    assert runs["speed/again/0"]["run"] == runs["ppl/softmax/0"]["run"] != runs["ppl/sigmoid/0"]["run"]
+    assert sum("the same model as" in c for c in calls) == 1
+    assert runs["speed/again/0"]["tokens to 100.0"] > 0 and runs["speed/again/0"]["tokens to 0.0"] is None
+    report = write_report(suite, results, tmp_path, seeds=1).read_text()
+    assert "| again | " in report and "never" in report
+
+
+def test_tokens_to_loss_reads_the_smoothed_training_loss(tmp_path):
+    class Train:
+        batch_size, seq_len = 2, 8
+
+    log = tmp_path / "metrics.jsonl"
+    losses = [5, 4, 3, 2, 1, 1, 1]
+    log.write_text("\n".join(json.dumps({"step": 10 * (i + 1), "loss": v}) for i, v in enumerate(losses)))
+    # trailing means of up to 3: 5, 4.5, 4, 3, 2 -> the mean first reaches 2 at the 5th log (step 50)
+    assert tokens_to_loss(log, 2.0, Train, window=3) == 50 * 16
+    assert tokens_to_loss(log, 0.5, Train, window=3) is None

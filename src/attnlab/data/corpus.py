@@ -97,7 +97,7 @@ def _documents(cfg: DataConfig) -> Iterator[str]:
     if cfg.source == "mixed":
         from .texts import heterogeneous_text
 
-        yield heterogeneous_text(cfg.max_chars or 3_000_000, cfg.mix, cfg.chunk_chars, cfg.seed)
+        yield heterogeneous_text(cfg.max_chars, cfg.mix, cfg.chunk_chars, cfg.seed)
         return
     if cfg.source.startswith("hf:"):
         from .hf import hf_documents

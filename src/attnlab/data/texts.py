@@ -7,7 +7,10 @@ import random
 import sysconfig
 from pathlib import Path
 
+from ..errors import ConfigError
+
 SOURCES = ("plays", "python", "docs")
+DEFAULT_MIXED_CHARS = 3_000_000  # asked for when data.max_chars is unset; cut to what the sources hold
 
 
 def python_source_files() -> list[Path]:
@@ -45,17 +48,29 @@ def source_text(name: str, limit: int) -> str:
     return "\n\n".join(parts)[:limit]
 
 
-def heterogeneous_text(total_chars: int, weights: dict[str, float], chunk_chars: int, seed: int) -> str:
-    """Shuffled chunks of chunk_chars characters from the sources in proportion to weights."""
+def heterogeneous_text(total_chars: int | None, weights: dict[str, float], chunk_chars: int, seed: int) -> str:
+    """Shuffled chunks of chunk_chars characters from the sources in proportion to weights.
+
+    total_chars None takes as much as the smallest source allows at these proportions (the documentation
+    topics, about 0.5M characters, are the usual limit); a total beyond that is an error, not a silent cut.
+    """
     if not weights or any(w < 0 for w in weights.values()) or sum(weights.values()) <= 0:
         raise ValueError("weights must be non-negative and not all zero")
     norm = sum(weights.values())
+    want = {name: round((total_chars or DEFAULT_MIXED_CHARS) * w / norm) for name, w in weights.items() if w > 0}
+    texts = {name: source_text(name, n) for name, n in want.items()}
+    short = {name: len(texts[name]) * norm / weights[name] for name in want if len(texts[name]) < want[name]}
+    if short:
+        limit = int(min(short.values()))
+        if total_chars is not None:
+            name = min(short, key=short.get)
+            raise ConfigError(
+                f"data.max_chars={total_chars:,} asks for {want[name]:,} characters of {name}, which has only "
+                f"{len(texts[name]):,} here; use data.max_chars={limit:,} or less, or lower data.mix.{name}"
+            )
+        return heterogeneous_text(limit, weights, chunk_chars, seed)
     chunks = []
-    for name, weight in weights.items():
-        want = round(total_chars * weight / norm)
-        text = source_text(name, want)
-        if len(text) < want:
-            raise ValueError(f"the {name} source has only {len(text):,} characters, fewer than the {want:,} asked for")
-        chunks += [text[i : i + chunk_chars] for i in range(0, want, chunk_chars)]
+    for name, text in texts.items():
+        chunks += [text[i : i + chunk_chars] for i in range(0, want[name], chunk_chars)]
     random.Random(seed).shuffle(chunks)
     return "".join(chunks)

@@ -12,10 +12,16 @@ from .runner import Experiment, Suite
 from .stats import mean_std, paired_difference
 
 
-def _values(results: dict, experiment: Experiment, label: str, key: str) -> list[float]:
+def _values(results: dict, experiment: Experiment, label: str, key: str) -> list[float | None]:
+    """One value per seed; None where the quantity was never reached (tokens to a loss)."""
     runs = results["runs"]
-    found = [runs[k][key] for k in sorted(runs) if k.startswith(f"{experiment.name}/{label}/") and key in runs[k]]
-    return found
+    return [runs[k][key] for k in sorted(runs) if k.startswith(f"{experiment.name}/{label}/") and key in runs[k]]
+
+
+def _cell(values: list[float | None]) -> str:
+    reached = [v for v in values if v is not None]
+    cell = _fmt(*mean_std(reached)) if reached else "never"
+    return cell if len(reached) == len(values) else f"{cell} (never in {len(values) - len(reached)} of {len(values)})"
 
 
 def _keys(results: dict, experiment: Experiment) -> list[str]:
@@ -23,7 +29,7 @@ def _keys(results: dict, experiment: Experiment) -> list[str]:
     keys: list[str] = []
     for k, record in results["runs"].items():
         if k.startswith(experiment.name + "/"):
-            keys += [m for m in record if m not in ("seconds", "params", "val_loss") and m not in keys]
+            keys += [m for m in record if m not in ("seconds", "params", "val_loss", "run", "config") and m not in keys]
     return keys
 
 
@@ -55,9 +61,10 @@ def write_report(suite: Suite, results: dict, out_dir: str | Path, seeds: int) -
             cells = [arm.label]
             for key in keys:
                 values = _values(results, experiment, arm.label, key)
-                cells.append(_fmt(*mean_std(values)) if values else "–")
+                cells.append(_cell(values) if values else "–")
             first = _values(results, experiment, arm.label, keys[0]) if keys else []
-            if first and base and arm.label != experiment.baseline and len(first) == len(base):
+            complete = None not in first + base
+            if first and base and complete and arm.label != experiment.baseline and len(first) == len(base):
                 diff, half = paired_difference(first, base)
                 cells.append(f"{diff:+.4g}" + ("" if half != half else f" [{diff - half:+.3g}, {diff + half:+.3g}]"))
             else:
@@ -92,7 +99,8 @@ def _plot(experiment: Experiment, results: dict, keys: list[str], out: Path) -> 
         ax.set(xscale="log", xlabel="context length (tokens)", ylabel="perplexity")
         ax.legend(fontsize=8)
     else:
-        stats = [mean_std(_values(results, experiment, label, keys[0]) or [float("nan")]) for label in labels]
+        stats = [mean_std([v for v in _values(results, experiment, label, keys[0]) if v is not None] or [float("nan")])
+                 for label in labels]
         ax.bar(range(len(labels)), [m for m, _ in stats], yerr=[0 if s != s else s for _, s in stats], capsize=4)
         ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=8)
         ax.set(ylabel=keys[0])

@@ -6,6 +6,7 @@ where it stopped; the report is rebuilt from that file alone.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -30,12 +31,13 @@ class Arm:
 class Experiment:
     name: str
     title: str
-    metric: str  # val_ppl | accuracy | extrapolation | tokens_to_target
+    metric: str  # val_ppl | accuracy | extrapolation | tokens_to_loss
     arms: list[Arm]
     baseline: str  # label of the arm the others are compared with
     paper: dict[str, str] = field(default_factory=dict)  # the paper's own numbers, by arm label
     note: str = ""
     lengths: list[float] = field(default_factory=lambda: [1, 2, 3.5, 5])  # extrapolation: x training length
+    target_losses: list[float] = field(default_factory=list)  # tokens_to_loss: training losses (nats) to reach
 
 
 @dataclass
@@ -52,6 +54,9 @@ def measure(experiment: Experiment, run_dir: Path) -> dict:
     t = run.config.train
     if experiment.metric == "accuracy":
         return task_accuracy(run.model, run.corpus(), run.device)
+    if experiment.metric == "tokens_to_loss":
+        log = run_dir / "metrics.jsonl"
+        return {f"tokens to {target}": tokens_to_loss(log, target, t) for target in experiment.target_losses}
     corpus = run.corpus()
     if experiment.metric == "extrapolation":
         lengths = [int(t.seq_len * f) for f in experiment.lengths]
@@ -59,6 +64,17 @@ def measure(experiment: Experiment, run_dir: Path) -> dict:
         return {f"ppl@{length}": value for length, value in curve.items()}
     loss = split_loss(run.model, corpus, "val", 20, t.batch_size // t.grad_accum, t.seq_len, run.device)
     return {"val_loss": loss, "val_ppl": perplexity(loss)}
+
+
+def tokens_to_loss(metrics_path: Path, target: float, t, window: int = 5) -> float | None:
+    """Training tokens until the trailing mean of (up to) `window` logged training losses first reaches
+    target (sample efficiency; None if it never does). Below one epoch the training loss is a held-out loss."""
+    losses = [(r["step"], r["loss"]) for r in map(json.loads, metrics_path.read_text().splitlines()) if "loss" in r]
+    for i, (step, _) in enumerate(losses):
+        recent = [loss for _, loss in losses[max(0, i - window + 1) : i + 1]]
+        if sum(recent) / len(recent) <= target:
+            return float(step * t.batch_size * t.seq_len)
+    return None
 
 
 def run_suite(suite: Suite, out_dir: str | Path, seeds: int = 3, quick: bool = False, scale: float = 1.0,
@@ -79,17 +95,36 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int = 3, quick: bool = F
                 cfg = load_config(arm.preset, overrides)
                 if scale != 1.0:
                     cfg.train.steps = max(1, round(cfg.train.steps * scale))
-                run_dir = Path(cfg.out_dir) / cfg.name
-                shutil.rmtree(run_dir, ignore_errors=True)  # an unfinished run of an earlier attempt
+                fingerprint = _fingerprint(cfg)
                 log(f"[{suite.name}] {experiment.name}: {arm.label}, seed {seed}")
                 start = time.perf_counter()
-                summary = train(cfg, progress=False, log=lambda *_: None)
-                record = {"seconds": time.perf_counter() - start, "params": summary["params"],
-                          **measure(experiment, run_dir)}
+                run_dir = _trained_run(results, fingerprint, out)
+                if run_dir is None:
+                    run_dir = Path(cfg.out_dir) / cfg.name
+                    shutil.rmtree(run_dir, ignore_errors=True)  # an unfinished run of an earlier attempt
+                    params = train(cfg, progress=False, log=lambda *_: None)["params"]
+                else:  # an arm of another experiment trained this very model: measure it again
+                    log(f"    the same model as {run_dir.name}")
+                    params = load_run(run_dir).model.num_params()
+                record = {"seconds": time.perf_counter() - start, "params": params, **measure(experiment, run_dir),
+                          "run": run_dir.name, "config": fingerprint}
                 results["runs"][key] = record
                 _write_json(results_path, results)
-                log(f"    {', '.join(f'{k} {v:.4g}' for k, v in record.items())}")
+                log("    " + ", ".join(f"{k} {v:.4g}" for k, v in record.items() if isinstance(v, float | int)))
     return results
+
+
+def _fingerprint(cfg) -> str:
+    """What decides the trained weights: the whole config except the run's name and folder."""
+    settings = {k: v for k, v in cfg.to_dict().items() if k not in ("name", "out_dir")}
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _trained_run(results: dict, fingerprint: str, out: Path) -> Path | None:
+    for record in results["runs"].values():
+        if record.get("config") == fingerprint and (out / "runs" / record["run"]).is_dir():
+            return out / "runs" / record["run"]
+    return None
 
 
 def _write_json(path: Path, value) -> None:
