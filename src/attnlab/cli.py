@@ -144,7 +144,20 @@ def cmd_reproduce(args) -> None:
         suite = SUITES[name]()
         out = Path(args.out) / name
         results = run_suite(suite, out, seeds=args.seeds, quick=args.quick, scale=args.scale)
-        print(f"report: {write_report(suite, results, out, args.seeds)}")
+        print(f"report: {write_report(suite, results, out)}")
+
+
+def cmd_results(args) -> None:
+    from .experiments.report import results_summary, update_readme
+
+    summary = results_summary(args.root)
+    if not summary:
+        raise UserError(f"{args.root} holds no suite results (<suite>/results.json); run attnlab reproduce first")
+    if args.readme:
+        update_readme(args.readme, summary)
+        print(f"updated the results section of {args.readme}")
+    else:
+        print(summary)
 
 
 def cmd_bench(args) -> None:
@@ -221,6 +234,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", type=float, default=1.0, help="multiply every run's training steps")
     p.add_argument("--out", default="results", help="reports go to <out>/<suite>/")
     p.set_defaults(func=cmd_reproduce)
+
+    p = sub.add_parser("results", help="the main tables of every reproduced suite, for the README")
+    p.add_argument("--root", default="results", help="the folder attnlab reproduce wrote to")
+    p.add_argument("--readme", help="write them between the results markers of this file instead of printing")
+    p.set_defaults(func=cmd_results)
 
     p = sub.add_parser("bench", help="speed of every mixer vs sequence length, or of whole training steps")
     p.add_argument("--lengths", type=int, nargs="+", help="sequence lengths (default 256 1024; --ops: 4096)")

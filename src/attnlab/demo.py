@@ -29,7 +29,7 @@ def run_demo(out_dir: str = "runs/demo", quick: bool = False) -> dict:
     suite = demo()
     print("\nevery mechanism, one seed, a few hundred steps each:")
     results = run_suite(suite, out, seeds=1, quick=quick)
-    report = write_report(suite, results, out, seeds=1)
+    report = write_report(suite, results, out)
     print(f"\n{'mixer':<14} {'val perplexity':>15} {'MQAR accuracy':>14} {'parameters':>11}")
     for arm in suite.experiments[0].arms:
         ppl = [r["val_ppl"] for k, r in results["runs"].items() if k.startswith(f"lm/{arm.label}/")]

@@ -5,8 +5,8 @@ import pytest
 from attnlab.config import DataConfig
 from attnlab.data import load_corpus
 from attnlab.data.hf import parse_source
-from attnlab.errors import ConfigError
 from attnlab.data.texts import heterogeneous_text, python_docs_text, source_text
+from attnlab.errors import ConfigError
 
 
 def test_heterogeneous_corpus_holds_each_source_in_proportion():

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from attnlab.experiments.report import write_report
+from attnlab.experiments.report import README_END, README_START, results_summary, update_readme, write_report
 from attnlab.experiments.runner import Arm, Experiment, Suite, run_suite, tokens_to_loss
 from attnlab.experiments.stats import mean_std, paired_difference
 from attnlab.experiments.suites import SUITES
@@ -25,7 +25,8 @@ def test_suite_runs_and_reports(name, tmp_path, monkeypatch):
     expected = {f"{e.name}/{a.label}/0" for e in suite.experiments for a in e.arms}
     assert set(results["runs"]) == expected
     assert json.loads((tmp_path / "results.json").read_text()) == results
-    report = write_report(suite, results, tmp_path, seeds=1).read_text()
+    report = write_report(suite, results, tmp_path).read_text()
+    assert "1 seed(s) on " in report and "torch " in report
     for experiment in suite.experiments:
         assert f"## {experiment.title}" in report
         assert (tmp_path / f"{experiment.name}.png").stat().st_size > 1000
@@ -65,7 +66,7 @@ def test_an_arm_shared_by_two_experiments_is_trained_once_and_measured_by_each(t
     assert runs["speed/again/0"]["run"] == runs["ppl/softmax/0"]["run"] != runs["ppl/sigmoid/0"]["run"]
     assert sum("the same model as" in c for c in calls) == 1
     assert runs["speed/again/0"]["tokens to 100.0"] > 0 and runs["speed/again/0"]["tokens to 0.0"] is None
-    report = write_report(suite, results, tmp_path, seeds=1).read_text()
+    report = write_report(suite, results, tmp_path).read_text()
     assert "| again | " in report and "never" in report
 
 
@@ -79,3 +80,18 @@ def test_tokens_to_loss_reads_the_smoothed_training_loss(tmp_path):
     # trailing means of up to 3: 5, 4.5, 4, 3, 2 -> the mean first reaches 2 at the 5th log (step 50)
     assert tokens_to_loss(log, 2.0, Train, window=3) == 50 * 16
     assert tokens_to_loss(log, 0.5, Train, window=3) is None
+
+
+def test_the_readme_results_section_is_generated_from_the_results_folders(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    suite = SUITES["demo"]()
+    suite.experiments = suite.experiments[:1]
+    suite.experiments[0].arms = suite.experiments[0].arms[:2]
+    run_suite(suite, tmp_path / "results" / "demo", seeds=1, extra=TINY, log=lambda *_: None)
+    summary = results_summary(tmp_path / "results")
+    assert suite.title in summary and "| softmax | " in summary and "report.md" in summary
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n{README_START}\nold\n{README_END}\nafter\n")
+    update_readme(readme, summary)
+    text = readme.read_text()
+    assert "old" not in text and summary in text and text.endswith(f"{README_END}\nafter\n")

@@ -9,10 +9,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import shutil
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
+
+import torch
 
 from ..config import load_config
 from ..evaluate import perplexity, perplexity_by_length, split_loss, task_accuracy
@@ -83,6 +87,8 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int = 3, quick: bool = F
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.json"
     results = json.loads(results_path.read_text()) if results_path.exists() else {"suite": suite.name, "runs": {}}
+    results["meta"] = {"seeds": seeds, "cpu": _cpu_name(), "threads": torch.get_num_threads(),
+                       "torch": torch.__version__, "scale": scale, "quick": quick}
     for experiment in suite.experiments:
         for arm in experiment.arms:
             for seed in range(seeds):
@@ -109,9 +115,17 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int = 3, quick: bool = F
                 record = {"seconds": time.perf_counter() - start, "params": params, **measure(experiment, run_dir),
                           "run": run_dir.name, "config": fingerprint}
                 results["runs"][key] = record
+                results["meta"]["finished"] = datetime.now().isoformat(timespec="minutes")
                 _write_json(results_path, results)
                 log("    " + ", ".join(f"{k} {v:.4g}" for k, v in record.items() if isinstance(v, float | int)))
     return results
+
+
+def _cpu_name() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+             if line.startswith("model name")] if cpuinfo.exists() else []
+    return f"{os.cpu_count()} cores of {names[0] if names else platform.processor() or platform.machine()}"
 
 
 def _fingerprint(cfg) -> str:

@@ -114,7 +114,7 @@ def _readout_real(u: torch.Tensor, readout: str) -> torch.Tensor:
 
 
 def _conjugate_real(y: torch.Tensor) -> torch.Tensor:
-    """[Re ; -Im]: then Re(beta . x) for complex beta, x is the real dot product of conj-stacked beta and [Re x ; Im x]."""
+    """[Re ; -Im], so that Re(beta . x) for complex beta, x is the real dot product of the result with [Re x ; Im x]."""
     re, im = y.chunk(2, -1)
     return torch.cat([re, -im], -1)
 
