@@ -75,6 +75,31 @@ def test_banded_inference_runs_far_beyond_the_window_with_distance_couplings():
     assert torch.isfinite(y).all() and mixer.J.grad.abs().sum() > 0
 
 
+@pytest.mark.parametrize("inference", ["banded", "mean-field"])
+def test_past_the_window_distance_couplings_slide_it(inference):
+    """Each query sees its last `window` keys, exactly as if the sequence began there (RoPE is relative)."""
+    mixer = make(couplings="distance", inference=inference, band=3, window=5, j_init_std=0.3)
+    x = torch.randn(2, 11, D_MODEL, dtype=torch.float64)
+    w = attention_weights(mixer, x)
+    assert (w[..., 6:, :2] == 0).all() and (w[..., 10, 6:] > 0).all()
+    y, _ = mixer(x)
+    for t in (4, 7, 10):
+        alone, _ = mixer(x[:, t - 4 : t + 1])
+        torch.testing.assert_close(y[:, t], alone[:, -1], rtol=0, atol=1e-10)
+
+
+def test_banded_inference_is_linear_in_the_length(monkeypatch):
+    """The work per query is one chain of `window` spins: a 4x longer input makes 4x the chains."""
+    from attnlab.ops import ising
+
+    chains, real = [], ising.banded_log_marginals
+    monkeypatch.setattr(ising, "banded_log_marginals", lambda h, Jb: chains.append(tuple(h.shape)) or real(h, Jb))
+    mixer = make(couplings="distance", inference="banded", band=2, window=4)
+    for T in (16, 64):
+        mixer(torch.randn(1, T, D_MODEL, dtype=torch.float64))
+    assert chains == [(N_HEADS * 16, 4), (N_HEADS * 64, 4)]
+
+
 def test_position_couplings_refuse_contexts_beyond_the_window():
     mixer = make(window=4)
     with pytest.raises(UserError, match="window=4 sees at most 4 positions, but this call reaches 6"):

@@ -22,6 +22,9 @@ CASES = [(name, {}) for name in list_mixers()] + [
     ("boltzmann", {"mode": "h+J+K", "j_init_std": 0.3}),
     ("boltzmann", {"inference": "banded", "couplings": "distance", "band": 3, "j_init_std": 0.3}),
     ("boltzmann", {"inference": "mean-field", "j_init_std": 0.3}),
+    # windows shorter than the 12-token inputs: sliding windows
+    ("boltzmann", {"inference": "banded", "couplings": "distance", "band": 3, "window": 6, "j_init_std": 0.3}),
+    ("boltzmann", {"inference": "mean-field", "couplings": "distance", "window": 5, "j_init_std": 0.3}),
     ("boltzmann", {"inference": "dqa", "window": 12, "dqa_shots": 0, "dqa_steps": 20, "j_init_std": 0.3}),
     ("ccq-gdn", {"ccq_decay": True}),
     ("interdomain", {"form": "fft", "readout": "hermitian", "modes": 8}),

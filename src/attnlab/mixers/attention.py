@@ -42,6 +42,12 @@ def causal_mask(n_queries: int, n_keys: int, device) -> torch.Tensor:
     return full.tril(diagonal=n_keys - n_queries)
 
 
+def window_mask(n_queries: int, n_keys: int, window: int, device) -> torch.Tensor:
+    """causal_mask restricted to each query's last `window` keys (itself included)."""
+    full = torch.ones(n_queries, n_keys, dtype=torch.bool, device=device)
+    return full.tril(diagonal=n_keys - n_queries) & ~full.tril(diagonal=n_keys - n_queries - window)
+
+
 class AttentionMixer(Mixer):
     """q, k, v projections split into heads, RoPE on q and k, a KV cache, and an output projection.
 

@@ -18,7 +18,7 @@ from torch.utils.checkpoint import checkpoint
 from ..errors import ConfigError, UserError, unknown_name
 from ..nn import set_optim
 from ..ops import annealing, ising
-from .attention import AttentionConfig, AttentionMixer, causal_mask
+from .attention import AttentionConfig, AttentionMixer, window_mask
 from .registry import register_mixer
 
 # which terms of the energy each mode keeps: (fields h, pair couplings J, three-body couplings K)
@@ -35,7 +35,10 @@ class BoltzmannConfig(AttentionConfig):
     mode: str = "h+J"
     inference: str = "exact"  # exact | banded | mean-field | dqa
     window: int = 16  # the most positions a query sees; position couplings are a window x window matrix
-    couplings: str = "position"  # position: J_jk per pair of window positions (the paper) | distance: J by k - j
+    # position: J_jk per pair of window positions (the paper) | distance: J by k - j, which also lets
+    # banded and mean-field inference run past the window as a sliding window (each query sees its last
+    # `window` keys)
+    couplings: str = "position"
     band: int = 8  # banded inference: couplings reach at most this far (others are dropped)
     j_init_std: float = 0.0  # J = 0 at start is h-only attention, and J still gets gradients
     j_lr: float = 3e-5  # the paper's separate learning rate for couplings (LM; 1e-4 for brackets)
@@ -113,30 +116,35 @@ class BoltzmannAttention(AttentionMixer):
         index = torch.where((offset >= 1) & (offset <= reach), offset, 0).to(self.J.device)
         return table[:, index]
 
+    def sliding(self) -> bool:
+        """Whether contexts past the window are allowed (each query then sees its last `window` keys)."""
+        cfg = self.cfg
+        return cfg.couplings == "distance" and not cfg.bias_field and cfg.inference in ("banded", "mean-field")
+
     def attend(self, q, k, v):
         B, H, Tq, D = q.shape
         S = k.shape[-2]
-        if S > self.cfg.window and (self.cfg.couplings == "position" or self.cfg.bias_field):
+        if S > self.cfg.window and not self.sliding():
             raise UserError(
                 f"Boltzmann attention with window={self.cfg.window} sees at most {self.cfg.window} positions, "
                 f"but this call reaches {S}; raise window, or use couplings=distance (without bias_field) "
-                "with inference=banded or mean-field for longer contexts"
+                "with inference=banded or mean-field, which slide the window over longer contexts"
             )
         h = q @ k.transpose(-1, -2) / math.sqrt(D) if self.uses_h else q.new_zeros(B, H, Tq, S)
         if self.bias is not None:
             h = h + self.bias[:, None, :S]
-        visible = causal_mask(Tq, S, q.device)
+        visible = window_mask(Tq, S, self.cfg.window, q.device)
         log_weights = self.log_weights(h, visible)
         return torch.softmax(log_weights.masked_fill(~visible, float("-inf")), dim=-1) @ v
 
     def log_weights(self, h: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
         """log alpha [B, H, Tq, S] (up to a per-query constant) for the visible keys."""
         S = h.shape[-1]
-        J = self.coupling_matrix(S)
+        inference = self.cfg.inference
+        J = self.coupling_matrix(min(S, self.cfg.window) if inference == "banded" else S)  # banded: one chain
         K = None if self.K is None else self.K[:, :S, :S, :S]
         if J is None and K is None:  # independent spins: alpha = sigmoid(2h), whatever the inference
             return torch.nn.functional.logsigmoid(2 * h)
-        inference = self.cfg.inference
         if inference == "exact":
             return ising.causal_log_weights(h, J, K, int(self.cfg.memory_budget_gib * 2**30))
         h = h * visible  # absent spins: no field ...
@@ -149,29 +157,32 @@ class BoltzmannAttention(AttentionMixer):
         return self.dqa_log_weights(h, J, K, visible)
 
     def banded_log_weights(self, h, J, visible):
-        """Exact marginals when couplings reach at most `band` positions, O(S 2^band) per query. Queries
-        are processed in groups that fit the memory budget, each group only as far as it can see, and
-        each group's messages are recomputed in the backward pass instead of kept (so memory stays
-        within the budget however long the sequence)."""
+        """Exact marginals when couplings reach at most `band` positions: a chain over each query's
+        visible keys (at most `window` of them), O(window 2^band) per query and so linear in the length.
+        Queries are processed in groups that fit the memory budget, and each group's messages are
+        recomputed in the backward pass instead of kept."""
         B, H, Tq, S = h.shape
-        w = self.cfg.band
-        band = ising.band_couplings(J, w)  # [H, S, w]
-        bytes_per_query = S * 2**w * h.element_size() * 8  # messages both ways and what autograd keeps
+        n, w = min(S, self.cfg.window), self.cfg.band
+        position = torch.arange(S - Tq, S, device=h.device)  # of each query among the keys
+        index = (position - n + 1).clamp_min(0)[:, None] + torch.arange(n, device=h.device)  # [Tq, n]
+        present = index <= position[:, None]  # the chain's spins; absent ones (a suffix) are free
+        index = index.clamp_max(S - 1)
+        band = ising.band_couplings(J, w)  # [H, n, w]: distance couplings are the same for every chain
+        bytes_per_query = n * 2**w * h.element_size() * 8  # messages both ways and what autograd keeps
         group = max(1, int(self.cfg.memory_budget_gib * 2**30) // (bytes_per_query * B * H))
-        rows = []
+        log_weights = torch.zeros_like(h)
         for r0 in range(0, Tq, group):
-            r1 = min(Tq, r0 + group)
-            n = S - Tq + r1  # the furthest key this group sees, plus one
-            seen = visible[r0:r1, :n]  # [g, n]
-            Jb = band[None, :, None, :n] * seen[None, None, :, :, None]  # absent spins: no couplings
-            fields = h[:, :, r0:r1, :n]
-            couplings = Jb.expand(B, H, -1, -1, -1).flatten(0, 2)
+            rows = slice(r0, min(Tq, r0 + group))
+            chain = index[rows].expand(B, H, -1, -1)
+            fields = h[:, :, rows].gather(-1, chain) * present[rows]
+            couplings = (band[None, :, None] * present[rows, :, None]).expand(B, H, -1, -1, -1).flatten(0, 2)
             if torch.is_grad_enabled():
                 log_alpha = checkpoint(ising.banded_log_marginals, fields.flatten(0, 2), couplings, use_reentrant=False)
             else:
                 log_alpha = ising.banded_log_marginals(fields.flatten(0, 2), couplings)
-            rows.append(torch.nn.functional.pad(log_alpha.view_as(fields), (0, S - n)))
-        return torch.cat(rows, dim=2)
+            # absent spins were clamped onto a key the query cannot see; attend() masks it
+            log_weights[:, :, rows] = log_weights[:, :, rows].scatter(-1, chain, log_alpha.view_as(fields))
+        return log_weights
 
     def dqa_log_weights(self, h, J, K, visible):
         B, H, Tq, S = h.shape
