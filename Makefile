@@ -24,9 +24,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
-	$(VENV)/bin/attnlab bench
-	$(VENV)/bin/attnlab bench --model demo --mixers all
-	$(VENV)/bin/attnlab bench --ops
+	$(VENV)/bin/attnlab bench --out runs/bench
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests

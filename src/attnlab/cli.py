@@ -161,18 +161,20 @@ def cmd_results(args) -> None:
 
 
 def cmd_bench(args) -> None:
-    from .bench import bench_boltzmann, bench_interdomain, bench_mixers, bench_ops, bench_training_step
+    from . import bench
 
     if args.boltzmann:
-        bench_boltzmann()
+        bench.bench_boltzmann()
     elif args.interdomain:
-        bench_interdomain()
+        bench.bench_interdomain()
     elif args.ops:
-        bench_ops(seq_len=(args.lengths or [4096])[-1], repeats=args.repeats or 3)
+        bench.bench_ops(seq_len=(args.lengths or [4096])[-1], repeats=args.repeats or 3)
     elif args.model:
-        bench_training_step(args.model, args.mixers, repeats=args.repeats or 10)
+        bench.bench_training_step(args.model, args.mixers, repeats=args.repeats or 10)
+    elif args.lengths:
+        bench.bench_mixers(lengths=args.lengths, batch=args.batch, repeats=args.repeats or 3)
     else:
-        bench_mixers(lengths=args.lengths or [256, 1024], batch=args.batch, repeats=args.repeats or 5)
+        bench.run_bench("quick" if args.quick else "default", args.out)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -240,18 +242,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--readme", help="write them between the results markers of this file instead of printing")
     p.set_defaults(func=cmd_results)
 
-    p = sub.add_parser("bench", help="speed of every mixer vs sequence length, or of whole training steps")
-    p.add_argument("--lengths", type=int, nargs="+", help="sequence lengths (default 256 1024; --ops: 4096)")
-    p.add_argument("--batch", type=int, default=2)
-    p.add_argument("--repeats", type=int, help="timed repeats per contender (default 5; --model 10; --ops 3)")
-    p.add_argument("--model", help="preset: time its training step with each of --mixers (and softmax)")
+    p = sub.add_parser("bench", help="every mixer and op form timed side by side, against peers and goals")
+    p.add_argument("--quick", action="store_true", help="the smoke preset (seconds) instead of the default (~10 min)")
+    p.add_argument("--out", default="runs/bench", help="folder for bench.json and the PNG plots")
+    p.add_argument("--lengths", type=int, nargs="+", help="only the mixers alone, at these sequence lengths")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--repeats", type=int, help="timed repeats per contender (default 3; --model 10)")
+    p.add_argument("--model", help="only training steps of this preset with each of --mixers (and softmax)")
     p.add_argument("--mixers", nargs="+", help="mixers for --model, or 'all' (default: the preset's)")
     p.add_argument("--boltzmann", action="store_true",
-                   help="Boltzmann attention: exact enumeration at T=8,12,16 and banded couplings at T=256..4096")
+                   help="only Boltzmann attention: exact enumeration at T=8,12,16 and banded inference at T=256..4096")
     p.add_argument("--interdomain", action="store_true",
-                   help="interdomain chunked vs FFT form at T=1K..16K (time, memory) and decode latency")
+                   help="only interdomain's chunked vs FFT form at T=1K..16K (time, memory) and decode latency")
     p.add_argument("--ops", action="store_true",
-                   help="linear-attention op forms vs their references (T=4096, or the last of --lengths)")
+                   help="only the op forms vs their references and peers (T=4096, or the last of --lengths)")
     p.set_defaults(func=cmd_bench)
     return parser
 

@@ -1,0 +1,149 @@
+"""``attnlab bench``: speed measured side by side in one run, with the goals each result is held to.
+
+`run_bench` runs a preset (`default`, about 10 minutes on 2 cores, or `quick`) through every view:
+the machine's matmul peak; each mixer alone against the sequence length; decode latency against the
+context; op forms against their loop references and flash-linear-attention's pure-PyTorch references;
+training steps of coupled QK against softmax and of our softmax decoder against x-transformers; and
+Boltzmann's banded inference against the length. It prints tables and the goals, and writes bench.json
+and PNG plots.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from datetime import datetime
+from pathlib import Path
+
+import torch
+
+from .forms import bench_boltzmann, bench_interdomain, bench_ops
+from .mixers import bench_decode, bench_mixers, contenders
+from .models import bench_training_step, bench_x_transformers
+from .timing import matmul_peak_gflops
+
+__all__ = ["PRESETS", "bench_boltzmann", "bench_decode", "bench_interdomain", "bench_mixers", "bench_ops",
+           "bench_training_step", "bench_x_transformers", "contenders", "run_bench"]
+
+TINY_MODEL = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "train.batch_size=2", "train.seq_len=32"]
+PRESETS = {
+    "default": {
+        "mixers": {"lengths": [256, 1024, 4096], "repeats": 3},
+        "decode": {"contexts": [1024, 4096, 16384]},
+        "ops": {"seq_len": 4096, "repeats": 2},
+        "training": {"preset": "coupled-qk-char", "repeats": 5, "overrides": []},
+        "x_transformers": {"preset": "demo", "repeats": 5, "overrides": []},
+        "boltzmann": {"exact_lengths": [8, 12, 16], "banded_lengths": [1024, 4096]},
+    },
+    "quick": {
+        "mixers": {"lengths": [16, 32], "repeats": 1, "d_model": 32},
+        "decode": {"contexts": [32, 64], "steps": 2, "prefill_chunk": 32, "d_model": 32},
+        "ops": {"seq_len": 32, "repeats": 1, "heads": 2, "head_dim": 8, "d_model": 16},
+        "training": {"preset": "coupled-qk-char", "repeats": 1, "overrides": TINY_MODEL},
+        "x_transformers": {"preset": "demo", "repeats": 1, "overrides": TINY_MODEL},
+        "boltzmann": {"exact_lengths": [4], "banded_lengths": [32, 64], "exact_batch": 2, "head_dim": 8, "window": 16},
+    },
+}
+CONSTANT_STATE = ["gla", "gdn", "ccq-gla", "ccq-gdn", "s4d", "interdomain"]
+
+
+def goals(results: dict) -> list[dict]:
+    """Each goal: what is measured, its value from this run, the bar and whether it is met."""
+    ratios = results["ops"]["ratios"]
+    decode = {}
+    for row in results["decode"]:
+        decode.setdefault(row["mixer"], []).append(row["decode_ms"])
+    banded = {T: s for key, s in results["boltzmann"].items() if key.startswith("banded") for T in [int(key[9:])]}
+    lengths = sorted(banded)
+    rows = [
+        ("GLA chunkwise vs loop reference, fwd+bwd (x faster)", ratios.get("gla reference / chunk"), ">=", 10),
+        ("GLA chunkwise vs fla naive_recurrent_gla (x faster)", ratios.get("fla naive_recurrent_gla / our gla chunk"),
+         ">=", 3),
+        ("gated delta rule chunkwise vs fla naive_chunk_gated_delta_rule (x faster)",
+         ratios.get("fla naive_chunk_gated_delta_rule / our gdn chunk"), ">=", 1.0),
+        ("CCQ-GLA / GLA mixer fwd+bwd (x)", ratios.get("ccq-gla / gla mixer"), "<=", 1.3),
+        ("CCQ-GDN / GDN mixer fwd+bwd (x)", ratios.get("ccq-gdn / gdn mixer"), "<=", 1.3),
+        ("coupled-qk / softmax training step (x)", results["training"]["coupled-qk"]["x_softmax"], "<=", 1.2),
+        ("our softmax decoder / x-transformers training tokens/s (x)",
+         results["x_transformers"]["ratio"] if results["x_transformers"] else None, ">=", 1.0),
+    ]
+    contexts = results["config"]["decode"]["contexts"]
+    for name in CONSTANT_STATE:
+        series = decode.get(name, [])
+        value = series[-1] / series[0] if len(series) == len(contexts) else None
+        rows.append((f"{name} decode ms/token at {contexts[-1]} / at {contexts[0]} context", value, "<=", 1.1))
+    series = decode.get("softmax", [])
+    rows.append((f"softmax decode ms/token at {contexts[-1]} / at {contexts[0]} context (grows)",
+                 series[-1] / series[0] if len(series) == len(contexts) else None, ">", 1.1))
+    if len(lengths) >= 2:
+        first, last = lengths[0], lengths[-1]
+        rows.append((f"Boltzmann banded fwd+bwd, T={last} / T={first} (linear: {last / first:g})",
+                     banded[last] / banded[first], "<=", 1.125 * last / first))
+    out = []
+    for what, value, op, bar in rows:
+        met = None if value is None else (value >= bar if op == ">=" else value <= bar if op == "<=" else value > bar)
+        out.append({"goal": what, "value": value, "bar": f"{op} {bar:g}", "met": met})
+    return out
+
+
+def run_bench(preset: str = "default", out_dir: str | Path = "runs/bench", log=print) -> dict:
+    settings = PRESETS[preset]
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    peak = matmul_peak_gflops()
+    log(f"matmul peak (fp32, best of 10 products of 1024 x 1024): {peak:.1f} GFLOP/s, "
+        f"{torch.get_num_threads()} threads\n")
+    results = {"config": settings, "preset": preset, "peak_gflops": peak,
+               "machine": {"cpus": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+                           "platform": platform.platform()},
+               "date": datetime.now().isoformat(timespec="minutes")}
+    results["mixers"] = bench_mixers(**settings["mixers"], peak_gflops=peak, log=log)
+    log("")
+    results["decode"] = bench_decode(**settings["decode"], log=log)
+    log("")
+    results["ops"] = bench_ops(**settings["ops"], log=log)
+    log("")
+    training = settings["training"]
+    results["training"] = bench_training_step(training["preset"], ["coupled-qk"], training["repeats"],
+                                              training["overrides"], log=log)
+    log("")
+    results["x_transformers"] = bench_x_transformers(**settings["x_transformers"], log=log)
+    log("")
+    results["boltzmann"] = bench_boltzmann(**settings["boltzmann"], log=log)
+    results["goals"] = goals(results)
+    log("\ngoals (measured in this run):")
+    for goal in results["goals"]:
+        verdict = {True: "met", False: "NOT MET", None: "not measured"}[goal["met"]]
+        value = "–" if goal["value"] is None else f"{goal['value']:.3g}"
+        log(f"  {goal['goal']:<78} {value:>8}  {goal['bar']:<8} {verdict}")
+    (out / "bench.json").write_text(json.dumps(results, indent=1))
+    figures = plot_bench(results, out)
+    log(f"\nwrote {out / 'bench.json'} and {', '.join(str(f) for f in figures)}")
+    return results
+
+
+def plot_bench(results: dict, out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figures = []
+    for name, rows, x, y, xlabel, ylabel in [
+        ("time_vs_length.png", results["mixers"], "seq_len", "fwd_bwd_ms", "sequence length", "forward+backward ms"),
+        ("decode_vs_context.png", results["decode"], "context", "decode_ms", "context length", "ms per decoded token"),
+    ]:
+        fig, ax = plt.subplots(figsize=(7.5, 5))
+        for label, *_ in contenders():
+            points = [(r[x], r[y]) for r in rows if r["mixer"] == label]
+            if points:
+                ax.plot(*zip(*points, strict=True), marker="o", label=label)
+        ax.set(xscale="log", yscale="log", xlabel=xlabel, ylabel=ylabel)
+        ax.legend(fontsize=6, ncol=2)
+        ax.grid(True, which="both", alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        figures.append(out / name)
+    return figures
