@@ -3,6 +3,8 @@ GFLOP/s, activation memory and state size), and decode latency per token against
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
 from ..errors import UserError
@@ -41,16 +43,16 @@ def bench_mixers(lengths=(256, 1024, 4096), batch: int = 1, d_model: int = 256, 
         for label, name, options in contenders():
             mixer = _build(name, options, d_model, n_heads)
             try:
-                activation = saved_bytes(lambda mixer=mixer: mixer(x))
+                activation = saved_bytes(lambda mixer=mixer, x=x: mixer(x))
             except UserError as err:  # e.g. exact Boltzmann inference past its window
                 log(f"{label:<30} {seq_len:>6}  not run: {str(err).split(';')[0]}")
                 continue
 
-            def forward(mixer=mixer):
+            def forward(mixer=mixer, x=x):
                 with torch.no_grad():
                     mixer(x)
 
-            def fwd_bwd(mixer=mixer):
+            def fwd_bwd(mixer=mixer, x=x):
                 mixer(x)[0].sum().backward()
 
             tasks[label, "forward"], tasks[label, "fwd_bwd"] = forward, fwd_bwd
@@ -93,7 +95,8 @@ def bench_decode(contexts=(1024, 4096, 16384), batch: int = 1, d_model: int = 25
                         piece = torch.randn(batch, min(prefill_chunk, context - start), d_model, generator=generator)
                         _, state = mixer(piece, state)
                     token = torch.randn(batch, 1, d_model, generator=generator)
-                    seconds = round_robin({"step": lambda: mixer(token, state)}, steps)["step"]
+                    step = partial(mixer, token, state)
+                    seconds = round_robin({"step": step}, steps)["step"]
             except UserError as err:
                 reason = str(err).split(";")[0]
                 break
