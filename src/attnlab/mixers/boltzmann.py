@@ -145,6 +145,10 @@ class BoltzmannAttention(AttentionMixer):
         K = None if self.K is None else self.K[:, :S, :S, :S]
         if J is None and K is None:  # independent spins: alpha = sigmoid(2h), whatever the inference
             return torch.nn.functional.logsigmoid(2 * h)
+        if not self.uses_h and self.bias is None and K is None:
+            # no field and pair couplings only: E(s) = E(-s), so every marginal is exactly 1/2 (uniform
+            # attention, as the paper's j-only specifies) and no inference is needed
+            return torch.zeros_like(h)
         if inference == "exact":
             return ising.causal_log_weights(h, J, K, int(self.cfg.memory_budget_gib * 2**30))
         h = h * visible  # absent spins: no field ...
