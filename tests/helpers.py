@@ -2,6 +2,8 @@
 
 import torch
 
+from attnlab.mixers import list_mixers
+
 
 def random_linear_inputs(B=2, H=3, T=37, K=8, V=6, seed=0, per_channel_decay=True, decay_scale=1.0):
     """fp64 inputs for the linear-attention ops, each requiring grad (the initial state too)."""
@@ -44,3 +46,25 @@ def step_through(step, *inputs, state):
         o, state = step(*(x[:, :, t] for x in inputs), state)
         outputs.append(o)
     return torch.stack(outputs, dim=2), state
+
+
+# every registered mixer with its defaults, plus non-default options that change the computation
+CASES = [(name, {}) for name in list_mixers()] + [
+    ("coupled-qk", {"integrator": "leapfrog", "steps": 7, "per_head_mlp": True}),
+    ("coupled-differential", {"integrator": "leapfrog", "steps": 2}),
+    ("uncoupled-qk", {"steps": 3}),
+    ("softmax", {"rope": False}),
+    ("boltzmann", {"j_init_std": 0.3}),
+    ("boltzmann", {"mode": "h+J+K", "j_init_std": 0.3}),
+    ("boltzmann", {"inference": "banded", "couplings": "distance", "band": 3, "j_init_std": 0.3}),
+    ("boltzmann", {"inference": "mean-field", "j_init_std": 0.3}),
+    # windows shorter than the 12-token inputs: sliding windows
+    ("boltzmann", {"inference": "banded", "couplings": "distance", "band": 3, "window": 6, "j_init_std": 0.3}),
+    ("boltzmann", {"inference": "mean-field", "couplings": "distance", "window": 5, "j_init_std": 0.3}),
+    ("boltzmann", {"inference": "dqa", "window": 12, "dqa_shots": 0, "dqa_steps": 20, "j_init_std": 0.3}),
+    ("ccq-gdn", {"ccq_decay": True}),
+    ("interdomain", {"form": "fft", "readout": "hermitian", "modes": 8}),
+    ("interdomain", {"input": "single", "gate": True, "chunk_size": 5, "modes": 8}),
+    ("interdomain", {"query": "linear", "rope": False, "modes": 8}),
+]
+CASE_IDS = [name + "".join(f"-{k}={v}" for k, v in options.items()) for name, options in CASES]

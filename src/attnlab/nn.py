@@ -5,6 +5,11 @@ import torch.nn.functional as F
 from torch import nn
 
 
+def at_least_fp32(x: torch.Tensor) -> torch.Tensor:
+    """x in fp32, or wider if it already is (the numerics policy for states, sums and partition functions)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 class SwiGLU(nn.Module):
     """down(silu(gate(x)) * up(x)), the Llama feed-forward block."""
 

@@ -8,30 +8,11 @@ import torch
 
 from attnlab.mixers import build_mixer, list_mixers
 from attnlab.mixers.differential import lambda_init
+from helpers import CASE_IDS, CASES
 
 D_MODEL, N_HEADS = 32, 4
 
 
-# every registered mixer with its defaults, plus non-default options that change the computation
-CASES = [(name, {}) for name in list_mixers()] + [
-    ("coupled-qk", {"integrator": "leapfrog", "steps": 7, "per_head_mlp": True}),
-    ("coupled-differential", {"integrator": "leapfrog", "steps": 2}),
-    ("uncoupled-qk", {"steps": 3}),
-    ("softmax", {"rope": False}),
-    ("boltzmann", {"j_init_std": 0.3}),
-    ("boltzmann", {"mode": "h+J+K", "j_init_std": 0.3}),
-    ("boltzmann", {"inference": "banded", "couplings": "distance", "band": 3, "j_init_std": 0.3}),
-    ("boltzmann", {"inference": "mean-field", "j_init_std": 0.3}),
-    # windows shorter than the 12-token inputs: sliding windows
-    ("boltzmann", {"inference": "banded", "couplings": "distance", "band": 3, "window": 6, "j_init_std": 0.3}),
-    ("boltzmann", {"inference": "mean-field", "couplings": "distance", "window": 5, "j_init_std": 0.3}),
-    ("boltzmann", {"inference": "dqa", "window": 12, "dqa_shots": 0, "dqa_steps": 20, "j_init_std": 0.3}),
-    ("ccq-gdn", {"ccq_decay": True}),
-    ("interdomain", {"form": "fft", "readout": "hermitian", "modes": 8}),
-    ("interdomain", {"input": "single", "gate": True, "chunk_size": 5, "modes": 8}),
-    ("interdomain", {"query": "linear", "rope": False, "modes": 8}),
-]
-CASE_IDS = [name + "".join(f"-{k}={v}" for k, v in options.items()) for name, options in CASES]
 contract = pytest.mark.parametrize("name, options", CASES, ids=CASE_IDS)
 
 

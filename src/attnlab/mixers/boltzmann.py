@@ -16,7 +16,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..errors import ConfigError, UserError, unknown_name
-from ..nn import set_optim
+from ..nn import at_least_fp32, set_optim
 from ..ops import annealing, ising
 from .attention import AttentionConfig, AttentionMixer, window_mask
 from .registry import register_mixer
@@ -130,12 +130,14 @@ class BoltzmannAttention(AttentionMixer):
                 f"but this call reaches {S}; raise window, or use couplings=distance (without bias_field) "
                 "with inference=banded or mean-field, which slide the window over longer contexts"
             )
-        h = q @ k.transpose(-1, -2) / math.sqrt(D) if self.uses_h else q.new_zeros(B, H, Tq, S)
-        if self.bias is not None:
-            h = h + self.bias[:, None, :S]
         visible = window_mask(Tq, S, self.cfg.window, q.device)
-        log_weights = self.log_weights(h, visible)
-        return torch.softmax(log_weights.masked_fill(~visible, float("-inf")), dim=-1) @ v
+        with torch.autocast(q.device.type, enabled=False):  # fields and partition functions in fp32
+            q, k = at_least_fp32(q), at_least_fp32(k)
+            h = q @ k.transpose(-1, -2) / math.sqrt(D) if self.uses_h else q.new_zeros(B, H, Tq, S)
+            if self.bias is not None:
+                h = h + self.bias[:, None, :S]
+            weights = torch.softmax(self.log_weights(h, visible).masked_fill(~visible, float("-inf")), dim=-1)
+        return weights.to(v.dtype) @ v
 
     def log_weights(self, h: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
         """log alpha [B, H, Tq, S] (up to a per-query constant) for the visible keys."""

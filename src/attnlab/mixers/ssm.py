@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError, unknown_name
-from ..nn import Rotary, ShortConv, set_optim
+from ..nn import Rotary, ShortConv, at_least_fp32, set_optim
 from ..ops import interdomain as ops
 from ..ops import s4d
 from .registry import Mixer, MixerConfig, register_mixer
@@ -147,18 +147,19 @@ class InterdomainAttention(Mixer):
             key_half = self.rotary(key_half, state.position)
         if dual:
             key_half = F.normalize(key_half, dim=-1, eps=cfg.norm_eps)  # xi(k)
-        z = torch.cat((self.key_norm(key_half), self.value_norm(value_half)), dim=-1)
-        lam, B_bar, C = self.ssm()
-        if conditioned:
-            xi_q = F.normalize(q, dim=-1, eps=cfg.norm_eps)
-            if cfg.normalize:  # a constant channel whose readout is the denominator
-                z = torch.cat((z, torch.ones_like(z[..., :1])), dim=-1)
-            o, memory = self.read(xi_q, z, lam, B_bar, C, state.memory)
-            if cfg.normalize:
-                o = o[..., :-1] / (o[..., -1:] + cfg.normalize_eps)
-        else:
-            c = torch.einsum("hm,hmn->hn", self.contraction.to(C.dtype), C)  # (C^T w): y = Re(c . X)
-            o, memory = self.contract(z, c, lam, B_bar, state.memory)
+        z = at_least_fp32(torch.cat((self.key_norm(key_half), self.value_norm(value_half)), dim=-1))
+        with torch.autocast(x.device.type, enabled=False):  # the state and its readout stay in fp32
+            lam, B_bar, C = self.ssm()
+            if conditioned:
+                xi_q = F.normalize(at_least_fp32(q), dim=-1, eps=cfg.norm_eps)
+                if cfg.normalize:  # a constant channel whose readout is the denominator
+                    z = torch.cat((z, torch.ones_like(z[..., :1])), dim=-1)
+                o, memory = self.read(xi_q, z, lam, B_bar, C, state.memory)
+                if cfg.normalize:
+                    o = o[..., :-1] / (o[..., -1:] + cfg.normalize_eps)
+            else:
+                c = torch.einsum("hm,hmn->hn", self.contraction.to(C.dtype), C)  # (C^T w): y = Re(c . X)
+                o, memory = self.contract(z, c, lam, B_bar, state.memory)
         y = o.transpose(1, 2).reshape(B, T, -1).to(x.dtype)
         if self.gate_proj is not None:
             y = F.silu(self.gate_proj(x)) * y
