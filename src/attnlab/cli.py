@@ -1,8 +1,9 @@
-"""The ``attnlab`` command: train | eval | generate | list | couplings | demo | reproduce | bench."""
+"""The ``attnlab`` command: train | eval | generate | list | couplings | demo | reproduce | results | bench."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -18,8 +19,9 @@ def cmd_train(args) -> None:
 
     cfg = load_config(args.config, args.overrides)
     summary = train(cfg, resume=args.resume, progress=not args.quiet)
-    print(f"done: val loss {summary['val_loss']:.4f}, perplexity {summary['val_ppl']:.2f}, "
-          f"checkpoints in {summary['run_dir']}")
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, rank 0 speaks for all
+        print(f"done: val loss {summary['val_loss']:.4f}, perplexity {summary['val_ppl']:.2f}, "
+              f"checkpoints in {summary['run_dir']}")
 
 
 def cmd_eval(args) -> None:

@@ -139,6 +139,8 @@ class TrainConfig:
     seed: int = 1337
     precision: str = "fp32"  # fp32 | bf16 (autocast; parameters and states stay fp32)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
+    fsdp: bool = False  # under torchrun: shard the model with FSDP instead of replicating it with DDP
+    compile: bool = False  # torch.compile each block whose mixer compiles (the others are logged and run eagerly)
 
     def validate(self) -> None:
         _positive(self, "train", "steps", "batch_size", "seq_len", "grad_accum", "eval_every",

@@ -11,6 +11,7 @@ EVAL_SEED = 20240531  # every evaluation of a run reads the same windows
 
 
 @torch.no_grad()
+@torch.no_grad()
 def split_loss(model, corpus, split: str, batches: int, batch_size: int, seq_len: int, device,
                autocast=nullcontext) -> float:
     """Mean cross-entropy (nats per token) over `batches` fixed random windows of the split."""

@@ -11,10 +11,11 @@ from functools import partial
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from . import checkpoint
+from . import checkpoint, distributed
 from .config import RunConfig, TrainConfig, from_dict
 from .data import load_data
 from .errors import ConfigError, UserError
@@ -91,46 +92,73 @@ def build_model(cfg: RunConfig, data) -> Decoder:
 
 def train(cfg: RunConfig, resume: str | None = None, progress: bool = True, log=print) -> dict:
     """Train cfg's model; resume='auto' continues from the run's newest intact checkpoint, a path from
-    that checkpoint. Returns a summary (final losses, tokens/s, run folder)."""
+    that checkpoint. Under torchrun every rank calls this; see ``attnlab.distributed``. Returns a summary
+    (final losses, tokens/s, run folder) with the trained model under "model"."""
+    ranks = distributed.setup(cfg.train.device)
+    try:
+        return _train(cfg, resume, progress, log, ranks)
+    finally:
+        distributed.teardown(ranks)
+
+
+def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distributed.Ranks) -> dict:
     t = cfg.train
+    log = log if ranks.main else (lambda *_: None)
     run_dir = Path(cfg.out_dir) / cfg.name
     ckpt = _resume_point(run_dir, resume, log)
     if ckpt is not None:  # the model and data must be the checkpoint's; train settings may change
         saved = from_dict(RunConfig, checkpoint.load_config(ckpt)).validate()
         _check_same_run(saved, cfg, ckpt)
         cfg.model = saved.model
+    micro_batch = t.batch_size // t.grad_accum  # drawn alike on every rank, which trains on its slice
+    if micro_batch % ranks.world:
+        raise ConfigError(f"train.batch_size / train.grad_accum = {micro_batch} must be divisible by the "
+                          f"{ranks.world} ranks; change train.batch_size or the number of processes")
 
-    device = pick_device(t.device)
+    device = ranks.device or pick_device(t.device)
     torch.manual_seed(t.seed)
     corpus = load_data(cfg.data, t.seq_len)
     model = build_model(cfg, corpus).to(device)
-    optimizer = torch.optim.AdamW(param_groups(model, t), lr=t.lr, betas=(t.beta1, t.beta2),
-                                  fused=device.type == "cuda")
+    if ckpt is not None:
+        checkpoint.load_weights(model, ckpt)
+    groups = param_groups(model, t)
+    names = {id(p): n for n, p in model.named_parameters()}
+    trained = distributed.wrap(model, ranks, t.fsdp)
+
+    def new_optimizer(m, g):
+        return torch.optim.AdamW(g, lr=t.lr, betas=(t.beta1, t.beta2), fused=device.type == "cuda")
+
+    def twin():  # a plain copy of the model and optimizer, for checkpoints of a sharded model
+        plain = build_model(cfg, corpus)
+        return plain, new_optimizer(plain, param_groups(plain, t))
+
+    optimizer = new_optimizer(model, distributed.rebind(groups, model, names))
     data_rng = torch.Generator().manual_seed(t.seed)
     start = 0
     if ckpt is not None:
-        checkpoint.load_weights(model, ckpt)
-        optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", map_location=device))
+        distributed.load_optimizer(model, optimizer, torch.load(ckpt / "optimizer.pt", map_location=device),
+                                   ranks, twin)
         state = torch.load(ckpt / "train_state.pt", weights_only=False)
         start = state["step"]
         data_rng.set_state(state["data_rng"])
         torch.set_rng_state(state["torch_rng"])
-        if device.type == "cuda" and state.get("cuda_rng") is not None:
+        if device.type == "cuda" and state.get("cuda_rng") is not None and ranks.world == 1:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         log(f"resuming {run_dir} from {ckpt.name}")
+    where = f"{ranks.world} ranks ({'FSDP' if ranks.sharded else 'DDP'})" if ranks.world > 1 else f"device {device}"
     log(f"{cfg.name}: {model.num_params():,} parameters, mixers {sorted(set(cfg.model.layer_mixers()))}, "
-        f"device {device}; {corpus.describe()}")
+        f"{where}; {corpus.describe()}")
 
-    metrics = MetricsLog(run_dir / "metrics.jsonl", resume_step=start if ckpt is not None else None)
+    metrics = MetricsLog(run_dir / "metrics.jsonl", resume_step=start if ckpt is not None else None) if ranks.main \
+        else None
     autocast = partial(torch.autocast, device.type, dtype=torch.bfloat16) if t.precision == "bf16" else nullcontext
-    micro_batch = t.batch_size // t.grad_accum
     tokens_per_step = t.batch_size * t.seq_len
     evaluate = partial(split_loss, model, corpus, "val", t.eval_batches, micro_batch, t.seq_len, device, autocast)
 
-    summary = {"run_dir": str(run_dir), "params": model.num_params()}
-    model.train()
-    bar = tqdm(range(start, t.steps), initial=start, total=t.steps, disable=not progress, desc=cfg.name,
-               dynamic_ncols=True)
+    summary = {"run_dir": str(run_dir), "params": model.num_params(), "model": model}
+    trained.train()
+    bar = tqdm(range(start, t.steps), initial=start, total=t.steps, disable=not (progress and ranks.main),
+               desc=cfg.name, dynamic_ncols=True)
     clock, window_tokens = time.perf_counter(), 0
     train_start = clock
     for step in bar:
@@ -138,24 +166,26 @@ def train(cfg: RunConfig, resume: str | None = None, progress: bool = True, log=
         for group in optimizer.param_groups:
             group["lr"] = group["peak_lr"] * multiplier
         loss_sum = 0.0
-        for _ in range(t.grad_accum):
-            x, y = corpus.batch("train", micro_batch, t.seq_len, data_rng)
-            with autocast():
-                loss = model.loss(x.to(device), y.to(device))
-            (loss / t.grad_accum).backward()
+        for micro in range(t.grad_accum):
+            x, y = (distributed.my_share(b, ranks) for b in corpus.batch("train", micro_batch, t.seq_len, data_rng))
+            last = micro == t.grad_accum - 1  # DDP averages gradients over the ranks once, at the last one
+            with nullcontext() if last or ranks.sharded or ranks.world == 1 else trained.no_sync():
+                with autocast():
+                    loss = _loss(trained, x.to(device), y.to(device))
+                (loss / t.grad_accum).backward()
             loss_sum += loss.item()
-        loss_value = loss_sum / t.grad_accum
+        loss_value = distributed.mean(loss_sum / t.grad_accum, ranks)
         if not math.isfinite(loss_value):
             raise UserError(f"training diverged: the loss is {loss_value} at step {step + 1}; "
                             f"lower train.lr (now {t.lr}) or check the data")
         if t.grad_clip > 0:
-            nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+            nn.utils.clip_grad_norm_(trained.parameters(), t.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         done = step + 1
         window_tokens += tokens_per_step
 
-        if done % t.log_every == 0 or done == t.steps:
+        if (done % t.log_every == 0 or done == t.steps) and ranks.main:
             now = time.perf_counter()
             tokens_per_s = window_tokens / (now - clock)
             clock, window_tokens = now, 0
@@ -163,10 +193,11 @@ def train(cfg: RunConfig, resume: str | None = None, progress: bool = True, log=
             metrics.write(step=done, loss=loss_value, lr=optimizer.param_groups[0]["lr"], tokens_per_s=tokens_per_s)
             summary.update(train_loss=loss_value, tokens_per_s=tokens_per_s)
         if done % t.eval_every == 0 or done == t.steps:
-            val = evaluate()
-            metrics.write(step=done, val_loss=val, val_ppl=perplexity(val))
+            val = evaluate()  # every rank evaluates the same batches (a sharded model needs them all)
+            if ranks.main:
+                metrics.write(step=done, val_loss=val, val_ppl=perplexity(val))
+                (bar.write if progress else log)(f"step {done}: val loss {val:.4f} (perplexity {perplexity(val):.2f})")
             summary.update(val_loss=val, val_ppl=perplexity(val))
-            (bar.write if progress else log)(f"step {done}: val loss {val:.4f} (perplexity {perplexity(val):.2f})")
         if done % t.ckpt_every == 0 or done == t.steps:
             train_state = {
                 "step": done,
@@ -174,9 +205,11 @@ def train(cfg: RunConfig, resume: str | None = None, progress: bool = True, log=
                 "torch_rng": torch.get_rng_state(),
                 "cuda_rng": torch.cuda.get_rng_state_all() if device.type == "cuda" else None,
             }
-            checkpoint.save_checkpoint(run_dir, done, model, optimizer, train_state, cfg.to_dict(),
-                                       corpus.tokenizer.to_dict())
-            checkpoint.prune_checkpoints(run_dir, t.keep_last)
+            full_model, full_optimizer = distributed.full_state(model, optimizer, ranks, twin)
+            if ranks.main:
+                checkpoint.save_checkpoint(run_dir, done, full_model, full_optimizer, train_state, cfg.to_dict(),
+                                           corpus.tokenizer.to_dict())
+                checkpoint.prune_checkpoints(run_dir, t.keep_last)
     bar.close()
     summary["train_seconds"] = time.perf_counter() - train_start
     summary["steps"] = t.steps
@@ -184,6 +217,12 @@ def train(cfg: RunConfig, resume: str | None = None, progress: bool = True, log=
         summary.update(val_loss=evaluate())
         summary["val_ppl"] = perplexity(summary["val_loss"])
     return summary
+
+
+def _loss(trained: nn.Module, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy through the trained module's forward (DDP and FSDP hook into it)."""
+    logits, _ = trained(tokens)
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
 
 
 def _resume_point(run_dir: Path, resume: str | None, log) -> Path | None:

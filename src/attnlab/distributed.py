@@ -1,0 +1,120 @@
+"""Training on several processes with PyTorch's own engine. `torchrun` sets RANK, WORLD_SIZE and
+LOCAL_RANK; we join the process group (NCCL on CUDA, gloo on CPU), replicate the model with DDP or shard
+it with FSDP (train.fsdp=true), give each rank its slice of every batch, and let rank 0 alone log and
+write checkpoints. Checkpoints always hold the full, unsharded state in the single-process format, so a
+run resumes with any number of ranks that divides its batch."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+
+FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+@dataclass
+class Ranks:
+    rank: int = 0
+    world: int = 1
+    device: torch.device | None = None  # None: a single process picks its own device
+    sharded: bool = False
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def setup(device: str) -> Ranks:
+    """Join the process group when launched by torchrun with more than one process."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return Ranks()
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    cuda = device != "cpu" and torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(local)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if cuda else "gloo")
+    return Ranks(dist.get_rank(), dist.get_world_size(), torch.device("cuda", local) if cuda else torch.device("cpu"))
+
+
+def teardown(ranks: Ranks) -> None:
+    if ranks.world > 1 and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def wrap(model: nn.Module, ranks: Ranks, fsdp: bool) -> nn.Module:
+    """The module to train: the model itself, DDP around it, or the model sharded in place (FSDP2: each
+    block, then the rest)."""
+    if ranks.world == 1:
+        return model
+    if fsdp:
+        from torch.distributed.fsdp import fully_shard
+
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)
+        ranks.sharded = True
+        return model
+    return nn.parallel.DistributedDataParallel(model)
+
+
+def rebind(groups: list[dict], model: nn.Module, names: dict[int, str]) -> list[dict]:
+    """Optimizer groups built before wrapping, pointed at the parameters the wrapped model trains (FSDP
+    replaces them); names maps the old parameters' ids to their names."""
+    current = dict(model.named_parameters())
+    return [{**g, "params": [current[names[id(p)]] for p in g["params"]]} for g in groups]
+
+
+def my_share(batch: torch.Tensor, ranks: Ranks) -> torch.Tensor:
+    """This rank's contiguous slice of a batch that every rank drew alike."""
+    size = batch.shape[0] // ranks.world
+    return batch[ranks.rank * size : (ranks.rank + 1) * size]
+
+
+def mean(value: float, ranks: Ranks) -> float:
+    """The mean of a number over the ranks (the loss of the whole batch)."""
+    if ranks.world == 1:
+        return value
+    total = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(total)
+    return total.item() / ranks.world
+
+
+def full_state(model: nn.Module, optimizer, ranks: Ranks, twin):
+    """(model, optimizer) holding the full state in single-process form, on rank 0 (None elsewhere). Under
+    FSDP every rank must call this: the shards are gathered into twin() = a fresh plain (model, optimizer)."""
+    if not ranks.sharded:
+        return model, optimizer
+    model_state = get_model_state_dict(model, options=FULL)
+    optimizer_state = get_optimizer_state_dict(model, optimizer, options=FULL)
+    if not ranks.main:
+        return None, None
+    plain_model, plain_optimizer = twin()
+    set_model_state_dict(plain_model, model_state, options=StateDictOptions(full_state_dict=True))
+    set_optimizer_state_dict(plain_model, plain_optimizer, optimizer_state,
+                             options=StateDictOptions(full_state_dict=True))
+    return plain_model, plain_optimizer
+
+
+def load_optimizer(model: nn.Module, optimizer, state: dict, ranks: Ranks, twin) -> None:
+    """Load a single-process optimizer state; under FSDP through a plain twin() that reads it first."""
+    if not ranks.sharded:
+        optimizer.load_state_dict(state)
+        return
+    plain_model, plain_optimizer = twin()
+    set_model_state_dict(plain_model, get_model_state_dict(model, options=FULL),
+                         options=StateDictOptions(full_state_dict=True))
+    plain_optimizer.load_state_dict(state)
+    full = get_optimizer_state_dict(plain_model, plain_optimizer, options=StateDictOptions(full_state_dict=True))
+    set_optimizer_state_dict(model, optimizer, full, options=StateDictOptions(full_state_dict=True))

@@ -1,0 +1,64 @@
+"""torchrun with two CPU processes (gloo): the same losses as one process with the same global batch,
+identical replicas, one checkpoint from rank 0, and a single-process resume from it."""
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnlab import checkpoint
+from attnlab.config import load_config
+from attnlab.train import train
+from test_train import losses
+
+WORKER = Path(__file__).with_name("distributed_worker.py")
+
+
+def settings(text_file, tmp_path, name, steps=4, **extra):
+    train_settings = dict(steps=steps, batch_size=4, seq_len=16, warmup_steps=1, eval_every=steps, eval_batches=1,
+                          log_every=1, ckpt_every=4, keep_last=0) | extra
+    return [f"name={name}", f"out_dir={tmp_path / 'runs'}", "data.source=text", f"data.path={text_file}",
+            f"data.cache_dir={tmp_path / 'cache'}", "model.d_model=32", "model.n_layers=2", "model.n_heads=4",
+            *(f"train.{k}={v}" for k, v in train_settings.items())]
+
+
+def torchrun(tmp_path, overrides):
+    with socket.socket() as s:  # a free port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}",
+               str(WORKER), str(tmp_path), *overrides]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env={"OMP_NUM_THREADS": "1",
+                                                                                       **__import__("os").environ})
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("fsdp", [False, True], ids=["ddp", "fsdp"])
+def test_two_processes_train_like_one_with_the_same_global_batch(text_file, tmp_path, fsdp):
+    single = settings(text_file, tmp_path, "single")
+    train(load_config("demo", single), progress=False, log=lambda *_: None)
+    torchrun(tmp_path, [*settings(text_file, tmp_path, "pair"), f"train.fsdp={str(fsdp).lower()}"])
+
+    runs = tmp_path / "runs"
+    assert_same_records(losses(runs / "pair"), losses(runs / "single"))
+    if not fsdp:  # replicas: every rank holds the same weights
+        rank0, rank1 = torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
+        assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
+    assert [step for step, _ in checkpoint.list_checkpoints(runs / "pair")] == [4]
+
+    # resume the two-process run in one process for two more steps: as if it had run in one process
+    for name in ("single", "pair"):
+        more = load_config("demo", settings(text_file, tmp_path, name, steps=6, ckpt_every=6))
+        train(more, resume="auto", progress=False, log=lambda *_: None)
+    assert_same_records(*[[r for r in losses(runs / name) if r[0] > 4] for name in ("pair", "single")])
+
+
+def assert_same_records(records, expected):
+    """(step, loss, val_loss) records equal up to the order of the reductions (None where not logged)."""
+    assert [r[0] for r in records] == [r[0] for r in expected] and len(records) > 0
+    for record, reference in zip(records, expected, strict=True):
+        for value, want in zip(record[1:], reference[1:], strict=True):
+            assert value == want if want is None else value == pytest.approx(want, rel=1e-5)
