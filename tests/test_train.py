@@ -1,4 +1,5 @@
 import json
+import math
 
 import pytest
 import torch
@@ -148,3 +149,39 @@ def test_bf16_autocast_trains(text_file, tmp_path):
     assert all(w.dtype == torch.float32 for w in weights.values())  # parameters stay fp32
     history = [loss for _, loss, _ in losses(tmp_path / "runs" / "run") if loss is not None]
     assert history[-1] < history[0] and summary["val_loss"] < history[0]
+
+
+def poison_gradient_at(monkeypatch, name, steps):
+    """Make the gradient of parameter `name` nan during the given (1-based) training steps."""
+    import attnlab.train as train_module
+
+    build = train_module.build_model
+
+    def build_poisoned(cfg, data):
+        model = build(cfg, data)
+        param, calls = dict(model.named_parameters())[name], []
+
+        def hook(grad):
+            calls.append(1)
+            return grad * float("nan") if len(calls) in steps else grad
+
+        param.register_hook(hook)
+        return model
+
+    monkeypatch.setattr(train_module, "build_model", build_poisoned)
+
+
+def test_a_non_finite_gradient_stops_the_run_naming_step_and_tensor(text_file, tmp_path, monkeypatch):
+    poison_gradient_at(monkeypatch, "blocks.1.mlp.up.weight", steps={8})
+    cfg = tiny_config(text_file, tmp_path, steps=12, ckpt_every=6)
+    with pytest.raises(UserError, match=r"diverged at step 8: the gradient of blocks\.1\.mlp\.up\.weight is not finite"):
+        train(cfg, progress=False, log=lambda *_: None)
+    assert [step for step, _ in checkpoint.list_checkpoints(tmp_path / "runs" / "run")] == [6]  # the last good one
+
+
+def test_non_finite_steps_can_be_skipped_up_to_a_limit(text_file, tmp_path, monkeypatch):
+    poison_gradient_at(monkeypatch, "blocks.0.mlp.up.weight", steps={3, 5})
+    lines = []
+    summary = train(tiny_config(text_file, tmp_path, skip_non_finite=2), progress=False, log=lines.append)
+    assert summary["skipped_steps"] == 2 and math.isfinite(summary["val_loss"])
+    assert sum("step skipped" in line for line in lines) == 2

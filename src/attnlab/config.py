@@ -131,6 +131,7 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.99
     grad_clip: float = 1.0  # 0 disables clipping
+    skip_non_finite: int = 0  # steps with a nan/inf loss or gradient to skip before stopping (0: stop at the first)
     eval_every: int = 250
     eval_batches: int = 20
     log_every: int = 10
@@ -153,7 +154,7 @@ class TrainConfig:
         if self.lr <= 0 or self.min_lr < 0 or self.min_lr > self.lr:
             raise ConfigError(f"need 0 <= train.min_lr <= train.lr and lr > 0 (got lr={self.lr}, "
                               f"min_lr={self.min_lr})")
-        for name in ("warmup_steps", "weight_decay", "grad_clip", "keep_last"):
+        for name in ("warmup_steps", "weight_decay", "grad_clip", "keep_last", "skip_non_finite"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"train.{name}={getattr(self, name)} must be >= 0")
         if self.precision not in ("fp32", "bf16"):

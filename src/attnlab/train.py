@@ -160,7 +160,7 @@ def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distr
     bar = tqdm(range(start, t.steps), initial=start, total=t.steps, disable=not (progress and ranks.main),
                desc=cfg.name, dynamic_ncols=True)
     clock, window_tokens = time.perf_counter(), 0
-    train_start = clock
+    train_start, skipped = clock, 0
     for step in bar:
         multiplier = lr_multiplier(step, t)
         for group in optimizer.param_groups:
@@ -175,14 +175,21 @@ def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distr
                 (loss / t.grad_accum).backward()
             loss_sum += loss.item()
         loss_value = distributed.mean(loss_sum / t.grad_accum, ranks)
-        if not math.isfinite(loss_value):
-            raise UserError(f"training diverged: the loss is {loss_value} at step {step + 1}; "
-                            f"lower train.lr (now {t.lr}) or check the data")
-        if t.grad_clip > 0:
-            nn.utils.clip_grad_norm_(trained.parameters(), t.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        grad_norm = nn.utils.get_total_norm([p.grad for p in trained.parameters() if p.grad is not None])
+        bad = _first_non_finite(loss_value, grad_norm, model)  # before clipping, which would spread a nan
         done = step + 1
+        if bad is None and t.grad_clip > 0:
+            nn.utils.clip_grads_with_norm_(trained.parameters(), t.grad_clip, grad_norm)
+        if bad is not None:
+            if skipped >= t.skip_non_finite:
+                raise UserError(f"training diverged at step {done}: {bad} is not finite (nan or inf); the last "
+                                f"good checkpoint is kept. Lower train.lr (now {t.lr}), check the data, or let "
+                                "train.skip_non_finite=N skip up to N such steps")
+            skipped += 1
+            log(f"step {done}: {bad} is not finite; step skipped ({skipped} of at most {t.skip_non_finite})")
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
         window_tokens += tokens_per_step
 
         if (done % t.log_every == 0 or done == t.steps) and ranks.main:
@@ -216,7 +223,20 @@ def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distr
     if "val_loss" not in summary:  # resumed at the last step: nothing left to train
         summary.update(val_loss=evaluate())
         summary["val_ppl"] = perplexity(summary["val_loss"])
+    summary["skipped_steps"] = skipped
     return summary
+
+
+def _first_non_finite(loss: float, grad_norm: torch.Tensor, model: nn.Module) -> str | None:
+    """What went non-finite first: the loss, else the gradient of the first parameter (in model order)."""
+    if not math.isfinite(loss):
+        return f"the loss ({loss})"
+    if torch.isfinite(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm):  # FSDP: a DTensor
+        return None
+    for name, param in model.named_parameters():
+        if param.grad is not None and not torch.isfinite(param.grad).all():
+            return f"the gradient of {name}"
+    return "the gradient norm"
 
 
 def _loss(trained: nn.Module, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
