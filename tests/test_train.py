@@ -174,7 +174,8 @@ def poison_gradient_at(monkeypatch, name, steps):
 def test_a_non_finite_gradient_stops_the_run_naming_step_and_tensor(text_file, tmp_path, monkeypatch):
     poison_gradient_at(monkeypatch, "blocks.1.mlp.up.weight", steps={8})
     cfg = tiny_config(text_file, tmp_path, steps=12, ckpt_every=6)
-    with pytest.raises(UserError, match=r"diverged at step 8: the gradient of blocks\.1\.mlp\.up\.weight is not finite"):
+    message = r"diverged at step 8: the gradient of blocks\.1\.mlp\.up\.weight is not finite"
+    with pytest.raises(UserError, match=message):
         train(cfg, progress=False, log=lambda *_: None)
     assert [step for step, _ in checkpoint.list_checkpoints(tmp_path / "runs" / "run")] == [6]  # the last good one
 
