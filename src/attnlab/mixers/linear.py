@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError
-from ..nn import ShortConv, set_optim
+from ..nn import ShortConv, at_least_fp32, set_optim
 from ..ops.ccq import CCQStats, ccq_chunk, ccq_step
 from ..ops.delta_rule import delta_rule_chunk, delta_rule_step
 from ..ops.gla import gla_chunk, gla_step
@@ -217,8 +217,9 @@ class GatedDeltaNet(LinearAttention):
         self.dt_bias = set_optim(nn.Parameter(dt + torch.log(-torch.expm1(-dt))), weight_decay=0.0)
 
     def gates(self, x):
-        log_decay = -self.A_log.float().exp() * F.softplus(self.decay_proj(x).float() + self.dt_bias)
-        beta = torch.sigmoid(self.beta_proj(x).float())
+        # gates in fp32 or wider (fp64 stays fp64)
+        log_decay = -at_least_fp32(self.A_log).exp() * F.softplus(at_least_fp32(self.decay_proj(x)) + self.dt_bias)
+        beta = torch.sigmoid(at_least_fp32(self.beta_proj(x)))
         return {"log_decay": log_decay.transpose(1, 2), "beta": beta.transpose(1, 2)}  # [B, H, T]
 
     def read_query(self, q, k, gates, ccq_state):
