@@ -96,6 +96,16 @@ class Decoder(nn.Module):
         logits, _ = self(tokens)
         return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
 
+    def compile_blocks(self, log=print) -> None:
+        """torch.compile each block in place (parameter names unchanged), except those whose mixer
+        declares a compile_exclusion: they stay eager and the reason is logged."""
+        for i, block in enumerate(self.blocks):
+            reason = block.mixer.compile_exclusion
+            if reason:
+                log(f"block {i} ({block.mixer.name}) runs eagerly under train.compile: {reason}")
+            else:
+                block.compile()
+
     def init_states(self, batch: int, device=None, dtype=None) -> list:
         return [block.mixer.init_state(batch, device, dtype) for block in self.blocks]
 

@@ -121,6 +121,8 @@ def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distr
     model = build_model(cfg, corpus).to(device)
     if ckpt is not None:
         checkpoint.load_weights(model, ckpt)
+    if t.compile:
+        model.compile_blocks(log)
     groups = param_groups(model, t)
     names = {id(p): n for n, p in model.named_parameters()}
     trained = distributed.wrap(model, ranks, t.fsdp)

@@ -40,6 +40,7 @@ class Mixer(nn.Module):
 
     config_class: type[MixerConfig] = MixerConfig
     name: str = ""
+    compile_exclusion: str | None = None  # why train.compile=true leaves this mixer's blocks eager, if it does
 
     def __init__(self, cfg: MixerConfig):
         super().__init__()
