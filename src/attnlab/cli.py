@@ -141,6 +141,8 @@ def cmd_reproduce(args) -> None:
     from .experiments.runner import run_suite
     from .experiments.suites import SUITES
 
+    if args.seeds < 1 or args.scale <= 0:
+        raise UserError(f"--seeds {args.seeds} --scale {args.scale}: need at least one seed and a positive scale")
     names = [n for n in SUITES if n != "demo"] if args.suite == "all" else [args.suite]
     for name in names:
         suite = SUITES[name]()

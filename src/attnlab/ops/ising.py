@@ -89,7 +89,7 @@ def causal_log_weights(h, J=None, K=None, memory_budget: int = DEFAULT_MEMORY_BU
     if bytes_per_row > memory_budget:
         raise UserError(
             f"exact Boltzmann inference enumerates 2^{S} configurations per query, {bytes_per_row / 2**30:.1f} GiB "
-            f"for one sequence, above the memory budget of {memory_budget / 2**30:.1f} GiB (memory_budget); "
+            f"for one sequence, above the memory budget of {memory_budget / 2**30:.1f} GiB (memory_budget_gib); "
             "use inference=banded (couplings within a band), mean-field or dqa, or a shorter window"
         )
     piece = max(1, min(B, memory_budget // bytes_per_row))
