@@ -8,8 +8,6 @@ import sys
 import traceback
 from pathlib import Path
 
-import numpy as np
-
 from .errors import UserError
 
 
@@ -45,12 +43,9 @@ def cmd_eval(args) -> None:
         lengths = [int(n) for n in (args.lengths or [t.seq_len, 2 * t.seq_len])]
         data = run.corpus() if run.config.data.source == "niah" else None
         haystack = data.haystacks["val"] if data else _heldout_text(run)
-        cfg = niah.NIAHConfig(kind=args.kind)
-        for length in lengths:
-            rng = np.random.default_rng(niah.TEST_SEED_OFFSET)
-            samples = [niah.make_sample(args.kind, length, depth, rng, haystack, run.tokenizer.encode)
-                       for depth in cfg.depths for _ in range(args.samples)]
-            by_depth = niah.niah_accuracy(run.model, samples, run.device)
+        results = niah.accuracy_by_length(run.model, run.tokenizer.encode, haystack, args.kind, lengths, args.samples,
+                                          niah.NIAHConfig().depths, run.device)
+        for length, by_depth in results.items():
             cells = "  ".join(f"{d:.2f}: {100 * a:5.1f}%" for d, a in by_depth.items())
             print(f"S-NIAH {args.kind} at {length} tokens, accuracy by depth  {cells}")
     else:  # extrapolation

@@ -136,3 +136,15 @@ def niah_accuracy(model, samples: list[Sample], device=None) -> dict[float, floa
         out = model.generate(prompt, len(s.answer), temperature=0)[0, len(s.prompt) :].tolist()
         hits.setdefault(s.depth, []).append(out == s.answer)
     return {depth: sum(v) / len(v) for depth, v in sorted(hits.items())}
+
+
+def accuracy_by_length(model, encode, haystack: str, kind: str, lengths, per_depth: int, depths,
+                       device=None) -> dict[int, dict[float, float]]:
+    """{length: {depth: accuracy}} on fresh prompts of each length (the same test seed for every model)."""
+    result = {}
+    for length in lengths:
+        rng = np.random.default_rng(TEST_SEED_OFFSET)
+        samples = [make_sample(kind, length, depth, rng, haystack, encode)
+                   for depth in depths for _ in range(per_depth)]
+        result[length] = niah_accuracy(model, samples, device)
+    return result

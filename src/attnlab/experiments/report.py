@@ -106,13 +106,14 @@ def _plot(experiment: Experiment, results: dict, keys: list[str], out: Path) -> 
 
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     labels = [arm.label for arm in experiment.arms]
-    if experiment.metric == "extrapolation":
+    if experiment.metric in ("extrapolation", "niah"):
         for label in labels:
             points = [(int(k.split("@")[1]), mean_std(_values(results, experiment, label, k))[0]) for k in keys
                       if _values(results, experiment, label, k)]
             if points:
                 ax.plot(*zip(*points, strict=True), marker="o", label=label)
-        ax.set(xscale="log", xlabel="context length (tokens)", ylabel="perplexity")
+        ylabel = "perplexity" if experiment.metric == "extrapolation" else "S-NIAH exact match"
+        ax.set(xscale="log", xlabel="context length (tokens)", ylabel=ylabel)
         ax.legend(fontsize=8)
     else:
         stats = [mean_std([v for v in _values(results, experiment, label, keys[0]) if v is not None] or [float("nan")])

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from ..config import load_config
+from ..data import niah
 from ..evaluate import perplexity, perplexity_by_length, split_loss, task_accuracy
 from ..inference import load_run
 from ..train import train
@@ -35,7 +36,7 @@ class Arm:
 class Experiment:
     name: str
     title: str
-    metric: str  # val_ppl | accuracy | extrapolation | tokens_to_loss
+    metric: str  # val_ppl | accuracy | niah | extrapolation | tokens_to_loss
     arms: list[Arm]
     baseline: str  # label of the arm the others are compared with
     paper: dict[str, str] = field(default_factory=dict)  # the paper's own numbers, by arm label
@@ -58,6 +59,12 @@ def measure(experiment: Experiment, run_dir: Path) -> dict:
     t = run.config.train
     if experiment.metric == "accuracy":
         return task_accuracy(run.model, run.corpus(), run.device)
+    if experiment.metric == "niah":  # exact match at multiples of the training length, averaged over depths
+        data, lengths = run.corpus(), [int(t.seq_len * f) for f in experiment.lengths]
+        cfg = run.config.data.niah
+        by_length = niah.accuracy_by_length(run.model, run.tokenizer.encode, data.haystacks["val"], cfg.kind,
+                                            lengths, cfg.test_per_depth, cfg.depths, run.device)
+        return {f"niah@{length}": sum(d.values()) / len(d) for length, d in by_length.items()}
     if experiment.metric == "tokens_to_loss":
         log = run_dir / "metrics.jsonl"
         return {f"tokens to {target}": tokens_to_loss(log, target, t) for target in experiment.target_losses}

@@ -90,22 +90,24 @@ def coupled_qk() -> Suite:
 
 def ccq() -> Suite:
     pairs = [("gla", "ccq-gla"), ("gdn", "ccq-gdn")]
+    small = ["model.d_model=64", "model.n_layers=2", "model.n_heads=2"]
 
     def arms(preset, *overrides):
         return [Arm(mixer, preset, [f"model.mixer={mixer}", *overrides]) for pair in pairs for mixer in pair]
 
     mqar = Experiment(
         "mqar",
-        "MQAR accuracy, 128 tokens, 8 pairs",
+        "MQAR accuracy, 64 tokens, 4 pairs",
         "accuracy",
-        arms("mqar", "train.seq_len=128", "data.mqar.pairs=8", "data.mqar.test_pairs=[4,8,16]", "train.steps=3000"),
+        arms("mqar", "train.steps=800"),
         baseline="gla",
     )
     niah = Experiment(
         "niah",
-        "S-NIAH pass-key, trained at 256 tokens",
-        "accuracy",
-        arms("demo", "data.source=niah", "train.seq_len=256", "train.steps=1500", "train.batch_size=16"),
+        "S-NIAH pass-key, trained at 128 tokens: exact match at 1x and 2x the training length",
+        "niah",
+        arms("demo", *small, "data.source=niah", "train.seq_len=128", "train.steps=400", "train.batch_size=16",
+             "train.eval_every=400", "train.ckpt_every=400", "data.niah.test_per_depth=10"),
         baseline="gla",
         paper={
             "gla": "1.3B: 100 / 86.4 / 47.8 (1K/2K/4K)",
@@ -113,12 +115,13 @@ def ccq() -> Suite:
             "gdn": "1.3B: 100 / 99.8 / 100",
             "ccq-gdn": "1.3B: 100 / 99.8 / 100",
         },
+        lengths=[1, 2],
     )
     extrapolation = Experiment(
         "extrapolation",
         "Perplexity against context length (trained at 128)",
         "extrapolation",
-        arms("demo", "train.steps=800"),
+        arms("demo", "train.steps=300", "train.eval_every=300", "train.ckpt_every=300"),
         baseline="gla",
         paper={
             "ccq-gla": "each CCQ model beats its backbone by 1–2.5 PPL at 5x",
