@@ -11,7 +11,7 @@ def test_quick_preset_writes_every_view_the_goals_json_and_plots(tmp_path):
     saved = json.loads((tmp_path / "bench.json").read_text())
     assert saved["goals"] == results["goals"] and len(results["goals"]) >= 14
     assert all(g["value"] is not None and g["met"] in (True, False) for g in results["goals"])
-    assert {r["mixer"] for r in results["mixers"]} >= {"softmax", "gla", "interdomain", "boltzmann (banded, window 64)"}
+    assert {r["mixer"] for r in results["mixers"]} >= {"softmax", "gla", "interdomain", "boltzmann (banded 4, window 64)"}
     assert results["peak_gflops"] > 0 and all(r["gflops"] > 0 and r["activation_mib"] > 0 for r in results["mixers"])
     for name in ("time_vs_length.png", "decode_vs_context.png"):
         assert (tmp_path / name).stat().st_size > 5000
@@ -22,7 +22,7 @@ def test_mixers_that_cannot_run_at_a_length_are_reported_not_fatal():
     lines = []
     rows = bench_mixers(lengths=[20], d_model=32, n_heads=4, repeats=1, log=lines.append)
     measured = {r["mixer"] for r in rows}
-    assert "boltzmann" not in measured and {"softmax", "boltzmann (banded, window 64)"} <= measured
+    assert "boltzmann" not in measured and {"softmax", "boltzmann (banded 4, window 64)"} <= measured
     refusal = "not run: Boltzmann attention with window=16"
     assert any(line.startswith("boltzmann ") and refusal in line for line in lines)
     assert measured | {"boltzmann"} == {label for label, *_ in contenders()}

@@ -127,14 +127,14 @@ def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distr
     names = {id(p): n for n, p in model.named_parameters()}
     trained = distributed.wrap(model, ranks, t.fsdp)
 
-    def new_optimizer(m, g):
-        return torch.optim.AdamW(g, lr=t.lr, betas=(t.beta1, t.beta2), fused=device.type == "cuda")
+    def new_optimizer(groups):
+        return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), fused=device.type == "cuda")
 
     def twin():  # a plain copy of the model and optimizer, for checkpoints of a sharded model
         plain = build_model(cfg, corpus)
-        return plain, new_optimizer(plain, param_groups(plain, t))
+        return plain, new_optimizer(param_groups(plain, t))
 
-    optimizer = new_optimizer(model, distributed.rebind(groups, model, names))
+    optimizer = new_optimizer(distributed.rebind(groups, model, names))
     data_rng = torch.Generator().manual_seed(t.seed)
     start = 0
     if ckpt is not None:
@@ -151,8 +151,9 @@ def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distr
     log(f"{cfg.name}: {model.num_params():,} parameters, mixers {sorted(set(cfg.model.layer_mixers()))}, "
         f"{where}; {corpus.describe()}")
 
-    metrics = MetricsLog(run_dir / "metrics.jsonl", resume_step=start if ckpt is not None else None) if ranks.main \
-        else None
+    metrics = None  # rank 0 alone writes the log
+    if ranks.main:
+        metrics = MetricsLog(run_dir / "metrics.jsonl", resume_step=start if ckpt is not None else None)
     autocast = partial(torch.autocast, device.type, dtype=torch.bfloat16) if t.precision == "bf16" else nullcontext
     tokens_per_step = t.batch_size * t.seq_len
     evaluate = partial(split_loss, model, corpus, "val", t.eval_batches, micro_batch, t.seq_len, device, autocast)

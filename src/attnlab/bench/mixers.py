@@ -12,8 +12,8 @@ from ..mixers import build_mixer, list_mixers
 from .timing import count_flops, round_robin, saved_bytes
 
 # a Boltzmann variant that runs at any length: banded inference over a sliding window of distance couplings
-SLIDING_BOLTZMANN = ("boltzmann (banded, window 64)", "boltzmann",
-                     {"inference": "banded", "couplings": "distance", "window": 64, "band": 8})
+SLIDING_BOLTZMANN = ("boltzmann (banded 4, window 64)", "boltzmann",
+                     {"inference": "banded", "couplings": "distance", "window": 64, "band": 4})
 
 
 def contenders() -> list[tuple[str, str, dict]]:
