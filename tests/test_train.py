@@ -88,6 +88,10 @@ def test_keep_last_prunes_old_checkpoints(text_file, tmp_path):
     train(tiny_config(text_file, tmp_path, steps=12, ckpt_every=3, keep_last=2), progress=False,
           log=lambda *_: None)
     assert [s for s, _ in checkpoint.list_checkpoints(tmp_path / "runs" / "run")] == [9, 12]
+    run_dir = tmp_path / "runs" / "run"
+    (run_dir / "step-00000012" / "manifest.json").unlink()  # the newest is damaged: 9 is the only good one
+    checkpoint.prune_checkpoints(run_dir, keep_last=1)
+    assert [s for s, _ in checkpoint.list_checkpoints(run_dir)] == [9, 12]  # kept, and the damaged one left
 
 
 def test_existing_run_needs_resume_or_new_name(text_file, tmp_path):
