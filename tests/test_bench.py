@@ -11,7 +11,8 @@ def test_quick_preset_writes_every_view_the_goals_json_and_plots(tmp_path):
     saved = json.loads((tmp_path / "bench.json").read_text())
     assert saved["goals"] == results["goals"] and len(results["goals"]) >= 14
     assert all(g["value"] is not None and g["met"] in (True, False) for g in results["goals"])
-    assert {r["mixer"] for r in results["mixers"]} >= {"softmax", "gla", "interdomain", "boltzmann (banded 4, window 64)"}
+    measured = {r["mixer"] for r in results["mixers"]}
+    assert measured >= {"softmax", "gla", "interdomain", "boltzmann (banded 4, window 64)"}
     assert results["peak_gflops"] > 0 and all(r["gflops"] > 0 and r["activation_mib"] > 0 for r in results["mixers"])
     for name in ("time_vs_length.png", "decode_vs_context.png"):
         assert (tmp_path / name).stat().st_size > 5000

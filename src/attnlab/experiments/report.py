@@ -106,14 +106,18 @@ def _plot(experiment: Experiment, results: dict, keys: list[str], out: Path) -> 
 
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     labels = [arm.label for arm in experiment.arms]
-    if experiment.metric in ("extrapolation", "niah"):
+    if experiment.metric in ("extrapolation", "niah", "couplings"):  # a curve over the number after "@"
         for label in labels:
             points = [(int(k.split("@")[1]), mean_std(_values(results, experiment, label, k))[0]) for k in keys
                       if _values(results, experiment, label, k)]
             if points:
                 ax.plot(*zip(*points, strict=True), marker="o", label=label)
-        ylabel = "perplexity" if experiment.metric == "extrapolation" else "S-NIAH exact match"
-        ax.set(xscale="log", xlabel="context length (tokens)", ylabel=ylabel)
+        if experiment.metric == "couplings":
+            ax.axhline(0, color="gray", lw=0.8)
+            ax.set(xlabel="distance |j - k|", ylabel="mean J")
+        else:
+            ylabel = "perplexity" if experiment.metric == "extrapolation" else "S-NIAH exact match"
+            ax.set(xscale="log", xlabel="context length (tokens)", ylabel=ylabel)
         ax.legend(fontsize=8)
     else:
         stats = [mean_std([v for v in _values(results, experiment, label, keys[0]) if v is not None] or [float("nan")])

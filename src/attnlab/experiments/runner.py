@@ -22,6 +22,7 @@ from ..config import load_config
 from ..data import niah
 from ..evaluate import perplexity, perplexity_by_length, split_loss, task_accuracy
 from ..inference import load_run
+from ..plots import coupling_profile
 from ..train import train
 
 
@@ -36,7 +37,7 @@ class Arm:
 class Experiment:
     name: str
     title: str
-    metric: str  # val_ppl | accuracy | niah | extrapolation | tokens_to_loss
+    metric: str  # val_ppl | accuracy | niah | extrapolation | tokens_to_loss | couplings
     arms: list[Arm]
     baseline: str  # label of the arm the others are compared with
     paper: dict[str, str] = field(default_factory=dict)  # the paper's own numbers, by arm label
@@ -65,6 +66,10 @@ def measure(experiment: Experiment, run_dir: Path) -> dict:
         by_length = niah.accuracy_by_length(run.model, run.tokenizer.encode, data.haystacks["val"], cfg.kind,
                                             lengths, cfg.test_per_depth, cfg.depths, run.device)
         return {f"niah@{length}": sum(d.values()) / len(d) for length, d in by_length.items()}
+    if experiment.metric == "couplings":  # mean J by distance, pooled over layers, heads and pairs
+        J = torch.cat([b.mixer.coupling_matrix(b.mixer.cfg.window).detach() for b in run.model.blocks])
+        mean, _ = coupling_profile(J)
+        return {f"J@{d}": value for d, value in enumerate(mean.tolist(), start=1)}
     if experiment.metric == "tokens_to_loss":
         log = run_dir / "metrics.jsonl"
         return {f"tokens to {target}": tokens_to_loss(log, target, t) for target in experiment.target_losses}
