@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import nn
@@ -130,6 +131,8 @@ class BoltzmannAttention(AttentionMixer):
                 f"but this call reaches {S}; raise window, or use couplings=distance (without bias_field) "
                 "with inference=banded or mean-field, which slide the window over longer contexts"
             )
+        if self.cfg.inference == "banded":
+            return self.attend_banded(q, k, v)
         visible = window_mask(Tq, S, self.cfg.window, q.device)
         with torch.autocast(q.device.type, enabled=False):  # fields and partition functions in fp32
             q, k = at_least_fp32(q), at_least_fp32(k)
@@ -143,7 +146,7 @@ class BoltzmannAttention(AttentionMixer):
         """log alpha [B, H, Tq, S] (up to a per-query constant) for the visible keys."""
         S = h.shape[-1]
         inference = self.cfg.inference
-        J = self.coupling_matrix(min(S, self.cfg.window) if inference == "banded" else S)  # banded: one chain
+        J = self.coupling_matrix(S)
         K = None if self.K is None else self.K[:, :S, :S, :S]
         if J is None and K is None:  # independent spins: alpha = sigmoid(2h), whatever the inference
             return torch.nn.functional.logsigmoid(2 * h)
@@ -154,41 +157,49 @@ class BoltzmannAttention(AttentionMixer):
         if inference == "exact":
             return ising.causal_log_weights(h, J, K, int(self.cfg.memory_budget_gib * 2**30))
         h = h * visible  # absent spins: no field ...
-        if inference == "banded":
-            return self.banded_log_weights(h, J, visible)
         if inference == "mean-field":
             phi = ising.mean_field_fields(h, J, K, visible, self.cfg.mean_field_iterations,
                                           self.cfg.mean_field_damping)
             return torch.nn.functional.logsigmoid(2 * phi)
         return self.dqa_log_weights(h, J, K, visible)
 
-    def banded_log_weights(self, h, J, visible):
-        """Exact marginals when couplings reach at most `band` positions: a chain over each query's
-        visible keys (at most `window` of them), O(window 2^band) per query and so linear in the length.
-        Queries are processed in groups that fit the memory budget, and each group's messages are
+    def attend_banded(self, q, k, v):
+        """Banded inference touches only each query's visible keys (at most `window`): their fields, one
+        chain of spins per query, O(window 2^band), and their values, so time and memory are linear in
+        the length. Queries go in groups that fit the memory budget; each group's messages are
         recomputed in the backward pass instead of kept."""
-        B, H, Tq, S = h.shape
+        B, H, Tq, D = q.shape
+        S = k.shape[-2]
         n, w = min(S, self.cfg.window), self.cfg.band
-        position = torch.arange(S - Tq, S, device=h.device)  # of each query among the keys
-        index = (position - n + 1).clamp_min(0)[:, None] + torch.arange(n, device=h.device)  # [Tq, n]
+        position = torch.arange(S - Tq, S, device=q.device)  # of each query among the keys
+        index = (position - n + 1).clamp_min(0)[:, None] + torch.arange(n, device=q.device)  # [Tq, n]
         present = index <= position[:, None]  # the chain's spins; absent ones (a suffix) are free
         index = index.clamp_max(S - 1)
-        band = ising.band_couplings(J, w)  # [H, n, w]: distance couplings are the same for every chain
-        bytes_per_query = n * 2**w * h.element_size() * 8  # messages both ways and what autograd keeps
-        group = max(1, int(self.cfg.memory_budget_gib * 2**30) // (bytes_per_query * B * H))
-        log_weights = torch.zeros_like(h)
-        for r0 in range(0, Tq, group):
-            rows = slice(r0, min(Tq, r0 + group))
-            chain = index[rows].expand(B, H, -1, -1)
-            fields = h[:, :, rows].gather(-1, chain) * present[rows]
-            couplings = (band[None, :, None] * present[rows, :, None]).expand(B, H, -1, -1, -1).flatten(0, 2)
-            if torch.is_grad_enabled():
-                log_alpha = checkpoint(ising.banded_log_marginals, fields.flatten(0, 2), couplings, use_reentrant=False)
+        with torch.autocast(q.device.type, enabled=False):  # fields and partition functions in fp32
+            q, k_seen = at_least_fp32(q), at_least_fp32(k)[:, :, index]  # [B, H, Tq, n, D]
+            h = torch.einsum("bhqd,bhqnd->bhqn", q, k_seen) / math.sqrt(D) if self.uses_h else q.new_zeros(B, H, Tq, n)
+            if self.bias is not None:
+                h = h + self.bias[:, index]
+            J = self.coupling_matrix(n)
+            if J is None:  # independent spins
+                log_alpha = torch.nn.functional.logsigmoid(2 * h)
+            elif not self.uses_h and self.bias is None:  # symmetric: every marginal is 1/2
+                log_alpha = torch.zeros_like(h)
             else:
-                log_alpha = ising.banded_log_marginals(fields.flatten(0, 2), couplings)
-            # absent spins were clamped onto a key the query cannot see; attend() masks it
-            log_weights[:, :, rows] = log_weights[:, :, rows].scatter(-1, chain, log_alpha.view_as(fields))
-        return log_weights
+                band = ising.band_couplings(J, w)  # [H, n, w]: distance couplings are the same for every chain
+                bytes_per_query = n * 2**w * h.element_size() * 8  # messages both ways and what autograd keeps
+                group = max(1, int(self.cfg.memory_budget_gib * 2**30) // (bytes_per_query * B * H))
+                rows = []
+                for r0 in range(0, Tq, group):
+                    r = slice(r0, min(Tq, r0 + group))
+                    fields = h[:, :, r] * present[r]
+                    couplings = (band[None, :, None] * present[r, :, None]).expand(B, H, -1, -1, -1).flatten(0, 2)
+                    marginals = partial(ising.banded_log_marginals, fields.flatten(0, 2), couplings)
+                    log_alpha = checkpoint(marginals, use_reentrant=False) if torch.is_grad_enabled() else marginals()
+                    rows.append(log_alpha.view_as(fields))
+                log_alpha = torch.cat(rows, dim=2)
+            weights = torch.softmax(log_alpha.masked_fill(~present, float("-inf")), dim=-1)
+        return torch.einsum("bhqn,bhqnd->bhqd", weights.to(v.dtype), v[:, :, index])
 
     def dqa_log_weights(self, h, J, K, visible):
         B, H, Tq, S = h.shape
