@@ -30,11 +30,11 @@ TINY_MODEL = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "train.
 PRESETS = {
     "default": {
         "mixers": {"lengths": [256, 1024, 4096], "repeats": 3},
-        "decode": {"contexts": [1024, 4096, 16384]},
+        "decode": {"contexts": [1024, 4096, 16384], "steps": 60},
         "ops": {"seq_len": 4096, "repeats": 2},
         "training": {"preset": "coupled-qk-char", "repeats": 5, "overrides": []},
         "x_transformers": {"preset": "demo", "repeats": 5, "overrides": []},
-        "boltzmann": {"exact_lengths": [8, 12, 16], "banded_lengths": [1024, 4096]},
+        "boltzmann": {"exact_lengths": [8, 12, 16], "banded_lengths": [1024, 4096], "repeats": 3},
     },
     "quick": {
         "mixers": {"lengths": [16, 32], "repeats": 1, "d_model": 32},
