@@ -135,10 +135,10 @@ def plot_bench(results: dict, out: Path) -> list[Path]:
         ("decode_vs_context.png", results["decode"], "context", "decode_ms", "context length", "ms per decoded token"),
     ]:
         fig, ax = plt.subplots(figsize=(7.5, 5))
-        for label, *_ in contenders():
+        for i, (label, *_) in enumerate(contenders()):
             points = [(r[x], r[y]) for r in rows if r["mixer"] == label]
-            if points:
-                ax.plot(*zip(*points, strict=True), marker="o", label=label)
+            if points:  # the colour cycle has 10 colours: line styles tell the next ten apart
+                ax.plot(*zip(*points, strict=True), marker="o", linestyle=("-", "--")[i // 10 % 2], label=label)
         ax.set(xscale="log", yscale="log", xlabel=xlabel, ylabel=ylabel)
         ax.legend(fontsize=6, ncol=2)
         ax.grid(True, which="both", alpha=0.3)
