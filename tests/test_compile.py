@@ -29,3 +29,10 @@ def test_an_excluded_mixer_stays_eager_and_says_why(monkeypatch):
     model.compile_blocks(log=lines.append)
     assert lines == [f"block {i} (softmax) runs eagerly under train.compile: a reason" for i in range(2)]
     assert all(block._compiled_call_impl is None for block in model.blocks)
+
+
+def test_the_mixers_that_do_not_compile_say_why():
+    from attnlab.mixers.registry import mixer_class
+
+    assert mixer_class("boltzmann").compile_exclusion and mixer_class("interdomain").compile_exclusion
+    assert mixer_class("s4d").compile_exclusion is None  # s4d shares the module but compiles

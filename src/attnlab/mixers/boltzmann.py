@@ -89,6 +89,8 @@ class BoltzmannAttention(AttentionMixer):
     """Attention weights from Ising marginals; see the module docstring and ``attnlab.ops.ising``."""
 
     config_class = BoltzmannConfig
+    compile_exclusion = ("its inference loops (enumeration in pieces, chain messages, annealing steps) unroll into "
+                         "graphs that did not finish compiling in 75 s for one small layer on a 2-core CPU")
 
     def __init__(self, cfg: BoltzmannConfig):
         super().__init__(cfg)
