@@ -150,12 +150,9 @@ class BoltzmannAttention(AttentionMixer):
         inference = self.cfg.inference
         J = self.coupling_matrix(S)
         K = None if self.K is None else self.K[:, :S, :S, :S]
-        if J is None and K is None:  # independent spins: alpha = sigmoid(2h), whatever the inference
-            return torch.nn.functional.logsigmoid(2 * h)
-        if not self.uses_h and self.bias is None and K is None:
-            # no field and pair couplings only: E(s) = E(-s), so every marginal is exactly 1/2 (uniform
-            # attention, as the paper's j-only specifies) and no inference is needed
-            return torch.zeros_like(h)
+        closed_form = self.closed_form(h, J, K)
+        if closed_form is not None:
+            return closed_form
         if inference == "exact":
             return ising.causal_log_weights(h, J, K, int(self.cfg.memory_budget_gib * 2**30))
         h = h * visible  # absent spins: no field ...
@@ -164,6 +161,16 @@ class BoltzmannAttention(AttentionMixer):
                                           self.cfg.mean_field_damping)
             return torch.nn.functional.logsigmoid(2 * phi)
         return self.dqa_log_weights(h, J, K, visible)
+
+    def closed_form(self, h, J, K) -> torch.Tensor | None:
+        """log alpha where no inference is needed, else None."""
+        if J is None and K is None:  # independent spins: alpha = sigmoid(2h), whatever the inference
+            return torch.nn.functional.logsigmoid(2 * h)
+        if not self.uses_h and self.bias is None and K is None:
+            # no field and pair couplings only: E(s) = E(-s), so every marginal is exactly 1/2 (uniform
+            # attention, as the paper's j-only specifies)
+            return torch.zeros_like(h)
+        return None
 
     def attend_banded(self, q, k, v):
         """Banded inference touches only each query's visible keys (at most `window`): their fields, one
@@ -183,11 +190,8 @@ class BoltzmannAttention(AttentionMixer):
             if self.bias is not None:
                 h = h + self.bias[:, index]
             J = self.coupling_matrix(n)
-            if J is None:  # independent spins
-                log_alpha = torch.nn.functional.logsigmoid(2 * h)
-            elif not self.uses_h and self.bias is None:  # symmetric: every marginal is 1/2
-                log_alpha = torch.zeros_like(h)
-            else:
+            log_alpha = self.closed_form(h, J, None)
+            if log_alpha is None:
                 band = ising.band_couplings(J, w)  # [H, n, w]: distance couplings are the same for every chain
                 bytes_per_query = n * 2**w * h.element_size() * 8  # messages both ways and what autograd keeps
                 group = max(1, int(self.cfg.memory_budget_gib * 2**30) // (bytes_per_query * B * H))
