@@ -41,6 +41,8 @@ def test_int_is_accepted_for_float_fields():
         (["data.val_fraction=1.5"], "data.val_fraction=1.5 must be between 0 and 1"),
         (["train"], "override 'train' must look like section.field=value"),
         (["modle.d_model=8"], "unknown field 'modle'; did you mean 'model'?"),
+        (["model.positions=64"], "model.positions=64 learned positions cannot cover train.seq_len=128"),
+        (["model.positions=-1"], "model.positions=-1 must be >= 0"),
     ],
 )
 def test_bad_values_get_clear_messages(overrides, message):

@@ -24,9 +24,13 @@ def test_logits_shape_and_token_causality():
     torch.testing.assert_close(model(changed)[0][:, :6], logits[:, :6], rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("layers", [None, ["softmax", "differential", "sigmoid"]])
-def test_incremental_decoding_equals_full_forward(layers):
-    model = tiny(n_layers=3, layers=layers)
+# learned absolute positions instead of RoPE: decoding must pass each token's position on
+ABSOLUTE = dict(positions=12, mixer_options={"softmax": {"rope": False}})
+
+
+@pytest.mark.parametrize("fields", [{}, {"layers": ["softmax", "differential", "sigmoid"]}, ABSOLUTE])
+def test_incremental_decoding_equals_full_forward(fields):
+    model = tiny(n_layers=3, **fields)
     tokens = torch.randint(VOCAB, (2, 12))
     full, _ = model(tokens)
     logits, states = model(tokens[:, :4])
@@ -37,14 +41,26 @@ def test_incremental_decoding_equals_full_forward(layers):
     torch.testing.assert_close(torch.cat(steps, 1), full, rtol=0, atol=1e-5)
 
 
-def test_greedy_generate_matches_argmax_of_full_forward():
-    model = tiny()
+@pytest.mark.parametrize("fields", [{}, ABSOLUTE])
+def test_greedy_generate_matches_argmax_of_full_forward(fields):
+    model = tiny(**fields)
     prompt = torch.randint(VOCAB, (2, 5))
     out = model.generate(prompt, max_new_tokens=6, temperature=0)
     assert out.shape == (2, 11) and torch.equal(out[:, :5], prompt)
     for t in range(5, 11):  # each generated token is the argmax given everything before it
         logits, _ = model(out[:, :t])
         assert torch.equal(out[:, t], logits[:, -1].argmax(-1))
+
+
+def test_learned_positions_move_outputs_and_have_a_limit():
+    model = tiny(**ABSOLUTE)
+    tokens = torch.randint(VOCAB, (1, 4))
+    logits, _ = model(tokens)
+    _, states = model(tokens[:, :3])
+    shifted, _ = model(tokens[:, 3:], states, start=5)  # a wrong position gives a different output
+    assert not torch.allclose(shifted, logits[:, 3:])
+    with pytest.raises(ValueError, match="model.positions"):
+        model(torch.randint(VOCAB, (1, 13)))
 
 
 def test_sampling_respects_top_k_and_seed():

@@ -31,6 +31,9 @@ class ModelConfig:
     ffn_hidden: int | None = None  # SwiGLU width; None: 8/3 * d_model rounded up to a multiple of 32
     ffn: bool = True  # False: blocks without the feed-forward part (attention only)
     output_size: int = 0  # 0: the vocabulary; tasks with a pointer head over positions set it (untied)
+    # learned absolute position embeddings for this many positions, added to the token embeddings
+    # (0: none -- the mixers carry position themselves, e.g. RoPE or a recurrent state)
+    positions: int = 0
     tie_embeddings: bool = True
     dropout: float = 0.0
     norm_eps: float = 1e-6
@@ -61,6 +64,8 @@ class ModelConfig:
                 raise ConfigError(unknown_name("mixer", name, known))
         if self.output_size < 0:
             raise ConfigError(f"model.output_size={self.output_size} must be >= 0 (0: the vocabulary)")
+        if self.positions < 0:
+            raise ConfigError(f"model.positions={self.positions} must be >= 0 (0: no learned position embeddings)")
         if self.ffn_hidden is not None and self.ffn_hidden <= 0:
             raise ConfigError(f"model.ffn_hidden={self.ffn_hidden} must be positive (or null for 8/3*d_model)")
         if not 0.0 <= self.dropout < 1.0:
@@ -177,6 +182,9 @@ class RunConfig:
         self.model.validate()
         self.data.validate()
         self.train.validate()
+        if 0 < self.model.positions < self.train.seq_len:
+            raise ConfigError(f"model.positions={self.model.positions} learned positions cannot cover "
+                              f"train.seq_len={self.train.seq_len}: raise model.positions or lower the length")
         return self
 
     def to_dict(self) -> dict:

@@ -56,6 +56,7 @@ class Decoder(nn.Module):
             raise ConfigError("model.vocab_size must be set (the training entry point takes it from the tokenizer)")
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.position = nn.Embedding(cfg.positions, cfg.d_model) if cfg.positions else None
         self.dropout = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(
             Block(cfg, build_layer_mixer(cfg, name, i)) for i, name in enumerate(cfg.layer_mixers())
@@ -81,9 +82,20 @@ class Decoder(nn.Module):
                 if getattr(module, "bias", None) is not None:
                     nn.init.zeros_(module.bias)
 
-    def forward(self, tokens: torch.Tensor, states: list | None = None):
-        """tokens [B, T] -> (logits [B, T, vocab], per-layer states to continue from)."""
-        x = self.dropout(self.embed(tokens))
+    def forward(self, tokens: torch.Tensor, states: list | None = None, start: int = 0):
+        """tokens [B, T] -> (logits [B, T, vocab], per-layer states to continue from).
+
+        start: the position of tokens[:, 0] in its sequence (the tokens the states have seen); only
+        learned position embeddings need it.
+        """
+        x = self.embed(tokens)
+        if self.position is not None:
+            end = start + tokens.shape[1]
+            if end > self.cfg.positions:
+                raise ValueError(f"positions {start}..{end - 1} are beyond the model's {self.cfg.positions} "
+                                 "learned position embeddings (model.positions)")
+            x = x + self.position(torch.arange(start, end, device=tokens.device))
+        x = self.dropout(x)
         states = states if states is not None else [None] * len(self.blocks)
         new_states = []
         for block, state in zip(self.blocks, states, strict=True):
@@ -148,8 +160,8 @@ class Decoder(nn.Module):
             if context is not None and out.shape[1] - view_start > context:
                 view_start = out.shape[1] - context // 2
                 logits, states = self(out[:, view_start:])
-            else:
-                logits, states = self(token, states)
+            else:  # the token's position counts from the start of the current view
+                logits, states = self(token, states, start=out.shape[1] - 1 - view_start)
         return out
 
 
