@@ -92,8 +92,9 @@ class Decoder(nn.Module):
         if self.position is not None:
             end = start + tokens.shape[1]
             if end > self.cfg.positions:
-                raise ValueError(f"positions {start}..{end - 1} are beyond the model's {self.cfg.positions} "
-                                 "learned position embeddings (model.positions)")
+                raise ConfigError(f"positions {start}..{end - 1} are beyond the model's {self.cfg.positions} "
+                                  "learned position embeddings (model.positions): give it at most "
+                                  f"{self.cfg.positions} tokens per sequence")
             x = x + self.position(torch.arange(start, end, device=tokens.device))
         x = self.dropout(x)
         states = states if states is not None else [None] * len(self.blocks)
