@@ -44,6 +44,8 @@ def test_an_interrupted_suite_resumes_without_rerunning(tmp_path, monkeypatch):
     second = run_suite(suite, tmp_path, seeds=2, extra=TINY, log=calls.append)
     assert all(first["runs"][k] == second["runs"][k] for k in first["runs"])
     assert len(second["runs"]) == 4 and sum("seed 1" in c for c in calls) == 2 and not any("seed 0" in c for c in calls)
+    changed = run_suite(suite, tmp_path, seeds=2, extra=[*TINY, "train.steps=3"], log=lambda *_: None)
+    assert all(changed["runs"][k]["config"] != second["runs"][k]["config"] for k in second["runs"])  # trained again
 
 
 def test_statistics():

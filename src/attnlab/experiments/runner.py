@@ -105,8 +105,6 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int = 3, quick: bool = F
         for arm in experiment.arms:
             for seed in range(seeds):
                 key = f"{experiment.name}/{arm.label}/{seed}"
-                if key in results["runs"]:
-                    continue
                 overrides = [*arm.overrides, *(suite.quick if quick else []), *extra,
                              f"name={experiment.name}-{arm.label}-s{seed}".replace("+", "p"),
                              f"out_dir={out / 'runs'}", f"train.seed={1000 + seed}", "train.keep_last=1"]
@@ -114,6 +112,8 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int = 3, quick: bool = F
                 if scale != 1.0:
                     cfg.train.steps = max(1, round(cfg.train.steps * scale))
                 fingerprint = _fingerprint(cfg)
+                if results["runs"].get(key, {}).get("config") == fingerprint:
+                    continue  # measured by an earlier, interrupted attempt with this very config
                 log(f"[{suite.name}] {experiment.name}: {arm.label}, seed {seed}")
                 start = time.perf_counter()
                 run_dir = _trained_run(results, fingerprint, out)
@@ -124,7 +124,8 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int = 3, quick: bool = F
                 else:  # an arm of another experiment trained this very model: measure it again
                     log(f"    the same model as {run_dir.name}")
                     params = load_run(run_dir).model.num_params()
-                record = {"seconds": time.perf_counter() - start, "params": params, **measure(experiment, run_dir),
+                measured = measure(experiment, run_dir)
+                record = {"seconds": time.perf_counter() - start, "params": params, **measured,
                           "run": run_dir.name, "config": fingerprint}
                 results["runs"][key] = record
                 results["meta"]["finished"] = datetime.now().isoformat(timespec="minutes")

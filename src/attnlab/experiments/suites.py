@@ -268,7 +268,7 @@ def interdomain() -> Suite:
         "mqar",
         "MQAR recall, 64 tokens",
         "accuracy",
-        [Arm(m, "mqar", [f"model.mixer={m}", "train.steps=1000"]) for m in ("interdomain", "s4d", "softmax")],
+        [Arm(m, "mqar", [f"model.mixer={m}", "train.steps=500"]) for m in ("interdomain", "s4d", "softmax")],
         "softmax",
     )
     return Suite(
