@@ -36,7 +36,7 @@ def test_incremental_decoding_equals_full_forward(fields):
     logits, states = model(tokens[:, :4])
     steps = [logits]
     for t in range(4, 12):
-        logits, states = model(tokens[:, t : t + 1], states)
+        logits, states = model(tokens[:, t : t + 1], states, start=t)
         steps.append(logits)
     torch.testing.assert_close(torch.cat(steps, 1), full, rtol=0, atol=1e-5)
 
