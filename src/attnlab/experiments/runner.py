@@ -142,9 +142,26 @@ def _cpu_name() -> str:
 
 
 def _fingerprint(cfg) -> str:
-    """What decides the trained weights: the whole config except the run's name and folder."""
-    settings = {k: v for k, v in cfg.to_dict().items() if k not in ("name", "out_dir")}
+    """What decides the trained weights: the config fields that differ from their defaults, except the
+    run's name and folder. A field added later at its default leaves earlier runs valid (like the
+    code, a changed default is not seen: delete results.json to train everything again)."""
+    settings = _changed(cfg.to_dict(), type(cfg)().to_dict())
+    settings.pop("name", None), settings.pop("out_dir", None)
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _changed(values: dict, defaults: dict) -> dict:
+    """The entries of a nested dict that differ from the defaults."""
+    changed = {}
+    for key, value in values.items():
+        default = defaults.get(key)
+        if isinstance(value, dict) and isinstance(default, dict):
+            value = _changed(value, default)
+            if value:
+                changed[key] = value
+        elif key not in defaults or value != default:
+            changed[key] = value
+    return changed
 
 
 def _trained_run(results: dict, fingerprint: str, out: Path) -> Path | None:
