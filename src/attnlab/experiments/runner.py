@@ -146,7 +146,8 @@ def _fingerprint(cfg) -> str:
     run's name and folder. A field added later at its default leaves earlier runs valid (like the
     code, a changed default is not seen: delete results.json to train everything again)."""
     settings = _changed(cfg.to_dict(), type(cfg)().to_dict())
-    settings.pop("name", None), settings.pop("out_dir", None)
+    for where in ("name", "out_dir"):
+        settings.pop(where, None)
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
