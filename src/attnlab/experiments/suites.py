@@ -121,7 +121,7 @@ def ccq() -> Suite:
         "extrapolation",
         "Perplexity against context length (trained at 128)",
         "extrapolation",
-        arms("demo", "train.steps=300", "train.eval_every=300", "train.ckpt_every=300"),
+        arms("demo", *small, "train.steps=400", "train.eval_every=400", "train.ckpt_every=400"),
         baseline="gla",
         paper={
             "ccq-gla": "each CCQ model beats its backbone by 1–2.5 PPL at 5x",
