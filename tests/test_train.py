@@ -190,3 +190,44 @@ def test_non_finite_steps_can_be_skipped_up_to_a_limit(text_file, tmp_path, monk
     summary = train(tiny_config(text_file, tmp_path, skip_non_finite=2), progress=False, log=lines.append)
     assert summary["skipped_steps"] == 2 and math.isfinite(summary["val_loss"])
     assert sum("step skipped" in line for line in lines) == 2
+
+
+def scripted_validation(monkeypatch, values):
+    """Make the training loop's evaluations return `values` in turn (the loss it would stop on)."""
+    losses = iter(values)
+    monkeypatch.setattr("attnlab.train.split_loss", lambda *args, **kwargs: next(losses))
+
+
+def test_early_stopping_stops_after_patience_evaluations_and_keeps_the_best(text_file, tmp_path, monkeypatch):
+    from attnlab.inference import load_run
+
+    scripted_validation(monkeypatch, [3.0, 2.0, 2.5, 2.1, 9.0, 9.0])
+    cfg = tiny_config(text_file, tmp_path, steps=100, eval_every=2, ckpt_every=50, keep_last=1, patience=2)
+    summary = train(cfg, progress=False, log=lambda *_: None)
+    run_dir = tmp_path / "runs" / "run"
+    # evaluations at steps 2, 4, 6, 8: the best is step 4, and steps 6 and 8 bring nothing lower
+    assert summary["steps"] == 8 and summary["best_step"] == 4 and summary["val_loss"] == 2.0
+    assert json.loads((run_dir / "best.json").read_text()) == {"step": 4, "val_loss": 2.0}
+    assert [p.name for _, p in checkpoint.list_checkpoints(run_dir)] == ["step-00000004", "step-00000008"]
+    assert load_run(run_dir).folder.name == "step-00000004"
+    assert json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1]) == {
+        "step": 8, "stopped": "patience", "best_step": 4}
+    again = train(cfg, resume="auto", progress=False, log=lambda *_: None)  # a stopped run stays stopped
+    assert again["steps"] == 8 and again["best_step"] == 4
+
+
+def test_early_stopping_resumes_with_its_count_of_evaluations(text_file, tmp_path, monkeypatch):
+    scripted_validation(monkeypatch, [3.0, 2.0, 2.5])
+    cfg = tiny_config(text_file, tmp_path, steps=6, eval_every=2, ckpt_every=2, patience=2)
+    train(cfg, progress=False, log=lambda *_: None)  # the cap ends it one evaluation short of stopping
+    scripted_validation(monkeypatch, [2.4, 1.0])
+    cfg.train.steps = 100
+    summary = train(cfg, resume="auto", progress=False, log=lambda *_: None)
+    assert summary["steps"] == 8 and summary["best_step"] == 4  # 2.4 at step 8 is the second without gain
+
+
+def test_without_patience_every_step_trains(text_file, tmp_path, monkeypatch):
+    scripted_validation(monkeypatch, [1.0] + [5.0] * 10)
+    summary = train(tiny_config(text_file, tmp_path, eval_every=2), progress=False, log=lambda *_: None)
+    assert summary["steps"] == 12 and "best_step" not in summary
+    assert not (tmp_path / "runs" / "run" / "best.json").exists()

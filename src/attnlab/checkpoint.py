@@ -23,6 +23,7 @@ from .errors import UserError
 
 STEP_DIR = re.compile(r"^step-(\d{8})$")
 MANIFEST = "manifest.json"
+BEST = "best.json"  # {"step", "val_loss"} of the best checkpoint, written by training with early stopping
 
 
 def step_dir_name(step: int) -> str:
@@ -111,16 +112,36 @@ def latest_checkpoint(run_dir: Path, warn=print) -> Path | None:
 
 
 def prune_checkpoints(run_dir: Path, keep_last: int) -> None:
-    """Delete intact checkpoints beyond the newest keep_last; damaged ones are left for inspection."""
+    """Delete intact checkpoints beyond the newest keep_last, except the best one; damaged ones are left
+    for inspection."""
     if keep_last <= 0:
         return
+    best = best_checkpoint(run_dir)
     intact = [folder for _, folder in list_checkpoints(run_dir) if verify(folder) is None]
     for folder in intact[:-keep_last]:
-        shutil.rmtree(folder)
+        if folder != best:
+            shutil.rmtree(folder)
+
+
+def mark_best(run_dir: Path, step: int, val_loss: float) -> None:
+    """Record the checkpoint of `step` as the run's best (lowest validation loss so far)."""
+    tmp = run_dir / f".{BEST}.tmp"
+    tmp.write_text(json.dumps({"step": step, "val_loss": val_loss}))
+    os.replace(tmp, run_dir / BEST)
+
+
+def best_checkpoint(run_dir: Path) -> Path | None:
+    """The checkpoint marked best by early stopping, if there is one and it is intact."""
+    path = run_dir / BEST
+    if not path.is_file():
+        return None
+    folder = run_dir / step_dir_name(json.loads(path.read_text())["step"])
+    return folder if folder.is_dir() and verify(folder) is None else None
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
-    """A checkpoint folder, or a run folder (its newest intact checkpoint)."""
+    """A checkpoint folder, or a run folder: its best checkpoint if it trained with early stopping
+    (train.patience), else its newest intact one."""
     path = Path(path).expanduser()
     if STEP_DIR.match(path.name):
         problem = verify(path) if path.is_dir() else "it does not exist"
@@ -129,7 +150,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
         return path
     if not path.is_dir():
         raise UserError(f"{path} is neither a run folder nor a checkpoint folder (runs/<name>/step-XXXXXXXX)")
-    found = latest_checkpoint(path)
+    found = best_checkpoint(path) or latest_checkpoint(path)
     if found is None:
         raise UserError(f"{path} holds no intact checkpoint")
     return found

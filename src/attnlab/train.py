@@ -75,6 +75,32 @@ class MetricsLog:
             f.write(json.dumps(record) + "\n")
 
 
+class EarlyStopping:
+    """Tracks the lowest validation loss; with patience > 0, training stops once `patience` evaluations in
+    a row have not lowered it."""
+
+    def __init__(self, patience: int, state: dict | None = None):
+        self.patience = patience
+        self.best_loss, self.best_step, self.since_best = math.inf, 0, 0
+        if state is not None:
+            self.best_loss, self.best_step, self.since_best = state["best_loss"], state["best_step"], state["since_best"]
+
+    def update(self, step: int, loss: float) -> bool:
+        """Record an evaluation; True if it is the best so far."""
+        if loss < self.best_loss:
+            self.best_loss, self.best_step, self.since_best = loss, step, 0
+            return True
+        self.since_best += 1
+        return False
+
+    @property
+    def stop(self) -> bool:
+        return self.patience > 0 and self.since_best >= self.patience
+
+    def state(self) -> dict:
+        return {"best_loss": self.best_loss, "best_step": self.best_step, "since_best": self.since_best}
+
+
 def build_model(cfg: RunConfig, data) -> Decoder:
     """The decoder for cfg.model, its vocabulary (and pointer-head size) taken from the data when unset."""
     vocab_size = data.vocab_size
@@ -136,7 +162,7 @@ def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distr
 
     optimizer = new_optimizer(distributed.rebind(groups, model, names))
     data_rng = torch.Generator().manual_seed(t.seed)
-    start = 0
+    start, stopping = 0, EarlyStopping(t.patience)
     if ckpt is not None:
         distributed.load_optimizer(model, optimizer, torch.load(ckpt / "optimizer.pt", map_location=device),
                                    ranks, twin)
@@ -144,6 +170,7 @@ def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distr
         start = state["step"]
         data_rng.set_state(state["data_rng"])
         torch.set_rng_state(state["torch_rng"])
+        stopping = EarlyStopping(t.patience, state.get("early_stopping"))
         if device.type == "cuda" and state.get("cuda_rng") is not None and ranks.world == 1:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         log(f"resuming {run_dir} from {ckpt.name}")
@@ -160,10 +187,11 @@ def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distr
 
     summary = {"run_dir": str(run_dir), "params": model.num_params(), "model": model}
     trained.train()
-    bar = tqdm(range(start, t.steps), initial=start, total=t.steps, disable=not (progress and ranks.main),
+    last = start if stopping.stop else t.steps  # a run that stopped early stays stopped
+    bar = tqdm(range(start, last), initial=start, total=t.steps, disable=not (progress and ranks.main),
                desc=cfg.name, dynamic_ncols=True)
     clock, window_tokens = time.perf_counter(), 0
-    train_start, skipped = clock, 0
+    train_start, skipped, done = clock, 0, start
     for step in bar:
         multiplier = lr_multiplier(step, t)
         for group in optimizer.param_groups:
@@ -202,27 +230,41 @@ def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distr
             bar.set_postfix(loss=f"{loss_value:.3f}", tok_s=f"{tokens_per_s:,.0f}")
             metrics.write(step=done, loss=loss_value, lr=optimizer.param_groups[0]["lr"], tokens_per_s=tokens_per_s)
             summary.update(train_loss=loss_value, tokens_per_s=tokens_per_s)
+        best = False
         if done % t.eval_every == 0 or done == t.steps:
             val = evaluate()  # every rank evaluates the same batches (a sharded model needs them all)
+            best = stopping.update(done, val) and t.patience > 0
             if ranks.main:
                 metrics.write(step=done, val_loss=val, val_ppl=perplexity(val))
                 (bar.write if progress else log)(f"step {done}: val loss {val:.4f} (perplexity {perplexity(val):.2f})")
             summary.update(val_loss=val, val_ppl=perplexity(val))
-        if done % t.ckpt_every == 0 or done == t.steps:
+        if done % t.ckpt_every == 0 or done == t.steps or best or stopping.stop:
             train_state = {
                 "step": done,
                 "data_rng": data_rng.get_state(),
                 "torch_rng": torch.get_rng_state(),
                 "cuda_rng": torch.cuda.get_rng_state_all() if device.type == "cuda" else None,
+                "early_stopping": stopping.state(),
             }
             full_model, full_optimizer = distributed.full_state(model, optimizer, ranks, twin)
             if ranks.main:
                 checkpoint.save_checkpoint(run_dir, done, full_model, full_optimizer, train_state, cfg.to_dict(),
                                            corpus.tokenizer.to_dict())
+                if best:
+                    checkpoint.mark_best(run_dir, done, val)
                 checkpoint.prune_checkpoints(run_dir, t.keep_last)
+        if stopping.stop:
+            if ranks.main:
+                metrics.write(step=done, stopped="patience", best_step=stopping.best_step)
+            (bar.write if progress else log)(f"step {done}: no lower validation loss in {t.patience} evaluations; "
+                                             f"stopping (the best checkpoint is step {stopping.best_step})")
+            break
     bar.close()
     summary["train_seconds"] = time.perf_counter() - train_start
-    summary["steps"] = t.steps
+    summary["steps"] = done
+    if t.patience > 0 and stopping.best_step > 0:  # the run's result is its best checkpoint, which load_run picks
+        summary.update(best_step=stopping.best_step, val_loss=stopping.best_loss,
+                       val_ppl=perplexity(stopping.best_loss))
     if "val_loss" not in summary:  # resumed at the last step: nothing left to train
         summary.update(val_loss=evaluate())
         summary["val_ppl"] = perplexity(summary["val_loss"])

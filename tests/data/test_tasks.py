@@ -18,8 +18,9 @@ def test_mqar_is_deterministic_and_splits_never_share_a_sequence():
     a, b = mqar_data(), mqar_data()
     assert torch.equal(a.train[0], b.train[0]) and torch.equal(a.test[1], b.test[1])
     assert not torch.equal(mqar_data(seed=1).train[0], a.train[0])
-    train = {tuple(row) for row in a.train[0].tolist()}
-    assert not train & {tuple(row) for row in a.test[0].tolist()}
+    train, val, test = ({tuple(row) for row in x[0].tolist()} for x in (a.train, a.val, a.test))
+    assert not train & test and not train & val and not val & test
+    assert a.batch("val", 4, 64, torch.Generator().manual_seed(0))[0].tolist()[0] in [list(r) for r in val]
 
 
 def test_mqar_layout_keys_values_and_queries():
@@ -100,6 +101,7 @@ def test_brackets_are_deterministic_and_splits_differ():
     cfg = brackets.BracketsConfig(train_examples=100, test_examples=100)
     a, b = brackets.BracketData(cfg, 12), brackets.BracketData(cfg, 12)
     assert torch.equal(a.train[0], b.train[0]) and not torch.equal(a.train[0], a.test[0])
+    assert torch.equal(a.val[0], b.val[0]) and not torch.equal(a.val[0], a.test[0])
     balanced = brackets.BracketData(brackets.BracketsConfig(train_examples=20, test_examples=5, balanced=True), 12)
     assert ((balanced.train[0] == brackets.OPEN).sum(1) == 6).all()
 
@@ -137,7 +139,8 @@ def test_niah_training_data_scores_only_the_answer():
     cfg = niah.NIAHConfig(kind="number", train_examples=20, test_per_depth=2)
     data = niah.NIAHData(cfg, 300, {"train": HAYSTACK, "val": HAYSTACK}, TOKENIZER)
     x, y = data.train
-    assert x.shape == y.shape == (20, 300)
+    assert x.shape == y.shape == (20, 300) and data.val[0].shape == data.test[0].shape == (2 * len(cfg.depths), 300)
+    assert not torch.equal(data.val[0], data.test[0])
     assert ((y != -100).sum(1) == 7).all()
     for row_x, row_y in zip(x.tolist(), y.tolist(), strict=True):
         answer = [t for t in row_y if t != -100]

@@ -13,11 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .examples import FixedExamples
+from .examples import TEST_SEED_OFFSET, VAL_SEED_OFFSET, FixedExamples
 
 OPEN, CLOSE, FILLERS = 0, 1, 10
 VOCAB_SIZE = 2 + FILLERS
-TEST_SEED_OFFSET = 2**31
 
 
 @dataclass
@@ -74,6 +73,7 @@ class BracketData(FixedExamples):
         self.cfg, self.seq_len = cfg, seq_len
         self.output_size = seq_len  # the pointer head scores every position
         self.train = generate(cfg.train_examples, seq_len, cfg.balanced, cfg.seed)
+        self.val = generate(cfg.test_examples, seq_len, cfg.balanced, VAL_SEED_OFFSET + cfg.seed)
         self.test = generate(cfg.test_examples, seq_len, cfg.balanced, TEST_SEED_OFFSET + cfg.seed)
 
     def describe(self) -> str:

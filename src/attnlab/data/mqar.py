@@ -16,9 +16,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from .examples import FixedExamples
-
-TEST_SEED_OFFSET = 2**31
+from .examples import TEST_SEED_OFFSET, VAL_SEED_OFFSET, FixedExamples
 
 
 @dataclass
@@ -82,6 +80,8 @@ class MQARData(FixedExamples):
         self.vocab_size = cfg.vocab_size
         self.train = generate(cfg.train_examples, seq_len, cfg.pairs, cfg.vocab_size, cfg.power_a,
                               cfg.random_non_queries, cfg.seed)
+        self.val = generate(cfg.test_examples, seq_len, cfg.pairs, cfg.vocab_size, cfg.power_a,
+                            cfg.random_non_queries, VAL_SEED_OFFSET + cfg.seed)
         self.slices = {}
         for i, pairs in enumerate(cfg.test_pairs or [cfg.pairs]):
             self.slices[pairs] = generate(cfg.test_examples, seq_len, pairs, cfg.vocab_size, cfg.power_a,

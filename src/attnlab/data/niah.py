@@ -15,13 +15,12 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from .examples import FixedExamples
+from .examples import TEST_SEED_OFFSET, VAL_SEED_OFFSET, FixedExamples
 
 KINDS = ("passkey", "number", "uuid")
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
 ADJECTIVES = ["quiet", "bright", "hollow", "amber", "gentle", "wild", "silver", "crooked", "ancient", "swift"]
 NOUNS = ["river", "lantern", "meadow", "falcon", "harbor", "orchard", "thistle", "compass", "ember", "willow"]
-TEST_SEED_OFFSET = 2**31
 
 
 @dataclass
@@ -100,7 +99,9 @@ class NIAHData(FixedExamples):
         self.vocab_size = tokenizer.vocab_size
         self.haystacks = haystacks  # {"train": text, "val": text}
         self.train = self._sequences(cfg.train_examples, seq_len, "train", cfg.seed, None)
-        self.test = self._sequences(cfg.test_per_depth * len(cfg.depths), seq_len, "val",
+        held_out = cfg.test_per_depth * len(cfg.depths)  # both from the validation text
+        self.val = self._sequences(held_out, seq_len, "val", VAL_SEED_OFFSET + cfg.seed, cfg.depths)
+        self.test = self._sequences(held_out, seq_len, "val",
                                     TEST_SEED_OFFSET + cfg.seed, cfg.depths)
 
     def samples(self, n: int, length: int, split: str, seed: int, depths=None) -> list[Sample]:

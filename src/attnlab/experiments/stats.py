@@ -1,12 +1,17 @@
-"""Summaries over seeds: mean and standard deviation, and paired differences with a t-based 95% interval."""
+"""Summaries over seeds: mean and standard deviation, t-based 95% intervals, and the power of a paired t-test."""
 
 from __future__ import annotations
 
 import math
 
-# two-sided 95% critical values of Student's t for 1..10 degrees of freedom (above 10: 2.228 is used,
-# which is conservative there; 1.96 is the normal limit)
-T_95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228]
+from scipy.stats import t as student_t
+
+MAX_SEEDS = 10_000  # seeds_needed searches no further; MAX_SEEDS + 1 stands for "more than MAX_SEEDS"
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The p-quantile of Student's t with df degrees of freedom."""
+    return float(student_t.ppf(p, df))
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
@@ -16,11 +21,46 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     return mean, std
 
 
-def paired_difference(values: list[float], baseline: list[float]) -> tuple[float, float]:
-    """Mean of the per-seed differences and the half-width of its 95% interval (nan for one seed)."""
-    diffs = [a - b for a, b in zip(values, baseline, strict=True)]
-    mean, std = mean_std(diffs)
-    n = len(diffs)
+def mean_interval(values: list[float], level: float = 0.95) -> tuple[float, float]:
+    """Mean and the half-width of its two-sided t-interval: t_{(1+level)/2, n-1} · sd / √n (nan for one value)."""
+    mean, std = mean_std(values)
+    n = len(values)
     if n < 2:
         return mean, float("nan")
-    return mean, T_95[min(n - 1, len(T_95)) - 1] * std / math.sqrt(n)
+    return mean, t_quantile((1 + level) / 2, n - 1) * std / math.sqrt(n)
+
+
+def paired_difference(values: list[float], baseline: list[float]) -> tuple[float, float]:
+    """Mean of the per-seed differences and the half-width of its 95% interval (nan for one seed)."""
+    return mean_interval([a - b for a, b in zip(values, baseline, strict=True)])
+
+
+def detectable_effect(sd: float, n: int, power: float = 0.80, equivalence: bool = False) -> float:
+    """The smallest |effect| a paired t-test on n seeds finds with the given power at two-sided α = 0.05:
+    (t_{0.975,n-1} + t_{power,n-1}) · sd / √n.
+
+    equivalence=True: the smallest margin m for which, when the true effect is 0, the 95% interval lies within
+    ±m with the given power. The interval's centre must then stay within m - half-width on both sides, so the
+    power quantile is two-sided: (t_{0.975,n-1} + t_{(1+power)/2,n-1}) · sd / √n."""
+    if n < 2:
+        return float("nan")
+    beta = (1 + power) / 2 if equivalence else power
+    return (t_quantile(0.975, n - 1) + t_quantile(beta, n - 1)) * sd / math.sqrt(n)
+
+
+def seeds_needed(sd: float, effect: float, power: float = 0.80, equivalence: bool = False) -> int | None:
+    """The smallest n >= 2 with detectable_effect(sd, n) <= |effect|; MAX_SEEDS + 1 if even MAX_SEEDS seeds are too
+    few; None where sd is 0 or undefined (nothing to extrapolate from)."""
+    if not sd > 0:  # also catches nan
+        return None
+
+    def enough(n: int) -> bool:
+        return detectable_effect(sd, n, power, equivalence) <= abs(effect)
+
+    if not enough(MAX_SEEDS):
+        return MAX_SEEDS + 1
+    low, high = 1, MAX_SEEDS  # detectable_effect falls with n: bisect for the first n that is enough
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if enough(mid) else (mid, high)
+    return high

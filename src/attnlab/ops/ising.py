@@ -75,6 +75,47 @@ def log_marginals(h: torch.Tensor, energy: torch.Tensor | float = 0.0):
 DEFAULT_MEMORY_BUDGET = 2 * 2**30  # bytes of configuration log-weights held at once in exact inference
 
 
+@functools.lru_cache(maxsize=64)
+def _nonempty_configurations(n: int, device: str, dtype: torch.dtype):
+    """Spins [2^n - 1, n] of configurations 1..2^n - 1 (all but the all-minus one) and their indicators (s + 1) / 2."""
+    spins = _configurations(n, device)[1:].to(dtype)
+    return spins, (spins + 1) / 2
+
+
+class _NormalisedMarginals(torch.autograd.Function):
+    """log alpha_j / sum_k alpha_k [..., n] from fields h [..., n] and coupling energies [..., C] of the
+    configurations in `spins` [C, n] (all but the all-minus one; `plus` = (spins + 1) / 2).
+
+    With log-weights L = h s + energy and w = exp(L - max L), alpha_j = P_j / Z with P = w @ plus, and Z
+    cancels in the normalisation: log alpha_tilde = log P - log sum_k P_k. The all-minus configuration
+    enters no P_j, so the maximum is taken without it: the largest remaining w is 1 and sum_k P_k >= 1,
+    whatever the fields. A P_j below the smallest normal number (alpha_tilde_j < ~1e-38 in fp32) is
+    clamped to it. Backward: with a = dloss/dP, dloss/dL = w * (a @ plus^T), dloss/dh = (dloss/dL) @ spins.
+    """
+
+    @staticmethod
+    def forward(ctx, h, energy, spins, plus):
+        w = h @ spins.T
+        w += energy
+        w -= w.amax(-1, keepdim=True)  # exact: the result does not depend on a shift of L
+        w.exp_()
+        P = w @ plus
+        tiny = torch.finfo(P.dtype).tiny
+        ctx.save_for_backward(w, P, spins, plus)
+        ctx.energy_shape = energy.shape
+        return P.clamp_min(tiny).log() - P.sum(-1, keepdim=True).log()
+
+    @staticmethod
+    def backward(ctx, grad):
+        w, P, spins, plus = ctx.saved_tensors
+        seen = P > torch.finfo(P.dtype).tiny  # the clamped P_j get no gradient
+        a = torch.where(seen, grad / P, 0) - grad.sum(-1, keepdim=True) / P.sum(-1, keepdim=True)
+        grad_L = (a @ plus.T).mul_(w)
+        grad_h = grad_L @ spins if ctx.needs_input_grad[0] else None
+        grad_energy = grad_L.sum_to_size(ctx.energy_shape) if ctx.needs_input_grad[1] else None
+        return grad_h, grad_energy, None, None
+
+
 def causal_log_weights(h, J=None, K=None, memory_budget: int = DEFAULT_MEMORY_BUDGET):
     """Boltzmann attention weights by exact enumeration with causal prefixes.
 
@@ -96,12 +137,13 @@ def causal_log_weights(h, J=None, K=None, memory_budget: int = DEFAULT_MEMORY_BU
     rows = []
     for r in range(Tq):
         n = S - Tq + r + 1
-        spins = configurations(n, h.device, h.dtype)
+        spins, plus = _nonempty_configurations(n, str(h.device), h.dtype)
         J_n = None if J is None else J[:, :n, :n]
         K_n = None if K is None else K[:, :n, :n, :n]
-        energy = coupling_energy(spins, J_n, K_n)  # [H, 2^n], or [2^n] zeros without couplings
-        pieces = [log_marginals(h[b : b + piece, :, r, :n], energy)[0] for b in range(0, B, piece)]
-        row = torch.log_softmax(torch.cat(pieces, dim=0), dim=-1)  # normalise over the visible keys
+        energy = coupling_energy(spins, J_n, K_n)  # [H, 2^n - 1], or [2^n - 1] zeros without couplings
+        h_n = h[:, :, r, :n]
+        row = torch.cat([_NormalisedMarginals.apply(h_n[b : b + piece], energy, spins, plus)
+                         for b in range(0, B, piece)], dim=0)
         rows.append(torch.nn.functional.pad(row, (0, S - n), value=float("-inf")))
     return torch.stack(rows, dim=2)
 

@@ -1,0 +1,257 @@
+"""The paper's claims as data, judged against measured results: paired per-seed differences, a 95% t-interval,
+a verdict by fixed rules (RULES), and how many seeds the paper's effect would need."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+from .stats import MAX_SEEDS, detectable_effect, mean_interval, mean_std, seeds_needed
+
+DIRECTIONS = ("lower", "higher", "equal")
+
+RULES = """\
+**How claims are judged.** For every seed, Δ is the claim's quantity for the arm minus the same quantity for the
+baseline (or the arm's value itself when there is no baseline; arm / baseline − 1 in % for relative claims; this
+difference minus the same difference in a second experiment for "the gap grows" claims). Seeds are paired by index
+and a seed missing any needed value is left out. The 95% interval is the t-interval of the mean Δ over seeds.
+
+- A claim that Δ is **lower** / **higher** than 0 *agrees* if the whole interval lies on the claimed side of 0; it
+  *disagrees* if the whole interval lies on the opposite side of 0, or if the interval contains 0 but excludes the
+  paper's effect (the run could see an effect of the paper's size and saw none); otherwise it is *inconclusive*.
+- A claim that two arms are **equal** (|Δ| ≤ margin) *agrees* if the interval lies within ±margin; it *disagrees*
+  if the interval lies entirely outside ±margin (wholly above +margin or wholly below −margin); otherwise it is
+  *inconclusive*.
+- With fewer than 2 seeds there is no interval: *inconclusive*.
+
+**Power.** "Detects ≥ d" is the smallest |effect| that a paired t-test on these seeds finds with 80% power at
+two-sided α = 0.05, from the observed standard deviation s of the Δs: d = (t₀.₉₇₅,ₙ₋₁ + t₀.₈₀,ₙ₋₁) · s / √n. For
+equal claims it is the smallest margin whose interval would lie within ±margin with 80% power when the true Δ is
+0: d = (t₀.₉₇₅,ₙ₋₁ + t₀.₉₀,ₙ₋₁) · s / √n. "Needs N seeds" is the smallest n whose d at the same s is at most the
+paper's |effect| (the margin for equal claims).
+"""
+
+
+@dataclass(frozen=True)
+class Claim:
+    statement: str  # "h+J beats softmax on the LM at T = 12"
+    experiment: str  # the experiment's name in the results keys "<experiment>/<arm>/<seed>"
+    metric: str  # a results key ("val_ppl"), or "a/b": the per-run ratio of two keys ("ppl@448/ppl@128")
+    arm: str
+    baseline: str | None  # another arm of the same experiment; None: the arm's own value is compared with 0
+    direction: str  # "lower" | "higher": the claim is Δ < 0 | Δ > 0; "equal": |Δ| <= margin
+    paper: float | None = None  # the paper's Δ, in the claim's units; None: the paper gives none
+    relative: bool = False  # Δ per seed = 100 · (arm / baseline - 1), in % (perplexities across scales)
+    margin: float | None = None  # "equal" claims: the equivalence margin, in the claim's units
+    contrast: str | None = None  # another experiment with the same arms: Δ = Δ here - Δ there ("the gap grows")
+    headline: bool = False  # one of the paper's headline claims
+    scale: float = 1.0  # the claim's units per unit of the metric (100: accuracies in percentage points)
+
+    def __post_init__(self):
+        if self.direction not in DIRECTIONS:
+            raise ValueError(f"{self.statement!r}: direction must be one of {DIRECTIONS}, not {self.direction!r}")
+        if self.direction == "equal" and not (self.margin is not None and self.margin > 0):
+            raise ValueError(f"{self.statement!r}: an 'equal' claim needs a positive margin")
+        if self.relative and (self.baseline is None or self.scale != 1.0):
+            raise ValueError(f"{self.statement!r}: a relative claim needs a baseline and is in % (scale 1)")
+        sign = {"lower": -1, "higher": 1}.get(self.direction)
+        if sign is not None and self.paper is not None and not sign * self.paper > 0:
+            # the "excludes the paper's effect" rule reads the paper's effect as lying on the claimed side
+            raise ValueError(f"{self.statement!r}: the paper's effect {self.paper} is not {self.direction} than 0")
+
+    @property
+    def units(self) -> str:
+        return "%" if self.relative else ""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    n: int  # seeds with all needed values
+    delta: float  # mean Δ (nan without seeds)
+    low: float  # 95% t-interval of the mean Δ (nan with fewer than 2 seeds)
+    high: float
+    verdict: str  # "agrees" | "disagrees" | "inconclusive"
+    reason: str
+    detectable: float  # smallest |effect| found with 80% power at these seeds and this sd (nan below 2 seeds)
+    seeds_needed: int | None  # seeds for the paper's effect (the margin); None: unknown; MAX_SEEDS + 1: more
+
+
+def _value(results: dict, experiment: str, arm: str, seed: int, metric: str) -> float | None:
+    """One run's value of a key, or of the ratio "a/b" of two keys; None if the run or a value is missing."""
+    run = results["runs"].get(f"{experiment}/{arm}/{seed}", {})
+    numerator, _, denominator = metric.partition("/")
+    a, b = run.get(numerator), run.get(denominator) if denominator else 1.0
+    return None if a is None or b is None else a / b
+
+
+def _delta(claim: Claim, experiment: str, seed: int, results: dict) -> float | None:
+    arm = _value(results, experiment, claim.arm, seed, claim.metric)
+    if claim.baseline is None:
+        return None if arm is None else claim.scale * arm
+    base = _value(results, experiment, claim.baseline, seed, claim.metric)
+    if arm is None or base is None:
+        return None
+    return 100 * (arm / base - 1) if claim.relative else claim.scale * (arm - base)
+
+
+def _seeds(results: dict, experiments: list[str]) -> list[int]:
+    """Every seed index that appears in the runs of these experiments."""
+    return sorted({int(key.rsplit("/", 1)[1]) for key in results["runs"] if key.split("/", 1)[0] in experiments})
+
+
+def paired_deltas(claim: Claim, results: dict) -> list[float]:
+    """The per-seed Δs, pairing seeds by index; seeds where a needed value is missing or None are left out."""
+    experiments = [claim.experiment, claim.contrast] if claim.contrast else [claim.experiment]
+    deltas = []
+    for seed in _seeds(results, experiments):
+        per_experiment = [_delta(claim, experiment, seed, results) for experiment in experiments]
+        if None not in per_experiment:
+            deltas.append(per_experiment[0] - per_experiment[1] if claim.contrast else per_experiment[0])
+    return deltas
+
+
+def _rule(claim: Claim, low: float, high: float) -> tuple[str, str]:
+    """The verdict for a 95% interval [low, high], exactly as RULES states it."""
+    if claim.direction == "equal":
+        m = claim.margin
+        if -m <= low and high <= m:
+            return "agrees", f"the interval lies within ±{m:.3g}{claim.units}"
+        if low > m or high < -m:
+            return "disagrees", f"the interval lies outside ±{m:.3g}{claim.units}"
+        return "inconclusive", f"the interval overlaps ±{m:.3g}{claim.units}"
+    side = -1 if claim.direction == "lower" else 1  # multiply by side: the claimed side of 0 is > 0
+    if side * low > 0 and side * high > 0:
+        return "agrees", "the interval lies on the claimed side of 0"
+    if side * low < 0 and side * high < 0:
+        return "disagrees", "the interval lies on the opposite side of 0"
+    if claim.paper is not None and not low <= claim.paper <= high:
+        return "disagrees", "the interval contains 0 but excludes the paper's effect"
+    return "inconclusive", "the interval contains 0" + ("" if claim.paper is None else " and the paper's effect")
+
+
+def judge(deltas: list[float], claim: Claim) -> Verdict:
+    n, nan = len(deltas), float("nan")
+    if n < 2:
+        delta = deltas[0] if deltas else nan
+        return Verdict(n, delta, nan, nan, "inconclusive", f"{n} seed(s) with values: no interval", nan, None)
+    delta, half = mean_interval(deltas)
+    sd = mean_std(deltas)[1]
+    verdict, reason = _rule(claim, delta - half, delta + half)
+    equivalence = claim.direction == "equal"
+    target = claim.margin if equivalence else claim.paper
+    needed = None if target is None else seeds_needed(sd, target, equivalence=equivalence)
+    return Verdict(n, delta, delta - half, delta + half, verdict, reason,
+                   detectable_effect(sd, n, equivalence=equivalence), needed)
+
+
+def evaluate(claims: list[Claim], results: dict) -> list[tuple[Claim, Verdict]]:
+    return [(claim, judge(paired_deltas(claim, results), claim)) for claim in claims]
+
+
+def _num(x: float, claim: Claim) -> str:
+    return f"{x:+.3g}{claim.units}"
+
+
+def _what(claim: Claim) -> str:
+    """What Δ is, in words: "val_ppl, h+J − softmax"."""
+    if claim.baseline is None:
+        delta = claim.arm
+    else:
+        delta = f"{claim.arm} / {claim.baseline} − 1" if claim.relative else f"{claim.arm} − {claim.baseline}"
+    scaled = "" if claim.scale == 1 else f"{claim.scale:g} × "
+    contrast = f", {claim.experiment} minus {claim.contrast}" if claim.contrast else f", {claim.experiment}"
+    return f"{claim.metric}: {scaled}({delta}){contrast}"
+
+
+def _paper_cell(claim: Claim) -> str:
+    if claim.direction == "equal":
+        return f"within ±{claim.margin:.3g}{claim.units}" + ("" if claim.paper is None else
+                                                              f" ({_num(claim.paper, claim)})")
+    return "–" if claim.paper is None else _num(claim.paper, claim)
+
+
+def _power_cell(claim: Claim, v: Verdict) -> str:
+    if v.n < 2:
+        return "–"
+    cell = f"detects ≥ {v.detectable:.2g}{claim.units} (n = {v.n})"
+    if v.seeds_needed is not None:
+        target = "the margin" if claim.direction == "equal" else "the paper's effect"
+        count = f"more than {MAX_SEEDS:,}" if v.seeds_needed > MAX_SEEDS else f"{v.seeds_needed:,}"
+        cell += f"; {target} needs {count} seeds"
+    return cell
+
+
+def _ours_cell(claim: Claim, v: Verdict) -> str:
+    if v.n == 0:
+        return "no values"
+    if v.n < 2:
+        return f"{_num(v.delta, claim)} (1 seed)"
+    return f"{_num(v.delta, claim)} [{_num(v.low, claim)}, {_num(v.high, claim)}]"
+
+
+def verdict_table(claims: list[Claim], results: dict) -> list[str]:
+    """Markdown lines: one row per claim with the paper's effect, ours with its 95% interval, the verdict by RULES
+    and the power of this run. Headline claims are in bold."""
+    lines = ["| claim | paper | ours (Δ, 95% interval) | verdict | power |", "|---|---|---|---|---|"]
+    for claim, v in evaluate(claims, results):
+        statement = f"**{claim.statement}**" if claim.headline else claim.statement
+        cells = [f"{statement} ({_what(claim)})", _paper_cell(claim), _ours_cell(claim, v),
+                 f"**{v.verdict}**: {v.reason}", _power_cell(claim, v)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+COLOURS = {"agrees": "tab:green", "disagrees": "tab:red", "inconclusive": "tab:gray"}
+
+
+def _plot_row(ax, claim: Claim, v: Verdict) -> None:
+    colour = COLOURS[v.verdict]
+    ax.axvline(0, color="black", lw=0.8)
+    if claim.direction == "equal":
+        ax.axvspan(-claim.margin, claim.margin, color="tab:blue", alpha=0.12)
+    if v.n >= 2:
+        ax.errorbar(v.delta, 0, xerr=[[v.delta - v.low], [v.high - v.delta]], fmt="o", color=colour, capsize=4)
+    elif v.n == 1:
+        ax.plot(v.delta, 0, "o", color=colour, mfc="white")  # hollow: one seed, no interval
+    if claim.paper is not None:
+        ax.plot(claim.paper, 0.5, "D", color="black", mfc="none")  # just above ours, on the same Δ axis
+    shown = [0.0, *([claim.paper] if claim.paper is not None else []),
+             *([-claim.margin, claim.margin] if claim.direction == "equal" else []),
+             *[x for x in (v.low, v.high, v.delta) if not math.isnan(x)]]
+    pad = 0.15 * (max(shown) - min(shown)) or 1.0
+    ax.set(xlim=(min(shown) - pad, max(shown) + pad), ylim=(-0.8, 1.1), yticks=[])
+    ax.tick_params(axis="x", labelsize=7)
+    if claim.relative:
+        ax.xaxis.set_major_formatter(lambda x, _: f"{x:g}%")
+    ax.set_ylabel(textwrap.fill(claim.statement, 40), rotation=0, ha="right", va="center", fontsize=8,
+                  fontweight="bold" if claim.headline else "normal")
+    ax.text(1.01, 0.5, v.verdict, transform=ax.transAxes, color=colour, fontsize=8, va="center")
+
+
+def plot_claims(claims: list[Claim], results: dict, path: str | Path) -> Path:
+    """One row per claim, each with its own Δ axis since claims come in different units (%, perplexity,
+    percentage points): the mean Δ with its 95% interval, 0, the paper's effect and, for equal claims, the
+    ±margin band, coloured by verdict. Headline claims are labelled in bold."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    judged = evaluate(claims, results)
+    fig, axes = plt.subplots(len(judged), 1, figsize=(9, 0.4 + 0.75 * len(judged)), squeeze=False)
+    for ax, (claim, v) in zip(axes[:, 0], judged, strict=True):
+        _plot_row(ax, claim, v)
+    legend = [Line2D([], [], marker="o", color="gray", label="ours: Δ, 95% interval"),
+              Line2D([], [], marker="D", color="black", mfc="none", ls="none", label="paper"),
+              Patch(color="tab:blue", alpha=0.12, label="±margin"),
+              *[Patch(color=c, label=verdict) for verdict, c in COLOURS.items()]]
+    fig.legend(handles=legend, loc="upper center", ncol=len(legend), fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / fig.get_figheight()))  # leave the top for the legend
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
