@@ -132,16 +132,16 @@ def cmd_demo(args) -> None:
 
 
 def cmd_reproduce(args) -> None:
+    from .experiments import PAPERS, get_suite
     from .experiments.report import write_report
     from .experiments.runner import run_suite
-    from .experiments.suites import SUITES
 
-    if args.seeds < 1 or args.scale <= 0:
+    if (args.seeds is not None and args.seeds < 1) or args.scale <= 0:
         raise UserError(f"--seeds {args.seeds} --scale {args.scale}: need at least one seed and a positive scale")
-    names = [n for n in SUITES if n != "demo"] if args.suite == "all" else [args.suite]
+    names = list(PAPERS) if args.suite == "all" else [args.suite]
     for name in names:
-        suite = SUITES[name]()
-        out = Path(args.out) / name
+        suite = get_suite(name, args.tier)
+        out = Path(args.out) / (name if args.tier == "default" else f"{name}-{args.tier}")
         results = run_suite(suite, out, seeds=args.seeds, quick=args.quick, scale=args.scale)
         print(f"report: {write_report(suite, results, out)}")
 
@@ -177,6 +177,8 @@ def cmd_bench(args) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .experiments import PAPERS
+
     parser = argparse.ArgumentParser(prog="attnlab", description=__doc__)
     parser.add_argument("--debug", action="store_true", help="show full tracebacks for user errors too")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -229,8 +231,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("reproduce", help="a paper's claims in miniature over seeds, with a report")
-    p.add_argument("suite", choices=["coupled-qk", "ccq", "boltzmann", "interdomain", "all"])
-    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("suite", choices=[*PAPERS, "all"])
+    p.add_argument("--tier", default="default", help="default (about 45 minutes on 2 CPU cores each) or paper "
+                   "(the paper's protocol or scale); reports of other tiers go to <out>/<suite>-<tier>/")
+    p.add_argument("--seeds", type=int, default=None, help="seeds per run (default: the tier's own)")
     p.add_argument("--quick", action="store_true", help="the smoke version: a few steps per run")
     p.add_argument("--scale", type=float, default=1.0, help="multiply every run's training steps")
     p.add_argument("--out", default="results", help="reports go to <out>/<suite>/")

@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 from .config import load_config
+from .experiments import demo
 from .experiments.report import write_report
 from .experiments.runner import run_suite
 from .experiments.stats import mean_std
-from .experiments.suites import demo
 from .inference import load_run
 from .train import train
 
@@ -26,7 +26,7 @@ def run_demo(out_dir: str = "runs/demo", quick: bool = False) -> dict:
         shutil.rmtree(out)
     start = time.perf_counter()
     shakespeare = _shakespeare(out, quick)
-    suite = demo()
+    suite = demo.suite()
     print("\nevery mechanism, one seed, a few hundred steps each:")
     results = run_suite(suite, out, seeds=1, quick=quick)
     report = write_report(suite, results, out)

@@ -81,9 +81,8 @@ class EarlyStopping:
 
     def __init__(self, patience: int, state: dict | None = None):
         self.patience = patience
-        self.best_loss, self.best_step, self.since_best = math.inf, 0, 0
-        if state is not None:
-            self.best_loss, self.best_step, self.since_best = state["best_loss"], state["best_step"], state["since_best"]
+        state = state or {"best_loss": math.inf, "best_step": 0, "since_best": 0}
+        self.best_loss, self.best_step, self.since_best = state["best_loss"], state["best_step"], state["since_best"]
 
     def update(self, step: int, loss: float) -> bool:
         """Record an evaluation; True if it is the best so far."""

@@ -4,10 +4,11 @@ import json
 
 import pytest
 
+from attnlab.experiments import SUITES, get_suite
 from attnlab.experiments.report import README_END, README_START, results_summary, update_readme, write_report
-from attnlab.experiments.runner import Arm, Experiment, Suite, run_suite, tokens_to_loss
+from attnlab.experiments.runner import run_suite, sweep_key, tokens_to_loss, training_extent
+from attnlab.experiments.spec import Arm, Experiment, Suite
 from attnlab.experiments.stats import mean_std, paired_difference
-from attnlab.experiments.suites import SUITES
 
 TINY = ["train.steps=2", "train.batch_size=2", "train.eval_batches=1", "train.eval_every=2", "train.ckpt_every=2",
         "model.d_model=16", "model.n_layers=1", "data.max_chars=20000", "data.mqar.train_examples=16",
@@ -17,10 +18,10 @@ TINY = ["train.steps=2", "train.batch_size=2", "train.eval_batches=1", "train.ev
         "model.mixer_options.boltzmann.dqa_steps=5", "model.mixer_options.boltzmann.dqa_shots=8"]
 
 
-@pytest.mark.parametrize("name", sorted(SUITES))
-def test_suite_runs_and_reports(name, tmp_path, monkeypatch):
+@pytest.mark.parametrize("name, tier", [(name, tier) for name in sorted(SUITES) for tier in SUITES[name].TIERS])
+def test_suite_runs_and_reports(name, tier, tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
-    suite = SUITES[name]()
+    suite = get_suite(name, tier)
     results = run_suite(suite, tmp_path, seeds=1, quick=True, extra=TINY, log=lambda *_: None)
     expected = {f"{e.name}/{a.label}/0" for e in suite.experiments for a in e.arms}
     assert set(results["runs"]) == expected
@@ -36,14 +37,15 @@ def test_suite_runs_and_reports(name, tmp_path, monkeypatch):
 
 def test_an_interrupted_suite_resumes_without_rerunning(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
-    suite = SUITES["demo"]()
+    suite = get_suite("demo")
     suite.experiments = suite.experiments[:1]
     suite.experiments[0].arms = suite.experiments[0].arms[:2]
     first = run_suite(suite, tmp_path, seeds=1, extra=TINY, log=lambda *_: None)
     calls = []
     second = run_suite(suite, tmp_path, seeds=2, extra=TINY, log=calls.append)
     assert all(first["runs"][k] == second["runs"][k] for k in first["runs"])
-    assert len(second["runs"]) == 4 and sum("seed 1" in c for c in calls) == 2 and not any("seed 0" in c for c in calls)
+    assert len(second["runs"]) == 4 and sum(c.endswith("/1") for c in calls) == 2
+    assert not any(c.endswith("/0") for c in calls)
     changed = run_suite(suite, tmp_path, seeds=2, extra=[*TINY, "train.steps=3"], log=lambda *_: None)
     assert all(changed["runs"][k]["config"] != second["runs"][k]["config"] for k in second["runs"])  # trained again
 
@@ -86,7 +88,7 @@ def test_tokens_to_loss_reads_the_smoothed_training_loss(tmp_path):
 
 def test_the_readme_results_section_is_generated_from_the_results_folders(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
-    suite = SUITES["demo"]()
+    suite = get_suite("demo")
     suite.experiments = suite.experiments[:1]
     suite.experiments[0].arms = suite.experiments[0].arms[:2]
     run_suite(suite, tmp_path / "results" / "demo", seeds=1, extra=TINY, log=lambda *_: None)
@@ -97,3 +99,26 @@ def test_the_readme_results_section_is_generated_from_the_results_folders(tmp_pa
     update_readme(readme, summary)
     text = readme.read_text()
     assert "old" not in text and summary in text and text.endswith(f"{README_END}\nafter\n")
+
+
+def test_a_learning_rate_sweep_trains_every_seed_at_the_rate_with_the_lowest_validation_loss(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    sweep = Experiment("mqar", "recall", "accuracy", [Arm("softmax", "mqar")], "softmax", lrs=[1e-5, 3e-3], seeds=2)
+    results = run_suite(Suite("s", "s", [sweep], seeds=3), tmp_path, extra=[*TINY, "train.steps=6"],
+                        log=lambda *_: None)
+    runs = results["runs"]
+    losses = {lr: runs[sweep_key("mqar", "softmax", lr)]["best_val_loss"] for lr in (1e-5, 3e-3)}
+    best = min(losses, key=losses.get)
+    assert set(runs) == {"mqar/softmax/lr=1e-05", "mqar/softmax/lr=0.003", "mqar/softmax/0", "mqar/softmax/1"}
+    assert runs["mqar/softmax/0"]["run"] == runs[sweep_key("mqar", "softmax", best)]["run"]  # trained once
+    assert f"-lr{best:g}-s1" in runs["mqar/softmax/1"]["run"] and runs["mqar/softmax/1"]["steps"] == 6
+    report = write_report(Suite("s", "s", [sweep]), results, tmp_path).read_text()
+    assert "| softmax |" in report
+
+
+def test_training_extent_reads_where_a_run_stopped(tmp_path):
+    log = tmp_path / "metrics.jsonl"
+    records = [{"step": 2, "loss": 3.0}, {"step": 2, "val_loss": 2.5}, {"step": 4, "val_loss": 2.0},
+               {"step": 6, "val_loss": 2.2}, {"step": 6, "stopped": "patience", "best_step": 4}]
+    log.write_text("\n".join(map(json.dumps, records)))
+    assert training_extent(tmp_path) == {"steps": 6, "stopped_early": True, "best_step": 4, "best_val_loss": 2.0}

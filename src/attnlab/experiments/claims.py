@@ -155,14 +155,15 @@ def _num(x: float, claim: Claim) -> str:
 
 
 def _what(claim: Claim) -> str:
-    """What Δ is, in words: "val_ppl, h+J − softmax"."""
+    """What Δ is, in words: "Δ = hJ − softmax in val_ppl on lm"."""
     if claim.baseline is None:
         delta = claim.arm
     else:
         delta = f"{claim.arm} / {claim.baseline} − 1" if claim.relative else f"{claim.arm} − {claim.baseline}"
-    scaled = "" if claim.scale == 1 else f"{claim.scale:g} × "
-    contrast = f", {claim.experiment} minus {claim.contrast}" if claim.contrast else f", {claim.experiment}"
-    return f"{claim.metric}: {scaled}({delta}){contrast}"
+    if claim.scale != 1:
+        delta = f"{claim.scale:g} × ({delta})"
+    where = f"on {claim.experiment}" + (f" minus the same on {claim.contrast}" if claim.contrast else "")
+    return f"Δ = {delta} in {claim.metric} {where}"
 
 
 def _paper_cell(claim: Claim) -> str:
@@ -186,9 +187,15 @@ def _power_cell(claim: Claim, v: Verdict) -> str:
 def _ours_cell(claim: Claim, v: Verdict) -> str:
     if v.n == 0:
         return "no values"
-    if v.n < 2:
-        return f"{_num(v.delta, claim)} (1 seed)"
-    return f"{_num(v.delta, claim)} [{_num(v.low, claim)}, {_num(v.high, claim)}]"
+    half = (v.high - v.low) / 2
+    if not half > 0:  # one seed, or no spread
+        return f"{_num(v.delta, claim)} ({v.n} seed{'s' if v.n > 1 else ''})"
+    decimals = max(0, 1 - math.floor(math.log10(half)))  # two significant digits of the half-width
+
+    def num(x: float) -> str:
+        return f"{x:+,.{decimals}f}{claim.units}"
+
+    return f"{num(v.delta)} [{num(v.low)}, {num(v.high)}]"
 
 
 def verdict_table(claims: list[Claim], results: dict) -> list[str]:
@@ -224,7 +231,7 @@ def _plot_row(ax, claim: Claim, v: Verdict) -> None:
     ax.set(xlim=(min(shown) - pad, max(shown) + pad), ylim=(-0.8, 1.1), yticks=[])
     ax.tick_params(axis="x", labelsize=7)
     if claim.relative:
-        ax.xaxis.set_major_formatter(lambda x, _: f"{x:g}%")
+        ax.xaxis.set_major_formatter(lambda x, _: f"{x:g}%".replace("-", "−"))
     ax.set_ylabel(textwrap.fill(claim.statement, 40), rotation=0, ha="right", va="center", fontsize=8,
                   fontweight="bold" if claim.headline else "normal")
     ax.text(1.01, 0.5, v.verdict, transform=ax.transAxes, color=colour, fontsize=8, va="center")

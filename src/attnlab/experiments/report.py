@@ -13,7 +13,19 @@ from .stats import mean_std, paired_difference
 def _values(results: dict, experiment: Experiment, label: str, key: str) -> list[float | None]:
     """One value per seed; None where the quantity was never reached (tokens to a loss)."""
     runs = results["runs"]
-    return [runs[k][key] for k in sorted(runs) if k.startswith(f"{experiment.name}/{label}/") and key in runs[k]]
+    return [runs[k][key] for k in sorted(runs, key=_seed_order) if _seed_of(k, experiment.name, label) is not None
+            and key in runs[k]]
+
+
+def _seed_of(key: str, experiment: str, label: str) -> int | None:
+    """The seed of a results key "<experiment>/<label>/<seed>"; None for other keys (other arms, sweeps)."""
+    prefix, _, seed = key.rpartition("/")
+    return int(seed) if prefix == f"{experiment}/{label}" and seed.isdigit() else None
+
+
+def _seed_order(key: str):
+    prefix, _, seed = key.rpartition("/")
+    return (prefix, int(seed)) if seed.isdigit() else (prefix, -1)
 
 
 def _cell(values: list[float | None]) -> str:
@@ -22,12 +34,17 @@ def _cell(values: list[float | None]) -> str:
     return cell if len(reached) == len(values) else f"{cell} (never in {len(values) - len(reached)} of {len(values)})"
 
 
+# what every run records beside its measurements (shown in the runs table, not as measured quantities)
+RECORD_FIELDS = ("seconds", "params", "val_loss", "run", "config", "steps", "stopped_early", "best_step",
+                 "best_val_loss")
+
+
 def _keys(results: dict, experiment: Experiment) -> list[str]:
     """The measured quantities of an experiment, in a stable order."""
     keys: list[str] = []
     for k, record in results["runs"].items():
         if k.startswith(experiment.name + "/"):
-            keys += [m for m in record if m not in ("seconds", "params", "val_loss", "run", "config") and m not in keys]
+            keys += [m for m in record if m not in RECORD_FIELDS and m not in keys]
     return keys
 
 
@@ -139,12 +156,12 @@ README_START, README_END = "<!-- results: start -->", "<!-- results: end -->"
 def results_summary(root: str | Path) -> str:
     """Markdown: every suite under root (a folder per suite with results.json), its main tables and a
     link to its full report."""
-    from .suites import SUITES
+    from . import get_suite
 
     lines = []
     for path in sorted(Path(root).glob("*/results.json")):
         results = json.loads(path.read_text())
-        suite = SUITES[results["suite"]]()
+        suite = get_suite(results["suite"], results.get("tier", "default"))
         lines += [f"### {suite.title}", "", f"{describe_run(results)}. Full report: "
                   f"[{path.parent.as_posix()}/report.md]({path.parent.as_posix()}/report.md).", ""]
         for experiment in suite.experiments:

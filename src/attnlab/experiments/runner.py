@@ -12,7 +12,6 @@ import os
 import platform
 import shutil
 import time
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -24,35 +23,7 @@ from ..evaluate import perplexity, perplexity_by_length, split_loss, task_accura
 from ..inference import load_run
 from ..plots import coupling_profile
 from ..train import train
-
-
-@dataclass
-class Arm:
-    label: str
-    preset: str
-    overrides: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Experiment:
-    name: str
-    title: str
-    metric: str  # val_ppl | accuracy | niah | extrapolation | tokens_to_loss | couplings
-    arms: list[Arm]
-    baseline: str  # label of the arm the others are compared with
-    paper: dict[str, str] = field(default_factory=dict)  # the paper's own numbers, by arm label
-    note: str = ""
-    lengths: list[float] = field(default_factory=lambda: [1, 2, 3.5, 5])  # extrapolation: x training length
-    target_losses: list[float] = field(default_factory=list)  # tokens_to_loss: training losses (nats) to reach
-
-
-@dataclass
-class Suite:
-    name: str
-    title: str
-    experiments: list[Experiment]
-    quick: list[str] = field(default_factory=list)  # overrides of the --quick smoke version
-    source: str = ""
+from .spec import Arm, Experiment, Suite
 
 
 def measure(experiment: Experiment, run_dir: Path) -> dict:
@@ -93,45 +64,86 @@ def tokens_to_loss(metrics_path: Path, target: float, t, window: int = 5) -> flo
     return None
 
 
-def run_suite(suite: Suite, out_dir: str | Path, seeds: int = 3, quick: bool = False, scale: float = 1.0,
+def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick: bool = False, scale: float = 1.0,
               extra: list[str] = (), log=print) -> dict:
+    """Train and measure every run of the suite (seeds: the suite's own count unless given), keeping the
+    runs that an earlier, interrupted attempt finished with the same config."""
+    seeds = seeds or suite.seeds
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.json"
     results = json.loads(results_path.read_text()) if results_path.exists() else {"suite": suite.name, "runs": {}}
+    results["tier"] = suite.tier
     results["meta"] = {"seeds": seeds, "cpu": _cpu_name(), "threads": torch.get_num_threads(),
                        "torch": torch.__version__, "scale": scale, "quick": quick}
+
+    def run(key: str, arm: Arm, experiment: Experiment, seed: int, lr: float | None = None) -> dict:
+        """One trained and measured model, recorded in results.json as soon as it is measured."""
+        name = "-".join([experiment.name, arm.label, *([f"lr{lr:g}"] if lr else []), f"s{seed}"])
+        overrides = [*arm.overrides, *(learning_rate(arm, lr) if lr else []), *(suite.quick if quick else []),
+                     *extra, f"name={name}".replace("+", "p"), f"out_dir={out / 'runs'}", f"train.seed={1000 + seed}",
+                     "train.keep_last=1"]
+        cfg = load_config(arm.preset, overrides)
+        if scale != 1.0:
+            cfg.train.steps = max(1, round(cfg.train.steps * scale))
+        fingerprint = _fingerprint(cfg)
+        if results["runs"].get(key, {}).get("config") == fingerprint:
+            return results["runs"][key]  # measured by an earlier, interrupted attempt with this very config
+        log(f"[{suite.name}] {key}")
+        results["runs"][key] = _train_and_measure(cfg, experiment, results, fingerprint, out, log)
+        results["meta"]["finished"] = datetime.now().isoformat(timespec="minutes")
+        _write_json(results_path, results)
+        return results["runs"][key]
+
     for experiment in suite.experiments:
-        for arm in experiment.arms:
-            for seed in range(seeds):
-                key = f"{experiment.name}/{arm.label}/{seed}"
-                overrides = [*arm.overrides, *(suite.quick if quick else []), *extra,
-                             f"name={experiment.name}-{arm.label}-s{seed}".replace("+", "p"),
-                             f"out_dir={out / 'runs'}", f"train.seed={1000 + seed}", "train.keep_last=1"]
-                cfg = load_config(arm.preset, overrides)
-                if scale != 1.0:
-                    cfg.train.steps = max(1, round(cfg.train.steps * scale))
-                fingerprint = _fingerprint(cfg)
-                if results["runs"].get(key, {}).get("config") == fingerprint:
-                    continue  # measured by an earlier, interrupted attempt with this very config
-                log(f"[{suite.name}] {experiment.name}: {arm.label}, seed {seed}")
-                start = time.perf_counter()
-                run_dir = _trained_run(results, fingerprint, out)
-                if run_dir is None:
-                    run_dir = Path(cfg.out_dir) / cfg.name
-                    shutil.rmtree(run_dir, ignore_errors=True)  # an unfinished run of an earlier attempt
-                    params = train(cfg, progress=False, log=lambda *_: None)["params"]
-                else:  # an arm of another experiment trained this very model: measure it again
-                    log(f"    the same model as {run_dir.name}")
-                    params = load_run(run_dir).model.num_params()
-                measured = measure(experiment, run_dir)
-                record = {"seconds": time.perf_counter() - start, "params": params, **measured,
-                          "run": run_dir.name, "config": fingerprint}
-                results["runs"][key] = record
-                results["meta"]["finished"] = datetime.now().isoformat(timespec="minutes")
-                _write_json(results_path, results)
-                log("    " + ", ".join(f"{k} {v:.4g}" for k, v in record.items() if isinstance(v, float | int)))
+        lrs = {arm.label: _sweep(experiment, arm, run) for arm in experiment.arms} if experiment.lrs else {}
+        for seed in range(min(seeds, experiment.seeds or seeds)):  # seed by seed: a stopped suite stays paired
+            for arm in experiment.arms:
+                run(f"{experiment.name}/{arm.label}/{seed}", arm, experiment, seed, lrs.get(arm.label))
     return results
+
+
+def _sweep(experiment: Experiment, arm: Arm, run) -> float:
+    """The learning rate of experiment.lrs whose first-seed run reaches the lowest validation loss."""
+    losses = {lr: run(sweep_key(experiment.name, arm.label, lr), arm, experiment, 0, lr)["best_val_loss"]
+              for lr in experiment.lrs}
+    return min(losses, key=lambda lr: (losses[lr] is None, losses[lr]))
+
+
+def learning_rate(arm: Arm, lr: float) -> list[str]:
+    """Overrides that train the arm at peak rate lr, its schedule's floor scaled alike."""
+    base = load_config(arm.preset, arm.overrides).train
+    return [f"train.lr={lr}", f"train.min_lr={lr * base.min_lr / base.lr}"]
+
+
+def sweep_key(experiment: str, arm: str, lr: float) -> str:
+    return f"{experiment}/{arm}/lr={lr:g}"
+
+
+def _train_and_measure(cfg, experiment: Experiment, results: dict, fingerprint: str, out: Path, log) -> dict:
+    start = time.perf_counter()
+    run_dir = _trained_run(results, fingerprint, out)
+    if run_dir is None:
+        run_dir = Path(cfg.out_dir) / cfg.name
+        shutil.rmtree(run_dir, ignore_errors=True)  # an unfinished run of an earlier attempt
+        params = train(cfg, progress=False, log=lambda *_: None)["params"]
+    else:  # an arm of another experiment trained this very model: measure it again
+        log(f"    the same model as {run_dir.name}")
+        params = load_run(run_dir).model.num_params()
+    record = {"params": params, **training_extent(run_dir), **measure(experiment, run_dir)}
+    record |= {"seconds": time.perf_counter() - start, "run": run_dir.name, "config": fingerprint}
+    log("    " + ", ".join(f"{k} {v:.4g}" for k, v in record.items() if isinstance(v, float | int)))
+    return record
+
+
+def training_extent(run_dir: Path) -> dict:
+    """Where training ended (steps), whether early stopping ended it, the step of the lowest validation loss
+    and that loss (None if the run never evaluated), from the run's metrics log."""
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    evaluations = [(r["val_loss"], r["step"]) for r in records if "val_loss" in r]
+    best_loss, best_step = min(evaluations) if evaluations else (None, None)
+    return {"steps": max(r["step"] for r in records), "stopped_early": any("stopped" in r for r in records),
+            "best_step": best_step, "best_val_loss": best_loss}
 
 
 def _cpu_name() -> str:

@@ -63,4 +63,4 @@ def seeds_needed(sd: float, effect: float, power: float = 0.80, equivalence: boo
     while high - low > 1:
         mid = (low + high) // 2
         low, high = (low, mid) if enough(mid) else (mid, high)
-    return high
+    return low

@@ -1,0 +1,86 @@
+"""The demo: every mechanism next to its baseline on one language-modelling and one retrieval task."""
+
+from __future__ import annotations
+
+from .spec import Arm, Experiment, Suite
+
+NAME = "demo"
+TIERS = ("default",)
+QUICK = ["train.steps=20", "train.eval_every=20", "train.eval_batches=2", "train.ckpt_every=20"]
+
+
+def suite(tier: str = "default") -> Suite:
+    """Every mechanism next to its baseline on one language-modelling and one retrieval task, in minutes."""
+    mixers = [
+        "softmax",
+        "coupled-qk",
+        "differential",
+        "gla",
+        "ccq-gla",
+        "gdn",
+        "ccq-gdn",
+        "interdomain",
+        "s4d",
+        "boltzmann",
+    ]
+    # exact enumeration stops at short windows, so the demo's 64-token contexts use the mean-field marginals
+    boltzmann = [
+        "model.mixer_options.boltzmann.inference=mean-field",
+        "model.mixer_options.boltzmann.couplings=distance",
+        "model.mixer_options.boltzmann.window=64",
+    ]
+    small = [
+        "model.d_model=64",
+        "model.n_layers=2",
+        "model.n_heads=2",
+        "model.mixer_options.interdomain.modes=16",
+        "model.mixer_options.s4d.modes=16",
+    ]
+
+    def arms(preset, *overrides):
+        return [
+            Arm(m, preset, [f"model.mixer={m}", *small, *overrides, *(boltzmann if m == "boltzmann" else [])])
+            for m in mixers
+        ]
+
+    lm = Experiment(
+        "lm",
+        "Character-level Shakespeare, 64-character context: validation perplexity",
+        "val_ppl",
+        arms(
+            "demo",
+            "train.seq_len=64",
+            "train.steps=300",
+            "train.batch_size=16",
+            "train.eval_every=300",
+            "train.warmup_steps=30",
+            "train.ckpt_every=300",
+        ),
+        baseline="softmax",
+    )
+    mqar = Experiment(
+        "mqar",
+        "MQAR, 32 tokens, 2 key-value pairs: test accuracy",
+        "accuracy",
+        arms(
+            "mqar",
+            "train.seq_len=32",
+            "train.steps=400",
+            "data.mqar.pairs=2",
+            "data.mqar.test_pairs=[2]",
+            "data.mqar.train_examples=10000",
+            "data.mqar.test_examples=500",
+            "train.eval_every=400",
+            "train.ckpt_every=400",
+        ),
+        baseline="softmax",
+    )
+    return Suite(
+        "demo",
+        "attnlab demo: every mechanism at a glance",
+        [lm, mqar],
+        QUICK,
+        "One seed and a few hundred steps per model: a first look and a check that everything trains, "
+        "not evidence. Boltzmann attention runs with mean-field marginals and distance couplings here (exact "
+        "enumeration is for short windows). `attnlab reproduce <paper>` runs the papers' claims over seeds.",
+    )

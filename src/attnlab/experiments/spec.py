@@ -1,0 +1,41 @@
+"""What a suite declares: its experiments, their arms (a preset and overrides each) and the paper's claims.
+Plain data, cheap to import; ``runner`` trains and measures it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Arm:
+    label: str
+    preset: str
+    overrides: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Experiment:
+    name: str
+    title: str
+    metric: str  # val_ppl | accuracy | niah | extrapolation | tokens_to_loss | couplings
+    arms: list[Arm]
+    baseline: str  # label of the arm the others are compared with
+    paper: dict[str, str] = field(default_factory=dict)  # the paper's own numbers, by arm label
+    note: str = ""
+    seeds: int | None = None  # at most this many seeds (the costly experiments of a tier)
+    lrs: list[float] = field(default_factory=list)  # a learning-rate sweep: each arm trains at the one of these
+    # whose first seed reaches the lowest validation loss (sweep runs are kept under "<name>/<arm>/lr=<lr>")
+    lengths: list[float] = field(default_factory=lambda: [1, 2, 3.5, 5])  # extrapolation: x training length
+    target_losses: list[float] = field(default_factory=list)  # tokens_to_loss: training losses (nats) to reach
+
+
+@dataclass
+class Suite:
+    name: str
+    title: str
+    experiments: list[Experiment]
+    quick: list[str] = field(default_factory=list)  # overrides of the --quick smoke version
+    source: str = ""
+    seeds: int = 3
+    tier: str = "default"
+    claims: list = field(default_factory=list)  # the paper's claims (claims.Claim) that the report judges
