@@ -27,7 +27,8 @@ and a seed missing any needed value is left out. The 95% interval is the t-inter
 - With fewer than 2 seeds there is no interval: *inconclusive*.
 
 **Power.** "Detects ≥ d" is the smallest |effect| that a paired t-test on these seeds finds with 80% power at
-two-sided α = 0.05, from the observed standard deviation s of the Δs: d = (t₀.₉₇₅,ₙ₋₁ + t₀.₈₀,ₙ₋₁) · s / √n. For
+two-sided α = 0.05, from the observed standard deviation s of the Δs (exact, from the noncentral t distribution
+with n − 1 degrees of freedom and noncentrality d·√n / s; about (t₀.₉₇₅,ₙ₋₁ + t₀.₈₀,ₙ₋₁) · s / √n). For
 equal claims it is the smallest margin whose interval would lie within ±margin with 80% power when the true Δ is
 0: d = (t₀.₉₇₅,ₙ₋₁ + t₀.₉₀,ₙ₋₁) · s / √n. "Needs N seeds" is the smallest n whose d at the same s is at most the
 paper's |effect| (the margin for equal claims).

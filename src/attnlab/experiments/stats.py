@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from scipy.optimize import brentq
+from scipy.stats import nct as noncentral_t
 from scipy.stats import t as student_t
 
 MAX_SEEDS = 10_000  # seeds_needed searches no further; MAX_SEEDS + 1 stands for "more than MAX_SEEDS"
@@ -36,16 +38,28 @@ def paired_difference(values: list[float], baseline: list[float]) -> tuple[float
 
 
 def detectable_effect(sd: float, n: int, power: float = 0.80, equivalence: bool = False) -> float:
-    """The smallest |effect| a paired t-test on n seeds finds with the given power at two-sided α = 0.05:
-    (t_{0.975,n-1} + t_{power,n-1}) · sd / √n.
+    """The smallest |effect| δ that a two-sided paired t-test at α = 0.05 on n seeds finds with the given power,
+    when the differences have standard deviation sd: the t statistic is then noncentral t with n - 1 degrees
+    of freedom and noncentrality δ√n / sd, and P(|T| > t_{0.975,n-1}) = power is solved for δ.
 
     equivalence=True: the smallest margin m for which, when the true effect is 0, the 95% interval lies within
     ±m with the given power. The interval's centre must then stay within m - half-width on both sides, so the
     power quantile is two-sided: (t_{0.975,n-1} + t_{(1+power)/2,n-1}) · sd / √n."""
-    if n < 2:
+    if n < 2 or not sd >= 0:
         return float("nan")
-    beta = (1 + power) / 2 if equivalence else power
-    return (t_quantile(0.975, n - 1) + t_quantile(beta, n - 1)) * sd / math.sqrt(n)
+    critical, df = t_quantile(0.975, n - 1), n - 1
+    if equivalence:
+        return (critical + t_quantile((1 + power) / 2, df)) * sd / math.sqrt(n)
+    if sd == 0:
+        return 0.0
+
+    def power_at(effect: float) -> float:
+        shift = effect * math.sqrt(n) / sd
+        wrong_side = float(noncentral_t.sf(critical, df, -shift))  # P(T < -critical), negligible far out
+        return float(noncentral_t.sf(critical, df, shift)) + (0.0 if math.isnan(wrong_side) else wrong_side)
+
+    guess = (critical + t_quantile(power, df)) * sd / math.sqrt(n)  # the normal approximation, a little low
+    return brentq(lambda effect: power_at(effect) - power, 0.0, 4 * guess)
 
 
 def seeds_needed(sd: float, effect: float, power: float = 0.80, equivalence: bool = False) -> int | None:
@@ -63,4 +77,4 @@ def seeds_needed(sd: float, effect: float, power: float = 0.80, equivalence: boo
     while high - low > 1:
         mid = (low + high) // 2
         low, high = (low, mid) if enough(mid) else (mid, high)
-    return low
+    return high

@@ -1,0 +1,244 @@
+import math
+import random
+import re
+
+import numpy as np
+import pytest
+from scipy.stats import t
+
+from attnlab.experiments.claims import Claim, evaluate, judge, paired_deltas, plot_claims, verdict_table
+from attnlab.experiments.stats import (
+    MAX_SEEDS,
+    detectable_effect,
+    mean_interval,
+    paired_difference,
+    seeds_needed,
+    t_quantile,
+)
+
+
+def centred_noise(seed: int, n: int, sd: float) -> list[float]:
+    """n deterministic normal draws shifted to mean exactly 0, so the mean Δ is known exactly."""
+    rng = random.Random(seed)
+    draws = [rng.gauss(0, sd) for _ in range(n)]
+    return [d - sum(draws) / n for d in draws]
+
+
+def add_runs(results: dict, experiment: str, arm: str, values: list, key: str = "val_ppl") -> dict:
+    for seed, value in enumerate(values):
+        results.setdefault("runs", {}).setdefault(f"{experiment}/{arm}/{seed}", {"seconds": 1.0})[key] = value
+    return results
+
+
+def two_arms(delta: float, sd: float, n: int = 5, seed: int = 0, experiment: str = "lm") -> dict:
+    """Baseline perplexities around 10 and an arm whose per-seed difference is delta + centred noise."""
+    base = [10 + x for x in centred_noise(seed + 100, n, 0.5)]
+    arm = [b + delta + x for b, x in zip(base, centred_noise(seed, n, sd), strict=True)]
+    return add_runs(add_runs({}, experiment, "softmax", base), experiment, "hJ", arm)
+
+
+def lower(paper: float | None = None, **kwargs) -> Claim:
+    return Claim("h+J beats softmax", "lm", "val_ppl", "hJ", "softmax", "lower", paper=paper, **kwargs)
+
+
+def equal(margin: float = 0.5) -> Claim:
+    return Claim("h+J matches softmax", "lm", "val_ppl", "hJ", "softmax", "equal", margin=margin)
+
+
+# verdicts for "lower" / "higher" claims
+
+
+def test_a_clear_effect_in_the_claimed_direction_agrees():
+    v = judge(paired_deltas(lower(paper=-1.0), two_arms(-1.0, 0.05)), lower(paper=-1.0))
+    assert v.verdict == "agrees" and v.n == 5 and v.delta == pytest.approx(-1.0) and v.high < 0
+
+
+def test_a_clear_effect_in_the_opposite_direction_disagrees():
+    claim = lower(paper=-1.0)
+    v = judge(paired_deltas(claim, two_arms(+1.0, 0.05)), claim)
+    assert v.verdict == "disagrees" and v.low > 0 and "opposite side" in v.reason
+    higher = Claim("softmax is worse", "lm", "val_ppl", "hJ", "softmax", "higher")
+    assert judge(paired_deltas(higher, two_arms(-1.0, 0.05)), higher).verdict == "disagrees"
+
+
+def test_a_tight_interval_around_zero_that_excludes_the_papers_effect_disagrees():
+    claim = lower(paper=-1.0)
+    v = judge(paired_deltas(claim, two_arms(0.0, 0.02)), claim)
+    assert v.low < 0 < v.high and v.verdict == "disagrees" and "excludes the paper's effect" in v.reason
+    assert judge(paired_deltas(lower(), two_arms(0.0, 0.02)), lower()).verdict == "inconclusive"  # no paper effect
+
+
+def test_a_noisy_small_effect_is_inconclusive():
+    claim = lower(paper=-0.2)
+    v = judge(paired_deltas(claim, two_arms(-0.1, 1.0)), claim)
+    assert v.low < -0.2 and v.high > 0 and v.verdict == "inconclusive"
+
+
+# "equal" claims
+
+
+@pytest.mark.parametrize("delta, sd, verdict", [
+    (0.1, 0.05, "agrees"),  # interval inside ±0.5
+    (2.0, 0.05, "disagrees"),  # wholly above +0.5
+    (-2.0, 0.05, "disagrees"),  # wholly below -0.5
+    (0.4, 0.5, "inconclusive"),  # straddles +0.5
+])
+def test_equal_claims(delta, sd, verdict):
+    v = judge(paired_deltas(equal(), two_arms(delta, sd)), equal())
+    assert v.verdict == verdict and v.delta == pytest.approx(delta)
+
+
+def test_a_claim_is_checked_when_declared():
+    with pytest.raises(ValueError, match="margin"):
+        Claim("same", "lm", "val_ppl", "hJ", "softmax", "equal")
+    with pytest.raises(ValueError, match="not lower"):
+        lower(paper=+1.0)
+    with pytest.raises(ValueError, match="direction"):
+        Claim("same", "lm", "val_ppl", "hJ", "softmax", "smaller")
+
+
+# how Δ is formed
+
+
+def test_ratio_metrics_are_formed_per_run():
+    results = add_runs({}, "ext", "softmax", [20.0, 30.0], "ppl@448")
+    add_runs(results, "ext", "softmax", [10.0, 10.0], "ppl@128")
+    add_runs(results, "ext", "hJ", [11.0, 12.0], "ppl@448")
+    add_runs(results, "ext", "hJ", [10.0, 10.0], "ppl@128")
+    claim = Claim("h+J extrapolates", "ext", "ppl@448/ppl@128", "hJ", "softmax", "lower")
+    assert paired_deltas(claim, results) == pytest.approx([1.1 - 2.0, 1.2 - 3.0])
+
+
+def test_relative_deltas_are_in_percent_of_the_baseline():
+    results = add_runs(add_runs({}, "lm", "softmax", [10.0, 20.0, 40.0]), "lm", "hJ", [9.5, 19.0, 38.4])
+    claim = lower(paper=-3.0, relative=True)
+    assert paired_deltas(claim, results) == pytest.approx([-5.0, -5.0, -4.0])
+    with pytest.raises(ValueError, match="relative"):
+        Claim("x", "lm", "val_ppl", "hJ", None, "lower", relative=True)
+
+
+def test_scale_puts_accuracies_in_percentage_points():
+    results = add_runs({}, "task", "softmax", [0.90, 0.92], "accuracy")
+    add_runs(results, "task", "hJ", [0.93, 0.94], "accuracy")
+    claim = Claim("h+J is more accurate", "task", "accuracy", "hJ", "softmax", "higher", paper=2.0, scale=100)
+    assert paired_deltas(claim, results) == pytest.approx([3.0, 2.0])
+
+
+def test_a_contrast_is_the_difference_of_the_gaps_in_two_experiments():
+    results = two_arms(-0.1, 0.05, experiment="small")
+    results["runs"].update(two_arms(-0.5, 0.05, seed=7, experiment="large")["runs"])
+    claim = Claim("the gap grows with scale", "large", "val_ppl", "hJ", "softmax", "lower", contrast="small")
+    deltas = paired_deltas(claim, results)
+    assert len(deltas) == 5 and sum(deltas) / 5 == pytest.approx(-0.4)
+    runs = results["runs"]
+    assert deltas[2] == pytest.approx(runs["large/hJ/2"]["val_ppl"] - runs["large/softmax/2"]["val_ppl"]
+                                      - runs["small/hJ/2"]["val_ppl"] + runs["small/softmax/2"]["val_ppl"])
+    assert judge(deltas, claim).verdict == "agrees"
+
+
+def test_without_a_baseline_the_arms_value_is_compared_with_zero():
+    results = add_runs({}, "couplings", "hJ", [0.3 + x for x in centred_noise(1, 4, 0.02)], "J@3")
+    claim = Claim("J is positive at distance 3", "couplings", "J@3", "hJ", None, "higher")
+    v = judge(paired_deltas(claim, results), claim)
+    assert v.n == 4 and v.delta == pytest.approx(0.3) and v.verdict == "agrees"
+
+
+def test_seeds_with_a_missing_value_are_left_out():
+    results = two_arms(-1.0, 0.05, n=5)
+    runs = results["runs"]
+    runs["lm/hJ/1"]["val_ppl"] = None  # never reached
+    del runs["lm/softmax/3"]  # never run
+    kept = [runs[f"lm/hJ/{s}"]["val_ppl"] - runs[f"lm/softmax/{s}"]["val_ppl"] for s in (0, 2, 4)]
+    assert paired_deltas(lower(), results) == pytest.approx(kept)
+
+
+def test_one_seed_is_inconclusive():
+    claim = lower(paper=-1.0)
+    v = judge(paired_deltas(claim, two_arms(-1.0, 0.05, n=1)), claim)
+    assert v.verdict == "inconclusive" and v.n == 1 and math.isnan(v.low) and v.seeds_needed is None
+    assert judge([], claim).verdict == "inconclusive"
+
+
+# power
+
+
+def test_detectable_effect_has_80_percent_power():
+    for n in (2, 3, 10):  # simulated paired t-tests at that effect reject about 80% of the time
+        d = detectable_effect(2.0, n)
+        draws = np.random.default_rng(n).normal(d, 2.0, size=(40_000, n))
+        statistic = draws.mean(1) / (draws.std(1, ddof=1) / math.sqrt(n))
+        assert np.mean(np.abs(statistic) > t.ppf(0.975, n - 1)) == pytest.approx(0.8, abs=0.01)
+
+
+def test_equivalence_detectable_margin_holds_the_interval_inside_it_80_percent_of_the_time():
+    n, sd = 8, 1.0
+    m = detectable_effect(sd, n, equivalence=True)
+    draws = np.random.default_rng(0).normal(0.0, sd, size=(20_000, n))  # true Δ = 0
+    mean, half = draws.mean(1), t.ppf(0.975, n - 1) * draws.std(1, ddof=1) / math.sqrt(n)
+    assert np.mean((mean - half >= -m) & (mean + half <= m)) == pytest.approx(0.8, abs=0.02)
+
+
+def test_judge_reports_power_from_the_observed_spread():
+    claim = lower(paper=-0.3)
+    deltas = [-0.1 + x for x in centred_noise(3, 3, 0.4)]
+    v = judge(deltas, claim)
+    sd = float(np.std(deltas, ddof=1))
+    assert v.detectable == pytest.approx(detectable_effect(sd, 3))
+    needed = v.seeds_needed
+    assert needed > 3 and detectable_effect(sd, needed) <= 0.3 < detectable_effect(sd, needed - 1)
+
+
+def test_seeds_needed_edge_cases():
+    assert seeds_needed(1.0, 1e-4) == MAX_SEEDS + 1  # more than the search covers
+    assert seeds_needed(0.0, 1.0) is None and seeds_needed(float("nan"), 1.0) is None
+    assert seeds_needed(1.0, 100.0) == 2
+    assert judge([0.1, 0.2, 0.3], lower()).seeds_needed is None  # the paper gives no effect
+
+
+def test_t_quantiles_replace_the_table():
+    assert t_quantile(0.975, 1) == pytest.approx(12.706, abs=1e-3)
+    assert t_quantile(0.975, 10) == pytest.approx(2.228, abs=1e-3)
+    values = [0.1 * i for i in range(15)]  # 14 degrees of freedom, beyond the old table
+    mean, half = mean_interval(values)
+    assert half == pytest.approx(2.145 * np.std(values, ddof=1) / math.sqrt(15), rel=1e-3)
+    assert paired_difference([2.0, 3.0], [1.0, 1.0]) == pytest.approx((1.5, 12.706 * 0.5**0.5 / 2**0.5), rel=1e-4)
+
+
+# the table and the figure
+
+
+def suite_claims_and_results() -> tuple[list[Claim], dict]:
+    results = two_arms(-1.0, 0.05, n=3)
+    add_runs(results, "task", "softmax", [0.90, 0.92, 0.91], "accuracy")
+    add_runs(results, "task", "hJ", [0.905, 0.921, 0.915], "accuracy")
+    claims = [
+        Claim("h+J beats softmax", "lm", "val_ppl", "hJ", "softmax", "lower", paper=-8.0, relative=True, headline=True),
+        Claim("h+J is as accurate", "task", "accuracy", "hJ", "softmax", "equal", margin=1.0, scale=100),
+        Claim("h+J is more accurate", "task", "accuracy", "hJ", "softmax", "higher", paper=0.002, scale=100),
+    ]
+    return claims, results
+
+
+def test_verdict_table_rows_hold_the_computed_numbers():
+    claims, results = suite_claims_and_results()
+    lines = verdict_table(claims, results)
+    assert lines[0].startswith("| claim | paper |") and len(lines) == 2 + len(claims)
+    for line, (claim, v) in zip(lines[2:], evaluate(claims, results), strict=True):
+        unit = "%" if claim.relative else ""
+        ours = line.split(" | ")[2]  # "Δ [low, high]", rounded to two significant digits of the half-width
+        shown = [float(x) for x in re.findall(r"[-+][\d.]+", ours)]
+        assert shown == pytest.approx([v.delta, v.low, v.high], abs=0.1 * (v.high - v.low) / 2)
+        assert ours.count("%") == (3 if claim.relative else 0)
+        assert f"**{v.verdict}**" in line and f"detects ≥ {v.detectable:.2g}{unit} (n = {v.n})" in line
+    assert lines[2].startswith("| **h+J beats softmax**") and "-8%" in lines[2]
+    assert "within ±1" in lines[3] and "the margin needs" in lines[3]
+    assert f"the paper's effect needs more than {MAX_SEEDS:,} seeds" in lines[4]
+    one_seed = Claim("J is positive", "couplings", "J@3", "hJ", None, "higher")
+    row = verdict_table([one_seed], add_runs({}, "couplings", "hJ", [1.0], "J@3"))[2]
+    assert row.endswith("| – | +1 (1 seed) | **inconclusive**: 1 seed(s) with values: no interval | – |")
+
+
+def test_plot_claims_writes_a_png(tmp_path):
+    claims, results = suite_claims_and_results()
+    path = plot_claims(claims, results, tmp_path / "claims.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
