@@ -231,3 +231,10 @@ def test_without_patience_every_step_trains(text_file, tmp_path, monkeypatch):
     summary = train(tiny_config(text_file, tmp_path, eval_every=2), progress=False, log=lambda *_: None)
     assert summary["steps"] == 12 and "best_step" not in summary
     assert not (tmp_path / "runs" / "run" / "best.json").exists()
+
+
+def test_early_stopping_counts_only_gains_above_min_delta(text_file, tmp_path, monkeypatch):
+    scripted_validation(monkeypatch, [3.0, 2.95, 2.9, 2.5, 2.45, 2.44, 2.43])
+    cfg = tiny_config(text_file, tmp_path, steps=100, eval_every=2, patience=3, min_delta=0.1)
+    summary = train(cfg, progress=False, log=lambda *_: None)
+    assert summary["best_step"] == 8 and summary["steps"] == 14  # 2.5 at step 8 gains 0.5; then three below 0.1

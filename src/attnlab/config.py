@@ -139,9 +139,11 @@ class TrainConfig:
     skip_non_finite: int = 0  # steps with a nan/inf loss or gradient to skip before stopping (0: stop at the first)
     eval_every: int = 250
     eval_batches: int = 20
-    # early stopping: stop once this many evaluations in a row bring no new lowest validation loss
-    # (0: train all train.steps, which is the cap otherwise); the best checkpoint is kept and loaded
+    # early stopping: stop once this many evaluations in a row bring no validation loss lower than the best
+    # by more than min_delta (0: train all train.steps, which is the cap otherwise); the best checkpoint is
+    # kept and loaded
     patience: int = 0
+    min_delta: float = 0.0
     log_every: int = 10
     ckpt_every: int = 500  # a checkpoint is also written at the last step
     keep_last: int = 3  # older checkpoints are deleted; 0 keeps all
@@ -162,7 +164,8 @@ class TrainConfig:
         if self.lr <= 0 or self.min_lr < 0 or self.min_lr > self.lr:
             raise ConfigError(f"need 0 <= train.min_lr <= train.lr and lr > 0 (got lr={self.lr}, "
                               f"min_lr={self.min_lr})")
-        for name in ("warmup_steps", "weight_decay", "grad_clip", "keep_last", "skip_non_finite", "patience"):
+        for name in ("warmup_steps", "weight_decay", "grad_clip", "keep_last", "skip_non_finite", "patience",
+                     "min_delta"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"train.{name}={getattr(self, name)} must be >= 0")
         if self.precision not in ("fp32", "bf16"):

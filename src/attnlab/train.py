@@ -77,16 +77,16 @@ class MetricsLog:
 
 class EarlyStopping:
     """Tracks the lowest validation loss; with patience > 0, training stops once `patience` evaluations in
-    a row have not lowered it."""
+    a row have not lowered it by more than min_delta."""
 
-    def __init__(self, patience: int, state: dict | None = None):
-        self.patience = patience
+    def __init__(self, patience: int, min_delta: float = 0.0, state: dict | None = None):
+        self.patience, self.min_delta = patience, min_delta
         state = state or {"best_loss": math.inf, "best_step": 0, "since_best": 0}
         self.best_loss, self.best_step, self.since_best = state["best_loss"], state["best_step"], state["since_best"]
 
     def update(self, step: int, loss: float) -> bool:
         """Record an evaluation; True if it is the best so far."""
-        if loss < self.best_loss:
+        if loss < self.best_loss - self.min_delta:
             self.best_loss, self.best_step, self.since_best = loss, step, 0
             return True
         self.since_best += 1
@@ -161,7 +161,7 @@ def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distr
 
     optimizer = new_optimizer(distributed.rebind(groups, model, names))
     data_rng = torch.Generator().manual_seed(t.seed)
-    start, stopping = 0, EarlyStopping(t.patience)
+    start, stopping = 0, EarlyStopping(t.patience, t.min_delta)
     if ckpt is not None:
         distributed.load_optimizer(model, optimizer, torch.load(ckpt / "optimizer.pt", map_location=device),
                                    ranks, twin)
@@ -169,7 +169,7 @@ def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distr
         start = state["step"]
         data_rng.set_state(state["data_rng"])
         torch.set_rng_state(state["torch_rng"])
-        stopping = EarlyStopping(t.patience, state.get("early_stopping"))
+        stopping = EarlyStopping(t.patience, t.min_delta, state.get("early_stopping"))
         if device.type == "cuda" and state.get("cuda_rng") is not None and ranks.world == 1:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         log(f"resuming {run_dir} from {ckpt.name}")
