@@ -24,6 +24,7 @@ def test_suite_runs_and_reports(name, tier, tmp_path, monkeypatch):
     suite = get_suite(name, tier)
     results = run_suite(suite, tmp_path, seeds=1, quick=True, extra=TINY, log=lambda *_: None)
     expected = {f"{e.name}/{a.label}/0" for e in suite.experiments for a in e.arms}
+    expected |= {sweep_key(e.name, a.label, lr) for e in suite.experiments for a in e.arms for lr in e.lrs}
     assert set(results["runs"]) == expected
     assert json.loads((tmp_path / "results.json").read_text()) == results
     report = write_report(suite, results, tmp_path).read_text()

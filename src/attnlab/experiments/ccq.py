@@ -3,14 +3,37 @@ length extrapolation."""
 
 from __future__ import annotations
 
+from . import recall
 from .spec import Arm, Experiment, Suite
 
 NAME = "ccq"
-TIERS = ("default",)
+TIERS = ("default", "converged")
 QUICK = ["train.steps=20", "train.eval_every=20", "train.eval_batches=2", "train.ckpt_every=20"]
 
 
 def suite(tier: str = "default") -> Suite:
+    return converged() if tier == "converged" else default()
+
+
+def converged() -> Suite:
+    """Recall trained to convergence: MQAR at zoology's protocol and S-NIAH pass-key until it stops improving."""
+    mixers = ["softmax", "gla", "ccq-gla", "gdn", "ccq-gdn"]
+    small = ["model.d_model=64", "model.n_layers=2", "model.n_heads=2"]
+    niah = Experiment(
+        "niah",
+        "S-NIAH pass-key, trained at 128 tokens until validation loss stops improving: exact match at 1x and 2x",
+        "niah",
+        [Arm(m, "demo", [f"model.mixer={m}", *small, "data.source=niah", "train.seq_len=128", "train.batch_size=16",
+                         "train.steps=6000", "train.eval_every=200", "train.patience=10", "train.ckpt_every=6000",
+                         "data.niah.test_per_depth=10"]) for m in mixers],
+        "softmax",
+        lengths=[1, 2],
+    )
+    return Suite(NAME, "The Curvature-Conditioned Query: recall trained to convergence",
+                 [*recall.mqar(mixers), niah], QUICK, tier="converged")
+
+
+def default() -> Suite:
     pairs = [("gla", "ccq-gla"), ("gdn", "ccq-gdn")]
     small = ["model.d_model=64", "model.n_layers=2", "model.n_heads=2"]
 

@@ -131,7 +131,8 @@ def _train_and_measure(cfg, experiment: Experiment, results: dict, fingerprint: 
         log(f"    the same model as {run_dir.name}")
         params = load_run(run_dir).model.num_params()
     record = {"params": params, **training_extent(run_dir), **measure(experiment, run_dir)}
-    record |= {"seconds": time.perf_counter() - start, "run": run_dir.name, "config": fingerprint}
+    where = os.path.relpath(run_dir, out)
+    record |= {"seconds": time.perf_counter() - start, "run": where, "config": fingerprint}
     log("    " + ", ".join(f"{k} {v:.4g}" for k, v in record.items() if isinstance(v, float | int)))
     return record
 
@@ -178,10 +179,19 @@ def _changed(values: dict, defaults: dict) -> dict:
 
 
 def _trained_run(results: dict, fingerprint: str, out: Path) -> Path | None:
-    for record in results["runs"].values():
-        if record.get("config") == fingerprint and (out / "runs" / record["run"]).is_dir():
-            return out / "runs" / record["run"]
+    """A model with this config that this suite, or another suite beside it (a sibling folder of results),
+    has trained already: it is measured again, not trained again."""
+    siblings = [p for p in sorted(out.parent.glob("*/results.json")) if p.parent != out]
+    for folder, found in [(out, results), *((p.parent, json.loads(p.read_text())) for p in siblings)]:
+        for record in found["runs"].values():
+            if record.get("config") == fingerprint and (folder / run_path(record)).is_dir():
+                return folder / run_path(record)
     return None
+
+
+def run_path(record: dict) -> str:
+    """Where a record's model lies, relative to its suite's folder."""
+    return record["run"] if "/" in record["run"] else f"runs/{record['run']}"
 
 
 def _write_json(path: Path, value) -> None:

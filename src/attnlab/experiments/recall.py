@@ -1,0 +1,34 @@
+"""Associative recall at zoology's protocol, for the suites whose papers claim something about recall:
+MQAR trained until the validation loss stops improving, each model at the best of a learning-rate sweep
+chosen on validation, at two (length, pairs) settings. Softmax attention is in every experiment: where it
+does not reach ~100%, the task is not yet learned and says nothing about the others.
+
+The suites share these models: one that a suite beside it trained with the same config is measured again,
+not trained again."""
+
+from __future__ import annotations
+
+from .spec import Arm, Experiment
+
+SETTINGS = [(64, 4), (64, 16)]  # (tokens, key-value pairs): the small setting and one with 4x the pairs
+LRS = [1e-3, 3e-3, 1e-2]  # zoology sweeps four rates over 1e-4..1e-2; the upper three, to fit a CPU
+# blocks without the feed-forward part: recall is the mixers' work, and it halves the cost of a step
+CONVERGE = ["model.ffn=false", "train.steps=8000", "train.eval_every=250", "train.patience=8", "train.min_delta=0.001",
+            "train.ckpt_every=8000"]
+
+
+def mqar(mixers: list[str], settings=SETTINGS) -> list[Experiment]:
+    """One experiment per setting, an arm per mixer; the first mixer is the baseline."""
+    return [
+        Experiment(
+            f"mqar-T{T}-kv{pairs}",
+            f"MQAR, {T} tokens, {pairs} key-value pairs: test accuracy (converged, the best of {len(LRS)} "
+            "learning rates on validation)",
+            "accuracy",
+            [Arm(m, "mqar", [f"model.mixer={m}", f"train.seq_len={T}", f"data.mqar.pairs={pairs}",
+                             f"data.mqar.test_pairs=[{pairs}]", *CONVERGE]) for m in mixers],
+            mixers[0],
+            lrs=LRS,
+        )
+        for T, pairs in settings
+    ]
