@@ -22,16 +22,19 @@ TINY = ["train.steps=2", "train.batch_size=2", "train.eval_batches=1", "train.ev
 def test_suite_runs_and_reports(name, tier, tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
     suite = get_suite(name, tier)
-    results = run_suite(suite, tmp_path, seeds=1, quick=True, extra=TINY, log=lambda *_: None)
+    results = run_suite(suite, tmp_path / "suite", seeds=1, quick=True, extra=TINY, log=lambda *_: None)
     expected = {f"{e.name}/{a.label}/0" for e in suite.experiments for a in e.arms}
     expected |= {sweep_key(e.name, a.label, lr) for e in suite.experiments for a in e.arms for lr in e.lrs}
     assert set(results["runs"]) == expected
-    assert json.loads((tmp_path / "results.json").read_text()) == results
-    report = write_report(suite, results, tmp_path).read_text()
+    assert json.loads((tmp_path / "suite" / "results.json").read_text()) == results
+    report = write_report(suite, results, tmp_path / "suite").read_text()
     assert "1 seed(s) on " in report and "torch " in report
+    if suite.claims:
+        assert "## Verdicts" in report and (tmp_path / "suite" / "claims.png").stat().st_size > 1000
+        assert all(claim.statement in report for claim in suite.claims)
     for experiment in suite.experiments:
         assert f"## {experiment.title}" in report
-        assert (tmp_path / f"{experiment.name}.png").stat().st_size > 1000
+        assert (tmp_path / "suite" / f"{experiment.name}.png").stat().st_size > 1000
         for arm in experiment.arms:
             assert f"| {arm.label} |" in report
 
@@ -41,13 +44,13 @@ def test_an_interrupted_suite_resumes_without_rerunning(tmp_path, monkeypatch):
     suite = get_suite("demo")
     suite.experiments = suite.experiments[:1]
     suite.experiments[0].arms = suite.experiments[0].arms[:2]
-    first = run_suite(suite, tmp_path, seeds=1, extra=TINY, log=lambda *_: None)
+    first = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None)
     calls = []
-    second = run_suite(suite, tmp_path, seeds=2, extra=TINY, log=calls.append)
+    second = run_suite(suite, tmp_path / "suite", seeds=2, extra=TINY, log=calls.append)
     assert all(first["runs"][k] == second["runs"][k] for k in first["runs"])
     assert len(second["runs"]) == 4 and sum(c.endswith("/1") for c in calls) == 2
     assert not any(c.endswith("/0") for c in calls)
-    changed = run_suite(suite, tmp_path, seeds=2, extra=[*TINY, "train.steps=3"], log=lambda *_: None)
+    changed = run_suite(suite, tmp_path / "suite", seeds=2, extra=[*TINY, "train.steps=3"], log=lambda *_: None)
     assert all(changed["runs"][k]["config"] != second["runs"][k]["config"] for k in second["runs"])  # trained again
 
 
@@ -66,12 +69,12 @@ def test_an_arm_shared_by_two_experiments_is_trained_once_and_measured_by_each(t
                    target_losses=[100.0, 0.0]),
     ])
     calls = []
-    results = run_suite(suite, tmp_path, seeds=1, extra=TINY, log=calls.append)
+    results = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=calls.append)
     runs = results["runs"]
     assert runs["speed/again/0"]["run"] == runs["ppl/softmax/0"]["run"] != runs["ppl/sigmoid/0"]["run"]
     assert sum("the same model as" in c for c in calls) == 1
     assert runs["speed/again/0"]["tokens to 100.0"] > 0 and runs["speed/again/0"]["tokens to 0.0"] is None
-    report = write_report(suite, results, tmp_path).read_text()
+    report = write_report(suite, results, tmp_path / "suite").read_text()
     assert "| again | " in report and "never" in report
 
 
@@ -105,7 +108,7 @@ def test_the_readme_results_section_is_generated_from_the_results_folders(tmp_pa
 def test_a_learning_rate_sweep_trains_every_seed_at_the_rate_with_the_lowest_validation_loss(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
     sweep = Experiment("mqar", "recall", "accuracy", [Arm("softmax", "mqar")], "softmax", lrs=[1e-5, 3e-3], seeds=2)
-    results = run_suite(Suite("s", "s", [sweep], seeds=3), tmp_path, extra=[*TINY, "train.steps=6"],
+    results = run_suite(Suite("s", "s", [sweep], seeds=3), tmp_path / "suite", extra=[*TINY, "train.steps=6"],
                         log=lambda *_: None)
     runs = results["runs"]
     losses = {lr: runs[sweep_key("mqar", "softmax", lr)]["best_val_loss"] for lr in (1e-5, 3e-3)}
@@ -113,7 +116,7 @@ def test_a_learning_rate_sweep_trains_every_seed_at_the_rate_with_the_lowest_val
     assert set(runs) == {"mqar/softmax/lr=1e-05", "mqar/softmax/lr=0.003", "mqar/softmax/0", "mqar/softmax/1"}
     assert runs["mqar/softmax/0"]["run"] == runs[sweep_key("mqar", "softmax", best)]["run"]  # trained once
     assert f"-lr{best:g}-s1" in runs["mqar/softmax/1"]["run"] and runs["mqar/softmax/1"]["steps"] == 6
-    report = write_report(Suite("s", "s", [sweep]), results, tmp_path).read_text()
+    report = write_report(Suite("s", "s", [sweep]), results, tmp_path / "suite").read_text()
     assert "| softmax |" in report
 
 
@@ -123,3 +126,14 @@ def test_training_extent_reads_where_a_run_stopped(tmp_path):
                {"step": 6, "val_loss": 2.2}, {"step": 6, "stopped": "patience", "best_step": 4}]
     log.write_text("\n".join(map(json.dumps, records)))
     assert training_extent(tmp_path) == {"steps": 6, "stopped_early": True, "best_step": 4, "best_val_loss": 2.0}
+
+
+def test_a_suite_measures_what_a_suite_beside_it_trained_with_the_same_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    shared = Experiment("lm", "perplexity", "val_ppl", [Arm("softmax", "demo")], "softmax")
+    first = run_suite(Suite("a", "a", [shared]), tmp_path / "results" / "a", seeds=1, extra=TINY, log=lambda *_: None)
+    calls = []
+    second = run_suite(Suite("b", "b", [shared]), tmp_path / "results" / "b", seeds=1, extra=TINY, log=calls.append)
+    assert second["runs"]["lm/softmax/0"]["run"] == "../a/runs/lm-softmax-s0"
+    assert second["runs"]["lm/softmax/0"]["val_ppl"] == first["runs"]["lm/softmax/0"]["val_ppl"]
+    assert any("the same model as" in c for c in calls)
