@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from attnlab.errors import UserError
+from attnlab.ops import ising
 from attnlab.ops.ising import (
     band_couplings,
     banded_log_marginals,
@@ -86,6 +87,90 @@ def test_decoupled_absent_spins_equal_prefix_enumeration():
     J_masked[:, visible:] = 0
     prefix = exact_alpha(h[:visible], J[:visible, :visible])
     torch.testing.assert_close(exact_alpha(h_masked, J_masked)[:visible], prefix, rtol=0, atol=1e-12)
+
+
+def oracle_log_weights(h, J=None, K=None):
+    """causal_log_weights by a plain log-domain enumeration per query: log P(s_j = +1) as a logsumexp over
+    the configurations with s_j = +1, then normalised over the visible keys. Differentiable."""
+    B, H, Tq, S = h.shape
+    rows = []
+    for r in range(Tq):
+        n = S - Tq + r + 1
+        s = torch.tensor(list(itertools.product((-1.0, 1.0), repeat=n)), dtype=h.dtype)  # [2^n, n]
+        log_weight = h[:, :, r, :n] @ s.T  # [B, H, 2^n]
+        for j, k in itertools.combinations(range(n), 2) if J is not None else ():
+            log_weight = log_weight + J[:, j, k, None] * s[:, j] * s[:, k]
+        for j, k, l in itertools.combinations(range(n), 3) if K is not None else ():
+            log_weight = log_weight + K[:, j, k, l, None] * s[:, j] * s[:, k] * s[:, l]
+        log_plus = torch.stack([torch.logsumexp(log_weight[..., s[:, j] > 0], -1) for j in range(n)], -1)
+        row = torch.log_softmax(log_plus - torch.logsumexp(log_weight, -1, keepdim=True), -1)
+        rows.append(torch.nn.functional.pad(row, (0, S - n), value=float("-inf")))
+    return torch.stack(rows, dim=2)
+
+
+def random_problem(B, H, Tq, S, field_scale, couplings, dtype=f64, seed=0):
+    """h, J [H, S + 1, S + 1] (a window longer than the sequence) and K, or None where not in `couplings`."""
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(B, H, Tq, S, generator=g, dtype=dtype) * field_scale
+    J = torch.randn(H, S + 1, S + 1, generator=g, dtype=dtype) if "J" in couplings else None
+    K = torch.randn(H, S + 1, S + 1, S + 1, generator=g, dtype=dtype) * 0.5 if "K" in couplings else None
+    return h, J, K
+
+
+@pytest.mark.parametrize("couplings", ["", "J", "JK", "K"])
+@pytest.mark.parametrize("field_scale", [1.0, 30.0])
+@pytest.mark.parametrize("Tq, S, merged, tight", [(7, 7, None, False), (7, 7, 0, False), (7, 7, 2**30, True),
+                                                   (3, 6, None, False), (1, 5, None, False), (2, 12, None, False)])
+def test_causal_weights_and_their_gradients_equal_the_oracle(couplings, field_scale, Tq, S, merged, tight,
+                                                             monkeypatch):
+    """merged: MERGED_ROWS (0: every prefix alone, 2^30: all in one table); tight: a memory budget that
+    takes one sequence at a time."""
+    if merged is not None:
+        monkeypatch.setattr(ising, "MERGED_ROWS", merged)
+    h, J, K = random_problem(3, 2, Tq, S, field_scale, couplings)
+    inputs = [x.requires_grad_() for x in (h, J, K) if x is not None]
+    fast = causal_log_weights(h, J, K, **({"memory_budget": 2 * 2**S * 8 * 3} if tight else {}))
+    exact = oracle_log_weights(h, J, K)
+    torch.testing.assert_close(fast, exact, rtol=0, atol=1e-10)
+    visible = torch.isfinite(exact)
+    assert visible.sum() == 3 * 2 * sum(range(S - Tq + 1, S + 1))
+    upstream = torch.randn(fast.shape, generator=torch.Generator().manual_seed(1), dtype=f64)
+
+    def grads(out):
+        return torch.autograd.grad((torch.where(visible, out, 0) * upstream).sum(), inputs)
+
+    for got, want in zip(grads(fast), grads(exact), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-9 * max(1.0, want.abs().max().item()))
+
+
+@pytest.mark.parametrize("field_scale", [1.0, 30.0])
+def test_float32_agrees_with_float64(field_scale):
+    h, J, _ = random_problem(4, 2, 10, 10, field_scale, "J", seed=2)
+    J = J * 2
+    h, J = h.requires_grad_(), J.requires_grad_()
+    visible = torch.ones(10, 10, dtype=torch.bool).tril()
+    upstream = torch.randn(4, 2, 10, 10, dtype=f64, generator=torch.Generator().manual_seed(3))
+    results = []
+    for dtype in (f64, torch.float32):
+        hd, Jd = h.to(dtype), J.to(dtype)
+        out = causal_log_weights(hd, Jd)
+        weights = torch.softmax(out, -1)  # as the mixer uses them
+        results.append((out, weights, *torch.autograd.grad((weights * upstream.to(dtype)).sum(), (hd, Jd))))
+    (out64, w64, gh64, gJ64), (out32, w32, gh32, gJ32) = results
+    assert torch.isfinite(out32[..., visible]).all() and (out32[..., ~visible] == float("-inf")).all()
+    torch.testing.assert_close(w32.double(), w64, rtol=0, atol=1e-6 * field_scale)
+    sizeable = visible & (w64 > 1e-20)  # log-weights of every key that is not negligible
+    torch.testing.assert_close(out32.double()[sizeable], out64[sizeable], rtol=0, atol=1e-5 * field_scale)
+    torch.testing.assert_close(gh32.double(), gh64, rtol=0, atol=1e-5 * field_scale * gh64.abs().max().item())
+    torch.testing.assert_close(gJ32.double(), gJ64, rtol=0, atol=1e-5 * field_scale * gJ64.abs().max().item())
+
+
+def test_float32_keeps_the_relative_weights_of_keys_that_are_all_unlikely():
+    """All fields at -60: every alpha_j ~ e^-120, far below float32's range, yet their ratios are O(1)."""
+    h = -60 + torch.randn(2, 1, 6, 6, dtype=f64, generator=torch.Generator().manual_seed(4))
+    J = torch.randn(1, 6, 6, dtype=f64, generator=torch.Generator().manual_seed(5))
+    torch.testing.assert_close(causal_log_weights(h.float(), J.float()).double(), oracle_log_weights(h, J),
+                               rtol=0, atol=1e-4)
 
 
 def test_extreme_fields_and_couplings_stay_finite():

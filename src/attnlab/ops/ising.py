@@ -5,7 +5,8 @@ For one query, key positions j = 0..n-1 carry spins s_j in {-1, +1} with
 and the attention weight of key j is its marginal alpha_j = P(s_j = +1) = (<s_j> + 1) / 2.
 Only the strict upper triangle of J (and of K) enters. Everything is computed in the log domain.
 
-- Exact enumeration of all 2^n configurations (`log_marginals`, `causal_log_weights`).
+- Exact enumeration of all 2^n configurations (`log_marginals`; `causal_log_weights`, whose sums over the
+  configurations, forward and backward, run on the configurations of two halves of the spins).
 - Exact marginals for banded couplings (J_jk = 0 for k - j > w) by a forward-backward pass over the
   2^w states of the last w spins, O(n 2^w) per query (`banded_log_marginals`).
 - A differentiable mean-field approximation for any n (`mean_field_fields`).
@@ -73,47 +74,67 @@ def log_marginals(h: torch.Tensor, energy: torch.Tensor | float = 0.0):
 
 
 DEFAULT_MEMORY_BUDGET = 2 * 2**30  # bytes of configuration log-weights held at once in exact inference
+MERGED_ROWS = 2**18  # causal_log_weights: short prefixes share one table while it holds at most this many log-weights
 
 
 @functools.lru_cache(maxsize=64)
-def _nonempty_configurations(n: int, device: str, dtype: torch.dtype):
-    """Spins [2^n - 1, n] of configurations 1..2^n - 1 (all but the all-minus one) and their indicators (s + 1) / 2."""
-    spins = _configurations(n, device)[1:].to(dtype)
+def _tables(n: int, device: str, dtype: torch.dtype):
+    """configurations(n) [2^n, n] and its indicators [s = +1] = (s + 1) / 2, cached."""
+    spins = _configurations(n, device).to(dtype)
     return spins, (spins + 1) / 2
 
 
 class _NormalisedMarginals(torch.autograd.Function):
-    """log alpha_j / sum_k alpha_k [..., n] from fields h [..., n] and coupling energies [..., C] of the
-    configurations in `spins` [C, n] (all but the all-minus one; `plus` = (spins + 1) / 2).
+    """log alpha_j / sum_k alpha_k [B, H, R, n] by enumeration, from log-weights given in split form.
 
-    With log-weights L = h s + energy and w = exp(L - max L), alpha_j = P_j / Z with P = w @ plus, and Z
-    cancels in the normalisation: log alpha_tilde = log P - log sum_k P_k. The all-minus configuration
-    enters no P_j, so the maximum is taken without it: the largest remaining w is 1 and sum_k P_k >= 1,
-    whatever the fields. A P_j below the smallest normal number (alpha_tilde_j < ~1e-38 in fp32) is
-    clamped to it. Backward: with a = dloss/dP, dloss/dL = w * (a @ plus^T), dloss/dh = (dloss/dL) @ spins.
+    Configuration c = (c_hi, c_lo) holds spins 0..lo-1 in the bits of c_lo and lo..n-1 in those of c_hi;
+    its log-weight (-E) is L = high[c_hi] + low[c_lo] + pair[c_hi, c_lo]: high [B, H, R, 2^hi] and low
+    [B, H, R, 2^lo] the terms within each half (-inf for configurations to leave out), pair [.., 2^hi, 2^lo]
+    the rest, broadcast over B (None: nothing). present [R, n]: the spins whose weights are wanted (the
+    others give -inf); plus_hi, plus_lo: the indicators [s = +1] of each half's configurations.
+
+    With w = exp(L - max L), alpha_j = P_j / Z with P_j = sum_c w_c [s_j = +1], and Z cancels in the
+    normalisation: log alpha_tilde = log P - log sum_k P_k. The all-minus configuration enters no P_j and is
+    left out, so the largest w is a term of some P_j and sum_k P_k >= 1 whatever the fields. Log-weights
+    more than -log(2 tiny) (87 in fp32) below the largest are raised to that floor, which keeps exp off its
+    slow subnormal path and changes P by under 2^(n+1) tiny. P of the low spins is (w summed over c_hi) @
+    plus_lo, and likewise for the high ones; the backward, dloss/dL_c = w_c sum_j a_j [s_cj = +1] with
+    a = dloss/dP, is again an outer sum (times w).
     """
 
     @staticmethod
-    def forward(ctx, h, energy, spins, plus):
-        w = h @ spins.T
-        w += energy
-        w -= w.amax(-1, keepdim=True)  # exact: the result does not depend on a shift of L
-        w.exp_()
-        P = w @ plus
-        tiny = torch.finfo(P.dtype).tiny
-        ctx.save_for_backward(w, P, spins, plus)
-        ctx.energy_shape = energy.shape
-        return P.clamp_min(tiny).log() - P.sum(-1, keepdim=True).log()
+    def forward(ctx, high, low, pair, present, plus_hi, plus_lo):
+        log2e = 1 / math.log(2)  # w = 2^(L log2 e - max): exp2 is several times faster than exp on CPUs
+        L = (high * log2e)[..., :, None] + (low * log2e)[..., None, :]
+        if pair is not None:
+            L += pair * log2e
+        L[..., 0, 0] = float("-inf")  # all spins -1
+        L -= L.amax((-2, -1), keepdim=True)  # exact: the result does not depend on a shift of L
+        w = L.clamp_(min=math.log2(torch.finfo(L.dtype).tiny) + 1).exp2_()  # 2 tiny: 2^x below tiny is slow
+        P = torch.cat((w.sum(-2) @ plus_lo, w.sum(-1) @ plus_hi), dim=-1) * present
+        ctx.save_for_backward(w, P, plus_hi, plus_lo)
+        ctx.pair_shape = None if pair is None else pair.shape
+        return P.log() - P.sum(-1, keepdim=True).log()
 
     @staticmethod
     def backward(ctx, grad):
-        w, P, spins, plus = ctx.saved_tensors
-        seen = P > torch.finfo(P.dtype).tiny  # the clamped P_j get no gradient
-        a = torch.where(seen, grad / P, 0) - grad.sum(-1, keepdim=True) / P.sum(-1, keepdim=True)
-        grad_L = (a @ plus.T).mul_(w)
-        grad_h = grad_L @ spins if ctx.needs_input_grad[0] else None
-        grad_energy = grad_L.sum_to_size(ctx.energy_shape) if ctx.needs_input_grad[1] else None
-        return grad_h, grad_energy, None, None
+        w, P, plus_hi, plus_lo = ctx.saved_tensors
+        a = torch.where(P > 0, grad / P, 0) - grad.sum(-1, keepdim=True) / P.sum(-1, keepdim=True)  # dloss/dP
+        lo = plus_lo.shape[-1]
+        grad_L = ((a[..., lo:] @ plus_hi.T)[..., :, None] + (a[..., :lo] @ plus_lo.T)[..., None, :]).mul_(w)
+        grad_pair = None if ctx.pair_shape is None else grad_L.sum_to_size(ctx.pair_shape)
+        return grad_L.sum(-1), grad_L.sum(-2), grad_pair, None, None, None
+
+
+def _prefix_groups(Tq: int, S: int, batch: int) -> list[tuple[int, int]]:
+    """Row ranges [r0, r1) of causal_log_weights enumerated together in the table of their longest prefix:
+    the short prefixes, while that table (for `batch` sequences and heads) holds at most MERGED_ROWS."""
+    groups, start = [], 0
+    for stop in range(2, Tq + 1):
+        if (stop - start) * 2 ** (S - Tq + stop) * batch > MERGED_ROWS:
+            groups.append((start, stop - 1))
+            start = stop - 1
+    return groups + [(start, Tq)]
 
 
 def causal_log_weights(h, J=None, K=None, memory_budget: int = DEFAULT_MEMORY_BUDGET):
@@ -123,7 +144,9 @@ def causal_log_weights(h, J=None, K=None, memory_budget: int = DEFAULT_MEMORY_BU
     0..p with p = S - Tq + r, and its Ising model holds those p + 1 spins and the leading block of
     J [H, S', S'] and K [H, S', S', S'] (S' >= S). Returns log alpha_tilde [B, H, Tq, S]: the
     log of alpha_j / sum_k alpha_k over the visible keys, -inf for the invisible ones.
-    The batch is processed in pieces so that at most `memory_budget` bytes of log-weights exist at once.
+    Queries with short prefixes share one enumeration of n spins (`_prefix_groups`), the spins past each
+    one's prefix held at -1, uncoupled. The batch is processed in pieces so that at most `memory_budget`
+    bytes of log-weights exist at once.
     """
     B, H, Tq, S = h.shape
     bytes_per_row = H * 2**S * h.element_size() * 3  # log-weights, their exp in the backward, slack
@@ -133,19 +156,33 @@ def causal_log_weights(h, J=None, K=None, memory_budget: int = DEFAULT_MEMORY_BU
             f"for one sequence, above the memory budget of {memory_budget / 2**30:.1f} GiB (memory_budget_gib); "
             "use inference=banded (couplings within a band), mean-field or dqa, or a shorter window"
         )
-    piece = max(1, min(B, memory_budget // bytes_per_row))
-    rows = []
-    for r in range(Tq):
-        n = S - Tq + r + 1
-        spins, plus = _nonempty_configurations(n, str(h.device), h.dtype)
-        J_n = None if J is None else J[:, :n, :n]
-        K_n = None if K is None else K[:, :n, :n, :n]
-        energy = coupling_energy(spins, J_n, K_n)  # [H, 2^n - 1], or [2^n - 1] zeros without couplings
-        h_n = h[:, :, r, :n]
-        row = torch.cat([_NormalisedMarginals.apply(h_n[b : b + piece], energy, spins, plus)
-                         for b in range(0, B, piece)], dim=0)
-        rows.append(torch.nn.functional.pad(row, (0, S - n), value=float("-inf")))
-    return torch.stack(rows, dim=2)
+    out = []
+    for r0, r1 in _prefix_groups(Tq, S, B * H):
+        n = S - Tq + r1  # spins 0..lo-1 are the low half, lo..n-1 the high one
+        lo = n // 2
+        (s_lo, plus_lo), (s_hi, plus_hi) = (_tables(k, str(h.device), h.dtype) for k in (lo, n - lo))
+        lengths = torch.arange(S - Tq + r0 + 1, n + 1, device=h.device)[:, None]  # of the rows' prefixes [R, 1]
+        present = torch.arange(n, device=h.device) < lengths  # [R, n]
+        pairs = present[:, :, None] & present[:, None, :]
+        # -E within each half (fields, J) and across the halves (J, and K anywhere)
+        fields = h[:, :, r0:r1, :n] * present
+        J_r = None if J is None else J[:, None, :n, :n] * pairs  # [H, R, n, n]; upper triangles read below
+        low = fields[..., :lo] @ s_lo.T + coupling_energy(s_lo, None if J is None else J_r[..., :lo, :lo])
+        high = fields[..., lo:] @ s_hi.T + coupling_energy(s_hi, None if J is None else J_r[..., lo:, lo:])
+        pair = None if J is None else s_hi @ J_r[..., :lo, lo:].transpose(-1, -2) @ s_lo.T  # [H, R, 2^hi, 2^lo]
+        if K is not None:
+            K_r = K[:, None, :n, :n, :n] * (pairs[..., None] & present[:, None, None, :])
+            three = coupling_energy(_tables(n, str(h.device), h.dtype)[0], None, K_r).unflatten(-1, (2 ** (n - lo), -1))
+            pair = three if pair is None else pair + three
+        # leave out the configurations with a spin past the prefix at +1
+        low = low.masked_fill(torch.arange(2**lo, device=h.device) >= 2 ** lengths.clamp(max=lo), float("-inf"))
+        high = high.masked_fill(torch.arange(2 ** (n - lo), device=h.device) >= 2 ** (lengths - lo).clamp(min=0),
+                                float("-inf"))
+        piece = max(1, memory_budget // (H * (r1 - r0) * 2**n * h.element_size() * 3))
+        rows = [_NormalisedMarginals.apply(high[b : b + piece], low[b : b + piece], pair, present, plus_hi, plus_lo)
+                for b in range(0, B, piece)]
+        out.append(torch.nn.functional.pad(torch.cat(rows), (0, S - n), value=float("-inf")))
+    return torch.cat(out, dim=2)
 
 
 # ------------------------------------------------------------------------------------------------------
