@@ -137,3 +137,12 @@ def test_a_suite_measures_what_a_suite_beside_it_trained_with_the_same_config(tm
     assert second["runs"]["lm/softmax/0"]["run"] == "../a/runs/lm-softmax-s0"
     assert second["runs"]["lm/softmax/0"]["val_ppl"] == first["runs"]["lm/softmax/0"]["val_ppl"]
     assert any("the same model as" in c for c in calls)
+
+
+def test_a_runs_fingerprint_is_its_config_apart_from_names_folders_and_compilation():
+    from attnlab.config import load_config
+    from attnlab.experiments.runner import _fingerprint
+
+    base = _fingerprint(load_config("mqar"))
+    assert _fingerprint(load_config("mqar", ["name=x", "out_dir=elsewhere", "train.compile=true"])) == base
+    assert _fingerprint(load_config("mqar", ["train.lr=0.01"])) != base

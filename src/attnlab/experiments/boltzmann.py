@@ -128,7 +128,7 @@ def claims(no_ffn_T: list[int], dqa: bool) -> list[Claim]:
     ]
     brackets = [
         Claim(f"h+J beats softmax on brackets at T = {T}", f"brackets-T{T}", "accuracy", "h+J", "softmax", "higher",
-              points(PAPER_BRACKETS[T], "h+J"), scale=100, headline=T == 16)
+              points(PAPER_BRACKETS[T], "h+J"), scale=100)
         for T in (12, 16)
     ] + [
         Claim("h-only is below softmax on brackets at T = 16", "brackets-T16", "accuracy", "h-only", "softmax",

@@ -41,7 +41,7 @@ class Claim:
     experiment: str  # the experiment's name in the results keys "<experiment>/<arm>/<seed>"
     metric: str  # a results key ("val_ppl"), or "a/b": the per-run ratio of two keys ("ppl@448/ppl@128")
     arm: str
-    baseline: str | None  # another arm of the same experiment; None: the arm's own value is compared with 0
+    baseline: str | None  # another arm of the same experiment; None: the arm's own value minus `reference`
     direction: str  # "lower" | "higher": the claim is Δ < 0 | Δ > 0; "equal": |Δ| <= margin
     paper: float | None = None  # the paper's Δ, in the claim's units; None: the paper gives none
     relative: bool = False  # Δ per seed = 100 · (arm / baseline - 1), in % (perplexities across scales)
@@ -49,6 +49,7 @@ class Claim:
     contrast: str | None = None  # another experiment with the same arms: Δ = Δ here - Δ there ("the gap grows")
     headline: bool = False  # one of the paper's headline claims
     scale: float = 1.0  # the claim's units per unit of the metric (100: accuracies in percentage points)
+    reference: float = 0.0  # without a baseline, Δ = scale · value − reference (99: "reaches 99%")
 
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
@@ -90,7 +91,7 @@ def _value(results: dict, experiment: str, arm: str, seed: int, metric: str) -> 
 def _delta(claim: Claim, experiment: str, seed: int, results: dict) -> float | None:
     arm = _value(results, experiment, claim.arm, seed, claim.metric)
     if claim.baseline is None:
-        return None if arm is None else claim.scale * arm
+        return None if arm is None else claim.scale * arm - claim.reference
     base = _value(results, experiment, claim.baseline, seed, claim.metric)
     if arm is None or base is None:
         return None
@@ -99,7 +100,8 @@ def _delta(claim: Claim, experiment: str, seed: int, results: dict) -> float | N
 
 def _seeds(results: dict, experiments: list[str]) -> list[int]:
     """Every seed index that appears in the runs of these experiments."""
-    return sorted({int(key.rsplit("/", 1)[1]) for key in results["runs"] if key.split("/", 1)[0] in experiments})
+    seeds = (key.rpartition("/")[2] for key in results["runs"] if key.split("/", 1)[0] in experiments)
+    return sorted({int(seed) for seed in seeds if seed.isdigit()})  # not the sweeps' "lr=..." keys
 
 
 def paired_deltas(claim: Claim, results: dict) -> list[float]:

@@ -1,0 +1,164 @@
+"""The papers' claims as data: every claim refers to an experiment, arms and result keys that its suite
+produces; each paper marks one headline claim; made-up results with the claimed effect are judged to agree (and
+the opposite effect to disagree). The GPU-hour estimate against a count by hand. Nothing here trains."""
+
+from functools import cache
+
+import pytest
+
+from attnlab.config import load_config
+from attnlab.experiments import SUITES, get_suite
+from attnlab.experiments.claims import Claim, evaluate
+from attnlab.experiments.gpu import describe_estimate, estimate
+from attnlab.experiments.spec import Arm, Experiment, Suite
+from attnlab.mixers.boltzmann import BoltzmannConfig
+
+TIERS = [(name, tier) for name in sorted(SUITES) for tier in SUITES[name].TIERS]
+PAPERS = ["boltzmann", "ccq", "coupled-qk", "interdomain"]
+OUR_TIERS = [(name, tier) for name, tier in TIERS if name in PAPERS]
+
+
+@cache
+def config(preset: str, overrides: tuple[str, ...]):
+    return load_config(preset, list(overrides))
+
+
+def metric_keys(experiment: Experiment, arm: Arm) -> set[str]:
+    """The result keys that runner.measure records for this experiment's metric with this arm's config."""
+    cfg = config(arm.preset, tuple(arm.overrides))
+    T = cfg.train.seq_len
+    if experiment.metric == "accuracy":  # MQAR adds one slice per number of test pairs
+        pairs = cfg.data.mqar.test_pairs if cfg.data.source == "mqar" else []
+        return {"accuracy", *(f"pairs={p}" for p in pairs)}
+    if experiment.metric == "niah":
+        return {f"niah@{int(T * f)}" for f in experiment.lengths}
+    if experiment.metric == "extrapolation":
+        return {f"ppl@{int(T * f)}" for f in experiment.lengths}
+    if experiment.metric == "tokens_to_loss":
+        return {f"tokens to {target}" for target in experiment.target_losses}
+    if experiment.metric == "couplings":
+        window = cfg.model.mixer_options.get("boltzmann", {}).get("window", BoltzmannConfig.window)
+        return {f"J@{d}" for d in range(1, window)}
+    return {"val_loss", "val_ppl"}
+
+
+def experiments_of(claim: Claim) -> list[str]:
+    return [claim.experiment, *([claim.contrast] if claim.contrast else [])]
+
+
+def arms_of(claim: Claim) -> list[str]:
+    return [claim.arm, *([claim.baseline] if claim.baseline else [])]
+
+
+@pytest.mark.parametrize("name, tier", TIERS)
+def test_every_claim_refers_to_what_its_suite_measures(name, tier):
+    suite = get_suite(name, tier)
+    experiments = {e.name: e for e in suite.experiments}
+    for claim in suite.claims:
+        for experiment in experiments_of(claim):
+            assert experiment in experiments, f"{claim.statement!r}: no experiment {experiment!r}"
+            arms = {a.label: a for a in experiments[experiment].arms}
+            for label in arms_of(claim):
+                assert label in arms, f"{claim.statement!r}: no arm {label!r} in {experiment}"
+                keys = metric_keys(experiments[experiment], arms[label])
+                assert set(claim.metric.split("/")) <= keys, f"{claim.statement!r}: {claim.metric} not in {keys}"
+    statements = [claim.statement for claim in suite.claims]
+    assert len(statements) == len(set(statements)), "two claims of a suite read alike in its report"
+
+
+@pytest.mark.parametrize("name, tier", OUR_TIERS)
+def test_each_paper_marks_one_headline_claim(name, tier):
+    assert sum(claim.headline for claim in get_suite(name, tier).claims) == 1
+
+
+def test_the_demo_claims_nothing():
+    assert get_suite("demo").claims == []
+
+
+# synthetic results: every run of a claim's experiment(s) at BASE in every key, the claim's arm moved by the
+# effect, plus per-seed noise far below any effect or margin
+
+BASE = 10.0
+CLEAR = 10.0  # an effect in the claimed direction, in the claim's units, where the paper gives none
+NOISE = [-2, -1, 0, 1, 2]  # five seeds, mean 0
+
+
+def effect_of(claim: Claim) -> float:
+    """The paper's effect (for an equal claim, inside the margin: the paper's own result agrees), else a clear one."""
+    if claim.paper is not None:
+        return claim.paper
+    return {"lower": -CLEAR, "higher": CLEAR, "equal": 0.0}[claim.direction]
+
+
+def moved(claim: Claim, delta: float) -> float:
+    """The arm's value of the claim's quantity that gives Δ = delta against a baseline at BASE."""
+    if claim.baseline is None:
+        return delta / claim.scale
+    return BASE * (1 + delta / 100) if claim.relative else BASE + delta / claim.scale
+
+
+def synthetic_results(suite: Suite, claim: Claim, delta: float) -> dict:
+    numerator, _, denominator = claim.metric.partition("/")
+    spread = 1e-3 * (abs(delta) or claim.margin or 1.0)
+    runs = {}
+    for experiment in (e for e in suite.experiments if e.name in experiments_of(claim)):
+        for arm in experiment.arms:
+            for seed, noise in enumerate(NOISE):
+                values = {key: 1.0 if key == denominator else BASE for key in metric_keys(experiment, arm)}
+                if (experiment.name, arm.label) == (claim.experiment, claim.arm):  # the contrast stays at Δ = 0
+                    values[numerator] = moved(claim, delta + spread * noise)
+                runs[f"{experiment.name}/{arm.label}/{seed}"] = {"seconds": 1.0, **values}
+    return {"runs": runs}
+
+
+def verdict(suite: Suite, claim: Claim, delta: float) -> str:
+    [(_, judged)] = evaluate([claim], synthetic_results(suite, claim, delta))
+    assert judged.n == len(NOISE)
+    return judged.verdict
+
+
+@pytest.mark.parametrize("name, tier", OUR_TIERS)
+def test_results_with_the_claimed_effects_agree(name, tier):
+    suite = get_suite(name, tier)
+    verdicts = {claim.statement: verdict(suite, claim, effect_of(claim)) for claim in suite.claims}
+    assert set(verdicts.values()) == {"agrees"}, verdicts
+
+
+@pytest.mark.parametrize("name", PAPERS)
+def test_the_opposite_effect_disagrees_with_the_headline(name):
+    suite = get_suite(name)
+    [headline] = [claim for claim in suite.claims if claim.headline]
+    assert verdict(suite, headline, -effect_of(headline)) == "disagrees"
+
+
+# the GPU-hour estimate
+
+
+def test_the_gpu_estimate_is_six_n_d_plus_attention_context_over_the_throughput():
+    d, layers, ffn, vocab = 128, 4, 352, 100  # the demo preset's softmax model (SwiGLU: 8/3 d up to a multiple of 32)
+    # weights that multiply activations: per block q, k, v, out (4d²), two norms, the SwiGLU; the final norm and
+    # the output head. An untied input embedding is a lookup and does not count; a tied one is the head.
+    n = layers * (4 * d * d + 2 * d + 3 * d * ffn) + d + vocab * d
+    context = layers * 32 * d  # causal attention: 2 · layers · T · d FLOPs a token forward, 3x that to train
+
+    def flops(steps):
+        tokens = steps * 4 * 32
+        return 6 * (n + context) * tokens
+
+    run = ["model.vocab_size=100", "train.steps=10", "train.batch_size=4", "train.seq_len=32"]
+    suite = Suite("s", "s", [
+        Experiment("a", "a", "val_ppl", [Arm("tied", "demo", run),
+                                         Arm("untied", "demo", [*run, "model.tie_embeddings=false"])], "tied"),
+        Experiment("again", "the same model again", "val_ppl", [Arm("same", "demo", run)], "same", seeds=1),
+        Experiment("sweep", "a sweep", "val_ppl", [Arm("long", "demo", [*run, "train.steps=20"])], "long",
+                   lrs=[1e-3, 3e-3]),
+    ], seeds=2)
+    tflops = 1e-6
+    hours = dict(estimate(suite, tflops))
+    assert hours["a"] == pytest.approx(4 * flops(10) / (tflops * 1e12 * 3600))  # 2 arms x 2 seeds
+    assert hours["again"] == 0  # measured again, not trained again
+    assert hours["sweep"] == pytest.approx(3 * flops(20) / (tflops * 1e12 * 3600))  # 2 rates, then seed 1
+    assert dict(estimate(suite, 2 * tflops))["a"] == pytest.approx(hours["a"] / 2)
+    assert dict(estimate(suite, tflops, seeds=1))["a"] == pytest.approx(hours["a"] / 2)
+    line = describe_estimate(suite, tflops)
+    assert "GPU-hours" in line and "sweep" in line and "2 seed(s)" in line
