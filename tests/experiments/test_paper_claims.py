@@ -93,7 +93,7 @@ def effect_of(claim: Claim) -> float:
 def moved(claim: Claim, delta: float) -> float:
     """The arm's value of the claim's quantity that gives Δ = delta against a baseline at BASE."""
     if claim.baseline is None:
-        return delta / claim.scale
+        return (delta + claim.reference) / claim.scale
     return BASE * (1 + delta / 100) if claim.relative else BASE + delta / claim.scale
 
 

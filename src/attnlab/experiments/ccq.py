@@ -78,7 +78,8 @@ def converged() -> Suite:
         "gla",
     )
     mqar = recall.mqar(mixers)
-    claims = [*(claim for e in mqar for claim in mqar_claims(e.name)), *niah_claims("niah"),
+    claims = [*(claim for e in mqar for claim in [recall.learned(e.name), *mqar_claims(e.name, recall.LEARNED)]),
+              *niah_claims("niah", control=("softmax", "niah@128", 0.95)),
               *extrapolation_claims("extrapolation", 128, 640)]
     return Suite(NAME, "The Curvature-Conditioned Query: recall trained to convergence",
                  [*mqar, niah, extrapolation], QUICK,
@@ -168,27 +169,31 @@ def paper() -> Suite:
                  claims=extrapolation_claims("extrapolation", 4096, 20480, headline=True))
 
 
-def mqar_claims(experiment: str) -> list[Claim]:
-    """MQAR (spec §6.2 B; the paper has no MQAR, so no paper effect): CCQ-GLA ≥ GLA, CCQ-GDN ≈ GDN."""
+def mqar_claims(experiment: str, control: tuple | None = None) -> list[Claim]:
+    """MQAR (spec §6.2 B; the paper has no MQAR, so no paper effect): CCQ-GLA ≥ GLA, CCQ-GDN ≈ GDN. The
+    control is the arm that must learn the task first (the default tier has no softmax arm)."""
     return [
-        Claim(f"CCQ-GLA ≥ GLA on MQAR ({experiment})", experiment, "accuracy", "ccq-gla", "gla", "higher", scale=100),
+        Claim(f"CCQ-GLA ≥ GLA on MQAR ({experiment})", experiment, "accuracy", "ccq-gla", "gla", "higher", scale=100,
+              control=control),
         Claim(f"CCQ-GDN ≈ GDN on MQAR ({experiment})", experiment, "accuracy", "ccq-gdn", "gdn", "equal",
-              margin=RECALL_MARGIN, scale=100),
+              margin=RECALL_MARGIN, scale=100, control=control),
     ]
 
 
-def niah_claims(experiment: str, train: int = 128) -> list[Claim]:
-    """S-NIAH pass-key at 1x and 2x the training length (table 3, 1.3B)."""
+def niah_claims(experiment: str, train: int = 128, control: tuple | None = None) -> list[Claim]:
+    """S-NIAH pass-key at 1x and 2x the training length (table 3, 1.3B); the control arm must pass first."""
     def points(times: int, ccq: str, backbone: str) -> float:
         return PAPER_NIAH[ccq][NIAH_AT[times]] - PAPER_NIAH[backbone][NIAH_AT[times]]
 
     return [
         Claim("CCQ improves recall over its backbone (S-NIAH, GLA at 2x the training length)", experiment,
-              f"niah@{2 * train}", "ccq-gla", "gla", "higher", points(2, "ccq-gla", "gla"), scale=100, headline=True),
+              f"niah@{2 * train}", "ccq-gla", "gla", "higher", points(2, "ccq-gla", "gla"), scale=100, headline=True,
+              control=control),
         Claim("CCQ-GLA beats GLA on S-NIAH at the training length", experiment, f"niah@{train}", "ccq-gla", "gla",
-              "higher", points(1, "ccq-gla", "gla"), scale=100),
+              "higher", points(1, "ccq-gla", "gla"), scale=100, control=control),
         *(Claim(f"CCQ-GDN is at parity with GDN on S-NIAH at {times}x", experiment, f"niah@{times * train}",
-                "ccq-gdn", "gdn", "equal", points(times, "ccq-gdn", "gdn"), margin=RECALL_MARGIN, scale=100)
+                "ccq-gdn", "gdn", "equal", points(times, "ccq-gdn", "gdn"), margin=RECALL_MARGIN, scale=100,
+                control=control)
           for times in (1, 2)),
     ]
 

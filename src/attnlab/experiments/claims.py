@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .stats import MAX_SEEDS, detectable_effect, mean_interval, mean_std, seeds_needed
@@ -24,7 +24,9 @@ and a seed missing any needed value is left out. The 95% interval is the t-inter
 - A claim that two arms are **equal** (|Δ| ≤ margin) *agrees* if the interval lies within ±margin; it *disagrees*
   if the interval lies entirely outside ±margin (wholly above +margin or wholly below −margin); otherwise it is
   *inconclusive*.
-- With fewer than 2 seeds there is no interval: *inconclusive*.
+- With fewer than 2 seeds there is no interval: *inconclusive*. So is a lower / higher claim whose two arms
+  scored alike in every seed (Δ ≡ 0: the task is at its floor or ceiling), and any claim whose experiment has
+  a control arm (softmax attention on recall) that did not learn the task.
 
 **Power.** "Detects ≥ d" is the smallest |effect| that a paired t-test on these seeds finds with 80% power at
 two-sided α = 0.05, from the observed standard deviation s of the Δs (exact, from the noncentral t distribution
@@ -50,6 +52,9 @@ class Claim:
     headline: bool = False  # one of the paper's headline claims
     scale: float = 1.0  # the claim's units per unit of the metric (100: accuracies in percentage points)
     reference: float = 0.0  # without a baseline, Δ = scale · value − reference (99: "reaches 99%")
+    # (arm, metric, least mean): the experiment tests the claim only once this arm has learned the task, e.g.
+    # ("softmax", "accuracy", 0.99) on MQAR; until then the verdict is inconclusive
+    control: tuple[str, str, float] | None = None
 
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
@@ -125,6 +130,8 @@ def _rule(claim: Claim, low: float, high: float) -> tuple[str, str]:
             return "disagrees", f"the interval lies outside ±{m:.3g}{claim.units}"
         return "inconclusive", f"the interval overlaps ±{m:.3g}{claim.units}"
     side = -1 if claim.direction == "lower" else 1  # multiply by side: the claimed side of 0 is > 0
+    if low == high == 0:
+        return "inconclusive", "the two arms scored alike in every seed (the task is at its floor or ceiling)"
     if side * low > 0 and side * high > 0:
         return "agrees", "the interval lies on the claimed side of 0"
     if side * low < 0 and side * high < 0:
@@ -150,7 +157,25 @@ def judge(deltas: list[float], claim: Claim) -> Verdict:
 
 
 def evaluate(claims: list[Claim], results: dict) -> list[tuple[Claim, Verdict]]:
-    return [(claim, judge(paired_deltas(claim, results), claim)) for claim in claims]
+    judged = []
+    for claim in claims:
+        verdict, unlearned = judge(paired_deltas(claim, results), claim), _not_learned(claim, results)
+        judged.append((claim, verdict if unlearned is None else replace(verdict, verdict="inconclusive",
+                                                                          reason=unlearned)))
+    return judged
+
+
+def _not_learned(claim: Claim, results: dict) -> str | None:
+    """Why the claim's experiment tests nothing yet: its control arm's mean falls short (None if it does not)."""
+    if claim.control is None:
+        return None
+    arm, metric, least = claim.control
+    values = [v for seed in _seeds(results, [claim.experiment])
+              if (v := _value(results, claim.experiment, arm, seed, metric)) is not None]
+    if values and sum(values) / len(values) >= least:
+        return None
+    reached = f"{sum(values) / len(values):.3g}" if values else "nothing"
+    return f"{arm} reached {reached} in {metric}, short of {least:g}: the task is not learned, so it tests nothing yet"
 
 
 def _num(x: float, claim: Claim) -> str:
