@@ -95,3 +95,12 @@ def test_a_pointer_head_run_resumes(tmp_path):
     assert main(["train", "brackets", *overrides, "train.steps=2", "--quiet"]) == 0
     assert main(["train", "brackets", *overrides, "train.steps=4", "--quiet", "--resume", "auto"]) == 0
     assert (tmp_path / "runs" / "br" / "step-00000004").is_dir()
+
+
+def test_reproduce_estimate_prints_gpu_hours_without_training(tmp_path, capsys):
+    assert main(["reproduce", "interdomain", "--tier", "paper", "--estimate", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("interdomain (paper): ≈ ") and "GPU-hours" in out and "scale-1.3b" in out
+    assert not list(tmp_path.iterdir())  # nothing trained, nothing written
+    assert main(["reproduce", "ccq", "--tier", "protocol"]) == 2
+    assert "unknown tier of ccq 'protocol'" in capsys.readouterr().err

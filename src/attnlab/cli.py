@@ -141,6 +141,12 @@ def cmd_reproduce(args) -> None:
     names = list(PAPERS) if args.suite == "all" else [args.suite]
     for name in names:
         suite = get_suite(name, args.tier)
+        if suite.gpu or args.estimate:
+            from .experiments.gpu import describe_estimate
+
+            print(f"{name} ({args.tier}): {describe_estimate(suite, seeds=args.seeds)}")
+        if args.estimate:
+            continue
         out = Path(args.out) / (name if args.tier == "default" else f"{name}-{args.tier}")
         results = run_suite(suite, out, seeds=args.seeds, quick=args.quick, scale=args.scale)
         print(f"report: {write_report(suite, results, out)}")
@@ -232,9 +238,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("reproduce", help="a paper's claims in miniature over seeds, with a report")
     p.add_argument("suite", choices=[*PAPERS, "all"])
-    p.add_argument("--tier", default="default", help="default (about 45 minutes on 2 CPU cores each) or paper "
-                   "(the paper's protocol or scale); reports of other tiers go to <out>/<suite>-<tier>/")
+    p.add_argument("--tier", default="default", help="default (about 45 minutes on 2 CPU cores each), converged "
+                   "(trained until validation stops improving) or paper (the paper's protocol or scale); reports "
+                   "of other tiers go to <out>/<suite>-<tier>/")
     p.add_argument("--seeds", type=int, default=None, help="seeds per run (default: the tier's own)")
+    p.add_argument("--estimate", action="store_true", help="print the tier's training FLOPs as GPU-hours and stop")
     p.add_argument("--quick", action="store_true", help="the smoke version: a few steps per run")
     p.add_argument("--scale", type=float, default=1.0, help="multiply every run's training steps")
     p.add_argument("--out", default="results", help="reports go to <out>/<suite>/")

@@ -165,7 +165,7 @@ def paper() -> Suite:
                  "the cost). S-NIAH is a zero-shot probe of these models that the runner does not measure. Claims: "
                  "CCQ-GLA lowers perplexity, CCQ-GDN is at parity, and both beat their backbones at 5x the training "
                  f"length. {gpu.ASSUMPTION}.",
-                 seeds=1, tier="paper",
+                 seeds=1, tier="paper", gpu=True,
                  claims=extrapolation_claims("extrapolation", 4096, 20480, headline=True))
 
 

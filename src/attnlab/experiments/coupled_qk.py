@@ -205,7 +205,7 @@ def paper() -> Suite:
                  "The paper's 60M shape on WikiText-103, 3 seeds. Claims: coupling lowers perplexity with Euler ≈ "
                  "leapfrog < uncoupled ≤ standard; standard attention on 2.4x the tokens catches up; step count "
                  f"does not matter. {gpu.ASSUMPTION}.",
-                 tier="paper",
+                 tier="paper", gpu=True,
                  claims=[*lm_claims("lm"), compute_matched, *steps_claims("steps")])
 
 

@@ -172,7 +172,7 @@ def paper() -> Suite:
                  "--seeds 3 gives intervals at 3x the cost). Claims: the query-conditioned read is the dominant "
                  "ingredient (cube); IA beats S4D-only at every scale and softmax from 350M on; its fixed state "
                  f"keeps perplexity flat to 3.5x the training length. {gpu.ASSUMPTION}.",
-                 seeds=1, tier="paper", claims=claims)
+                 seeds=1, tier="paper", gpu=True, claims=claims)
 
 
 def scale_claims(size: str) -> list[Claim]:

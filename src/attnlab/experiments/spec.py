@@ -38,4 +38,5 @@ class Suite:
     source: str = ""
     seeds: int = 3
     tier: str = "default"
+    gpu: bool = False  # sized for GPUs: `attnlab reproduce` prints its estimated GPU-hours before it starts
     claims: list = field(default_factory=list)  # the paper's claims (claims.Claim) that the report judges
