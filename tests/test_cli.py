@@ -1,3 +1,5 @@
+import json
+
 from attnlab.cli import main
 
 
@@ -104,3 +106,14 @@ def test_reproduce_estimate_prints_gpu_hours_without_training(tmp_path, capsys):
     assert not list(tmp_path.iterdir())  # nothing trained, nothing written
     assert main(["reproduce", "ccq", "--tier", "protocol"]) == 2
     assert "unknown tier of ccq 'protocol'" in capsys.readouterr().err
+
+
+def test_report_is_rebuilt_from_results_json_alone(tmp_path, capsys):
+    runs = {f"mqar/{arm}/{seed}": {"accuracy": acc, "seconds": 1.0, "params": 10}
+            for arm, acc in [("softmax", 0.99), ("coupled-qk", 0.98)] for seed in range(2)}
+    (tmp_path / "results.json").write_text(json.dumps({"suite": "coupled-qk", "runs": runs}))
+    assert main(["report", str(tmp_path)]) == 0
+    report = (tmp_path / "report.md").read_text()
+    assert "## Verdicts" in report and "incomplete: 4 of " in report and "| coupled-qk |" in report
+    assert main(["report", str(tmp_path / "nothing")]) == 2
+    assert "does not exist" in capsys.readouterr().err

@@ -1,4 +1,5 @@
-"""The ``attnlab`` command: train | eval | generate | list | couplings | demo | reproduce | results | bench."""
+"""The ``attnlab`` command: train | eval | generate | list | couplings | demo | reproduce | report | results |
+bench."""
 
 from __future__ import annotations
 
@@ -152,6 +153,19 @@ def cmd_reproduce(args) -> None:
         print(f"report: {write_report(suite, results, out)}")
 
 
+def cmd_report(args) -> None:
+    import json
+
+    from .experiments import get_suite
+    from .experiments.report import write_report
+
+    path = Path(args.folder) / "results.json"
+    if not path.is_file():
+        raise UserError(f"{path} does not exist; give a folder that attnlab reproduce wrote (results/<suite>)")
+    results = json.loads(path.read_text())
+    print(f"report: {write_report(get_suite(results['suite'], results.get('tier', 'default')), results, args.folder)}")
+
+
 def cmd_results(args) -> None:
     from .experiments.report import results_summary, update_readme
 
@@ -247,6 +261,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", type=float, default=1.0, help="multiply every run's training steps")
     p.add_argument("--out", default="results", help="reports go to <out>/<suite>/")
     p.set_defaults(func=cmd_reproduce)
+
+    p = sub.add_parser("report", help="rebuild a suite's report and figures from its results.json alone")
+    p.add_argument("folder", help="the folder attnlab reproduce wrote, e.g. results/boltzmann")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("results", help="the main tables of every reproduced suite, for the README")
     p.add_argument("--root", default="results", help="the folder attnlab reproduce wrote to")

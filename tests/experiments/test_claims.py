@@ -260,4 +260,4 @@ def test_arms_that_score_alike_in_every_seed_are_inconclusive_not_a_disagreement
     runs = {f"niah/{arm}/{seed}": {"niah@256": 0.0} for arm in ("gla", "ccq-gla") for seed in range(3)}
     claim = Claim("CCQ helps", "niah", "niah@256", "ccq-gla", "gla", "higher", 29.6, scale=100)
     [(_, v)] = evaluate([claim], {"runs": runs})
-    assert v.verdict == "inconclusive" and "floor or ceiling" in v.reason
+    assert v.verdict == "inconclusive" and "nothing to judge" in v.reason

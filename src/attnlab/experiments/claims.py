@@ -25,8 +25,8 @@ and a seed missing any needed value is left out. The 95% interval is the t-inter
   if the interval lies entirely outside ±margin (wholly above +margin or wholly below −margin); otherwise it is
   *inconclusive*.
 - With fewer than 2 seeds there is no interval: *inconclusive*. So is a lower / higher claim whose two arms
-  scored alike in every seed (Δ ≡ 0: the task is at its floor or ceiling), and any claim whose experiment has
-  a control arm (softmax attention on recall) that did not learn the task.
+  scored the same in every seed (Δ ≡ 0: a task at its floor or ceiling, or a measure too coarse), and any claim
+  whose experiment has a control arm (softmax attention on recall) that did not learn the task.
 
 **Power.** "Detects ≥ d" is the smallest |effect| that a paired t-test on these seeds finds with 80% power at
 two-sided α = 0.05, from the observed standard deviation s of the Δs (exact, from the noncentral t distribution
@@ -131,7 +131,8 @@ def _rule(claim: Claim, low: float, high: float) -> tuple[str, str]:
         return "inconclusive", f"the interval overlaps ±{m:.3g}{claim.units}"
     side = -1 if claim.direction == "lower" else 1  # multiply by side: the claimed side of 0 is > 0
     if low == high == 0:
-        return "inconclusive", "the two arms scored alike in every seed (the task is at its floor or ceiling)"
+        return "inconclusive", ("the two arms scored the same in every seed: nothing to judge (a task at its floor "
+                                "or ceiling, or a measure too coarse to tell them apart)")
     if side * low > 0 and side * high > 0:
         return "agrees", "the interval lies on the claimed side of 0"
     if side * low < 0 and side * high < 0:

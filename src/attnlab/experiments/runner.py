@@ -74,8 +74,8 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
     results_path = out / "results.json"
     results = json.loads(results_path.read_text()) if results_path.exists() else {"suite": suite.name, "runs": {}}
     results["tier"] = suite.tier
-    results["meta"] = {"seeds": seeds, "cpu": _cpu_name(), "threads": torch.get_num_threads(),
-                       "torch": torch.__version__, "scale": scale, "quick": quick}
+    results["meta"] = {**results.get("meta", {}), "seeds": seeds, "cpu": _cpu_name(),  # the newest attempt's
+                       "threads": torch.get_num_threads(), "torch": torch.__version__, "scale": scale, "quick": quick}
 
     def run(key: str, arm: Arm, experiment: Experiment, seed: int, lr: float | None = None) -> dict:
         """One trained and measured model, recorded in results.json as soon as it is measured."""
