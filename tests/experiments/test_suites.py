@@ -15,7 +15,8 @@ TINY = ["train.steps=2", "train.batch_size=2", "train.eval_batches=1", "train.ev
         "data.mqar.test_examples=8", "data.mqar.vocab_size=256", "data.brackets.train_examples=16",
         "data.brackets.test_examples=8", "data.niah.train_examples=4", "data.niah.test_per_depth=1",
         "model.mixer_options.interdomain.modes=4", "model.mixer_options.s4d.modes=4",
-        "model.mixer_options.boltzmann.dqa_steps=5", "model.mixer_options.boltzmann.dqa_shots=8"]
+        "model.mixer_options.boltzmann.dqa_steps=5", "model.mixer_options.boltzmann.dqa_shots=8",
+        "train.compile=false"]  # compilation has its own tests; here it would only cost minutes
 
 
 @pytest.mark.parametrize("name, tier", [(name, tier) for name in sorted(SUITES) for tier in SUITES[name].TIERS])

@@ -37,6 +37,11 @@ paper's |effect| (the margin for equal claims).
 """
 
 
+def relative(a: float, b: float) -> float:
+    """a relative to b, in % (how the papers' perplexities enter relative claims)."""
+    return 100 * (a / b - 1)
+
+
 @dataclass(frozen=True)
 class Claim:
     statement: str  # "h+J beats softmax on the LM at T = 12"

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from .spec import Arm, Experiment, Suite
+from .spec import QUICK, Arm, Experiment, Suite
 
 NAME = "demo"
 TIERS = ("default",)
-QUICK = ["train.steps=20", "train.eval_every=20", "train.eval_batches=2", "train.ckpt_every=20"]
 
 
 def suite(tier: str = "default") -> Suite:

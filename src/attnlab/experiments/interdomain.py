@@ -19,17 +19,11 @@ Tiers:
 from __future__ import annotations
 
 from . import gpu, recall
-from .claims import Claim
-from .spec import Arm, Experiment, Suite
+from .claims import Claim, relative
+from .spec import QUICK, Arm, Experiment, Suite
 
 NAME = "interdomain"
 TIERS = ("default", "converged", "paper")
-QUICK = ["train.steps=20", "train.eval_every=20", "train.eval_batches=2", "train.ckpt_every=20"]
-
-
-def relative(a: float, b: float) -> float:
-    """a relative to b, in %."""
-    return 100 * (a / b - 1)
 
 
 # The paper's numbers (spec §3): validation perplexity of the cube at 125M (table 4), of the three mixers at

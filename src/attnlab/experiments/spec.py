@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# overrides of a suite's --quick smoke version: a few steps per run
+QUICK = ["train.steps=20", "train.eval_every=20", "train.eval_batches=2", "train.ckpt_every=20"]
+
 
 @dataclass
 class Arm:
