@@ -121,12 +121,16 @@ def test_a_learning_rate_sweep_trains_every_seed_at_the_rate_with_the_lowest_val
     assert "| softmax |" in report
 
 
-def test_training_extent_reads_where_a_run_stopped(tmp_path):
+def test_training_extent_reads_where_a_run_stopped_and_which_checkpoint_is_measured(tmp_path):
     log = tmp_path / "metrics.jsonl"
     records = [{"step": 2, "loss": 3.0}, {"step": 2, "val_loss": 2.5}, {"step": 4, "val_loss": 2.0},
-               {"step": 6, "val_loss": 2.2}, {"step": 6, "stopped": "patience", "best_step": 4}]
-    log.write_text("\n".join(map(json.dumps, records)))
-    assert training_extent(tmp_path) == {"steps": 6, "stopped_early": True, "best_step": 4, "best_val_loss": 2.0}
+               {"step": 6, "val_loss": 2.2}]
+    log.write_text("\n".join(map(json.dumps, records)))  # no early stopping: the last checkpoint is measured
+    assert training_extent(tmp_path) == {"steps": 6, "stopped_early": False, "best_step": 6, "best_val_loss": 2.2}
+    records += [{"step": 8, "val_loss": 1.99}, {"step": 8, "stopped": "patience", "best_step": 4}]
+    log.write_text("\n".join(map(json.dumps, records)))  # 1.99 gained less than min_delta: step 4 stays the best
+    (tmp_path / "best.json").write_text(json.dumps({"step": 4, "val_loss": 2.0}))
+    assert training_extent(tmp_path) == {"steps": 8, "stopped_early": True, "best_step": 4, "best_val_loss": 2.0}
 
 
 def test_a_suite_measures_what_a_suite_beside_it_trained_with_the_same_config(tmp_path, monkeypatch):

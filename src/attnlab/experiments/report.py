@@ -143,8 +143,8 @@ def training_table(experiment: Experiment, results: dict) -> list[str]:
     stops = {arm.label: [r for k, r in results["runs"].items() if _seed_of(k, experiment.name, arm.label) is not None]
              for arm in experiment.arms}
     if any("steps" in r for runs in stops.values() for r in runs):
-        lines += ["Training: steps per seed (* stopped early; in brackets the step of the lowest validation loss, "
-                  "which early stopping keeps):", ""]
+        lines += ["Training: steps per seed (* stopped early; in brackets the step of the best checkpoint, which "
+                  "early stopping keeps and which is measured):", ""]
         lines += [f"- {label}: " + ", ".join(_extent(r) for r in runs) for label, runs in stops.items() if runs]
     return lines
 
@@ -152,7 +152,7 @@ def training_table(experiment: Experiment, results: dict) -> list[str]:
 def _extent(record: dict) -> str:
     if "steps" not in record:
         return "?"
-    best = f" ({record['best_step']})" if record.get("best_step") else ""
+    best = f" ({record['best_step']})" if record.get("best_step") not in (None, record["steps"]) else ""
     return f"{record['steps']}{'*' if record.get('stopped_early') else ''}{best}"
 
 

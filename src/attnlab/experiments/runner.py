@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from .. import checkpoint
 from ..config import load_config
 from ..data import niah
 from ..evaluate import perplexity, perplexity_by_length, split_loss, task_accuracy
@@ -138,11 +139,15 @@ def _train_and_measure(cfg, experiment: Experiment, results: dict, fingerprint: 
 
 
 def training_extent(run_dir: Path) -> dict:
-    """Where training ended (steps), whether early stopping ended it, the step of the lowest validation loss
-    and that loss (None if the run never evaluated), from the run's metrics log."""
+    """Where training ended (steps), whether early stopping ended it, and the step and validation loss of the
+    checkpoint that is measured: the best one that early stopping kept, else the last evaluated (None if the
+    run never evaluated)."""
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    evaluations = [(r["val_loss"], r["step"]) for r in records if "val_loss" in r]
-    best_loss, best_step = min(evaluations) if evaluations else (None, None)
+    evaluations = [(r["step"], r["val_loss"]) for r in records if "val_loss" in r]
+    best = run_dir / checkpoint.BEST
+    kept = json.loads(best.read_text()) if best.is_file() else None
+    last = evaluations[-1] if evaluations else (None, None)
+    best_step, best_loss = (kept["step"], kept["val_loss"]) if kept else last
     return {"steps": max(r["step"] for r in records), "stopped_early": any("stopped" in r for r in records),
             "best_step": best_step, "best_val_loss": best_loss}
 
