@@ -149,7 +149,7 @@ def cmd_reproduce(args) -> None:
         if args.estimate:
             continue
         out = Path(args.out) / (name if args.tier == "default" else f"{name}-{args.tier}")
-        results = run_suite(suite, out, seeds=args.seeds, quick=args.quick, scale=args.scale)
+        results = run_suite(suite, out, seeds=args.seeds, quick=args.quick, scale=args.scale, only=args.only or ())
         print(f"report: {write_report(suite, results, out)}")
 
 
@@ -256,6 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(trained until validation stops improving) or paper (the paper's protocol or scale); reports "
                    "of other tiers go to <out>/<suite>-<tier>/")
     p.add_argument("--seeds", type=int, default=None, help="seeds per run (default: the tier's own)")
+    p.add_argument("--only", nargs="+", metavar="EXPERIMENT", help="run only these experiments (shell patterns, "
+                   "e.g. 'mqar-*'); the report still lists them all")
     p.add_argument("--estimate", action="store_true", help="print the tier's training FLOPs as GPU-hours and stop")
     p.add_argument("--quick", action="store_true", help="the smoke version: a few steps per run")
     p.add_argument("--scale", type=float, default=1.0, help="multiply every run's training steps")

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from attnlab.errors import UserError
 from attnlab.experiments import SUITES, get_suite
 from attnlab.experiments.report import README_END, README_START, results_summary, update_readme, write_report
 from attnlab.experiments.runner import run_suite, sweep_key, tokens_to_loss, training_extent
@@ -151,3 +152,14 @@ def test_a_runs_fingerprint_is_its_config_apart_from_names_folders_and_compilati
     base = _fingerprint(load_config("mqar"))
     assert _fingerprint(load_config("mqar", ["name=x", "out_dir=elsewhere", "train.compile=true"])) == base
     assert _fingerprint(load_config("mqar", ["train.lr=0.01"])) != base
+
+
+def test_only_runs_the_experiments_that_match(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    arm = Arm("softmax", "demo")
+    suite = Suite("s", "s", [Experiment("lm", "lm", "val_ppl", [arm], "softmax"),
+                             Experiment("lm-long", "lm", "val_ppl", [arm], "softmax")])
+    results = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None, only=["*-long"])
+    assert set(results["runs"]) == {"lm-long/softmax/0"}
+    with pytest.raises(UserError, match="matches no experiment of s; its experiments: lm, lm-long"):
+        run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, only=["mqar*"])

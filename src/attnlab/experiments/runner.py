@@ -13,6 +13,7 @@ import platform
 import shutil
 import time
 from datetime import datetime
+from fnmatch import fnmatch
 from pathlib import Path
 
 import torch
@@ -20,6 +21,7 @@ import torch
 from .. import checkpoint
 from ..config import load_config
 from ..data import niah
+from ..errors import UserError
 from ..evaluate import perplexity, perplexity_by_length, split_loss, task_accuracy
 from ..inference import load_run
 from ..plots import coupling_profile
@@ -66,10 +68,15 @@ def tokens_to_loss(metrics_path: Path, target: float, t, window: int = 5) -> flo
 
 
 def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick: bool = False, scale: float = 1.0,
-              extra: list[str] = (), log=print) -> dict:
-    """Train and measure every run of the suite (seeds: the suite's own count unless given), keeping the
-    runs that an earlier, interrupted attempt finished with the same config."""
+              extra: list[str] = (), log=print, only: list[str] = ()) -> dict:
+    """Train and measure every run of the suite (seeds: the suite's own count unless given; only: the
+    experiments whose names match one of these shell patterns), keeping the runs that an earlier,
+    interrupted attempt finished with the same config."""
     seeds = seeds or suite.seeds
+    experiments = [e for e in suite.experiments if not only or any(fnmatch(e.name, p) for p in only)]
+    if not experiments:
+        names = ", ".join(e.name for e in suite.experiments)
+        raise UserError(f"--only {' '.join(only)} matches no experiment of {suite.name}; its experiments: {names}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.json"
@@ -96,7 +103,7 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
         _write_json(results_path, results)
         return results["runs"][key]
 
-    for experiment in suite.experiments:
+    for experiment in experiments:
         lrs = {arm.label: _sweep(experiment, arm, run) for arm in experiment.arms} if experiment.lrs else {}
         for seed in range(min(seeds, experiment.seeds or seeds)):  # seed by seed: a stopped suite stays paired
             for arm in experiment.arms:
