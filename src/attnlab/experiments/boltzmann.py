@@ -108,9 +108,10 @@ def suite(tier: str = "default") -> Suite:
         "worst (and, as specified, attends uniformly); the gap is larger without the feed-forward block; "
         + ("" if paper else "simulated annealing trains to near exact quality; ")
         + "learned J is positive at short distances and negative at long ones."
-        + (" The protocol (§3.1 and the spec's defaults for what it leaves unstated): evaluation every 200 steps, "
-           "early stopping after 20 evaluations without a lower validation loss, at most 20,000 steps, dropout "
-           "0.1, the paper's learning rates; 10 seeds for the language model, 5 for brackets." if paper else ""),
+        + (" The protocol, as the paper states it and with common choices where it is silent: evaluation every "
+           "200 steps, early stopping after 20 evaluations without a lower validation loss, at most 20,000 steps, "
+           "dropout 0.1, the paper's learning rates; 10 seeds for the language model, 5 for brackets."
+           if paper else ""),
         seeds=10 if paper else 3,
         tier=tier,
         claims=claims(bracket_T if paper else [12], dqa=not paper),
