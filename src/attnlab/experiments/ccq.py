@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from . import gpu, recall
 from .claims import Claim, relative
-from .spec import QUICK, Arm, Experiment, Suite
+from .spec import CONVERGED_LM, QUICK, Arm, Experiment, Suite
 
 NAME = "ccq"
 TIERS = ("default", "converged", "paper")
@@ -55,15 +55,13 @@ def converged() -> Suite:
         "niah",
         [Arm(m, "demo", [f"model.mixer={m}", *small, "data.source=niah", "train.seq_len=128", "train.batch_size=16",
                          "train.steps=6000", "train.eval_every=200", "train.patience=10", "train.ckpt_every=6000",
-                         "data.niah.test_per_depth=10"]) for m in mixers],
+                         "data.niah.test_per_depth=10", "train.compile=true"]) for m in mixers],
         "softmax",
         lengths=[1, 2],
     )
     # appended after the recall experiments: extrapolation trained until the validation loss stops improving (at
-    # most 4,000 steps, 8M characters, about 70 per parameter), evaluated every 250 and stopped after 4 evaluations
-    # without a gain of 0.001 nats
-    early_stopping = ["train.steps=4000", "train.eval_every=250", "train.patience=4", "train.min_delta=0.001",
-                      "train.ckpt_every=4000"]
+    # most 4,000 steps of 16 x 128 characters, 8M characters, about 70 per parameter)
+    early_stopping = CONVERGED_LM
     extrapolation = Experiment(
         "extrapolation",
         "Perplexity against context length, trained at 128 until validation loss stops improving",

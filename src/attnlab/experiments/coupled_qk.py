@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from . import gpu, recall
 from .claims import Claim, relative
-from .spec import QUICK, Arm, Experiment, Suite
+from .spec import CONVERGED_LM, QUICK, Arm, Experiment, Suite
 
 NAME = "coupled-qk"
 TIERS = ("default", "converged", "paper")
@@ -139,10 +139,8 @@ def default() -> Suite:
 
 def converged() -> Suite:
     """MQAR at zoology's protocol, and the main comparison trained until the validation loss stops improving."""
-    # at most 4,000 steps (8M characters, almost 8 passes over the plays and 10 per parameter), evaluated every
-    # 250 and stopped after 4 evaluations without a gain of 0.001 nats; the cosine schedule spans the cap
-    early_stopping = ["train.steps=4000", "train.eval_every=250", "train.patience=4", "train.min_delta=0.001",
-                      "train.ckpt_every=4000", "data.max_chars=1200000"]
+    # at most 4,000 steps (8M characters, almost 8 passes over the plays and 10 per parameter)
+    early_stopping = [*CONVERGED_LM, "data.max_chars=1200000"]
     lm = Experiment(
         "lm",
         "Character-level Shakespeare, trained until validation loss stops improving: validation perplexity",

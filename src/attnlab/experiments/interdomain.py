@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from . import gpu, recall
 from .claims import Claim, relative
-from .spec import QUICK, Arm, Experiment, Suite
+from .spec import CONVERGED_LM, QUICK, Arm, Experiment, Suite
 
 NAME = "interdomain"
 TIERS = ("default", "converged", "paper")
@@ -110,10 +110,8 @@ def default() -> Suite:
 def converged() -> Suite:
     """MQAR at zoology's protocol, and the cube's main comparison trained until the validation loss stops
     improving, its extrapolation measured on the same models."""
-    # at most 4,000 steps (8M characters, about 2 passes over the plays and 10 per parameter), evaluated every
-    # 250 and stopped after 4 evaluations without a gain of 0.001 nats; the cosine schedule spans the cap
-    early_stopping = ["train.steps=4000", "train.eval_every=250", "train.patience=4", "train.min_delta=0.001",
-                      "train.ckpt_every=4000"]
+    # at most 4,000 steps (8M characters, about 2 passes over the plays and 10 per parameter)
+    early_stopping = CONVERGED_LM
     arms = [Arm(label, "interdomain-char", [*o, *early_stopping]) for label, o in MIXERS]
     cube = Experiment("cube", "IA, S4D-only and softmax on character Shakespeare, trained until validation loss "
                       "stops improving: validation perplexity", "val_ppl", arms, "softmax",
