@@ -1,6 +1,7 @@
 """Every suite runs end to end in a reduced form and writes a report with all its tables and plots."""
 
 import json
+import shutil
 
 import pytest
 
@@ -142,7 +143,23 @@ def test_a_suite_measures_what_a_suite_beside_it_trained_with_the_same_config(tm
     second = run_suite(Suite("b", "b", [shared]), tmp_path / "results" / "b", seeds=1, extra=TINY, log=calls.append)
     assert second["runs"]["lm/softmax/0"]["run"] == "../a/runs/lm-softmax-s0"
     assert second["runs"]["lm/softmax/0"]["val_ppl"] == first["runs"]["lm/softmax/0"]["val_ppl"]
-    assert any("the same model as" in c for c in calls)
+    assert any("the same model and measurement as" in c for c in calls)
+    shutil.rmtree(tmp_path / "results" / "a" / "runs")  # a later session: the models are gone, the records stay
+    (tmp_path / "results" / "b" / "results.json").unlink()
+    again = run_suite(Suite("b", "b", [shared]), tmp_path / "results" / "b", seeds=1, extra=TINY, log=calls.append)
+    assert again["runs"]["lm/softmax/0"]["val_ppl"] == first["runs"]["lm/softmax/0"]["val_ppl"]
+    assert not (tmp_path / "results" / "b" / "runs").exists()  # nothing trained again
+
+
+def test_a_model_is_measured_by_every_experiment_that_uses_it_as_soon_as_it_is_trained(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    softmax, sigmoid = Arm("softmax", "demo"), Arm("sigmoid", "demo", ["model.mixer=sigmoid"])
+    suite = Suite("s", "s", [Experiment("ppl", "perplexity", "val_ppl", [softmax, sigmoid], "softmax"),
+                             Experiment("long", "extrapolation", "extrapolation", [softmax], "softmax", lengths=[1])])
+    calls = []
+    run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=calls.append)
+    keys = [c.split("] ")[1] for c in calls if c.startswith("[s]")]
+    assert keys == ["ppl/softmax/0", "long/softmax/0", "ppl/sigmoid/0"]
 
 
 def test_a_runs_fingerprint_is_its_config_apart_from_names_folders_and_compilation():

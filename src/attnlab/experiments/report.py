@@ -38,7 +38,7 @@ def _cell(values: list[float | None]) -> str:
 
 # what every run records beside its measurements (shown in the runs table, not as measured quantities)
 RECORD_FIELDS = ("seconds", "params", "val_loss", "run", "config", "steps", "stopped_early", "best_step",
-                 "best_val_loss")
+                 "best_val_loss", "measured")
 
 
 def _keys(results: dict, experiment: Experiment) -> list[str]:

@@ -85,8 +85,7 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
     results["meta"] = {**results.get("meta", {}), "seeds": seeds, "cpu": _cpu_name(),  # the newest attempt's
                        "threads": torch.get_num_threads(), "torch": torch.__version__, "scale": scale, "quick": quick}
 
-    def run(key: str, arm: Arm, experiment: Experiment, seed: int, lr: float | None = None) -> dict:
-        """One trained and measured model, recorded in results.json as soon as it is measured."""
+    def config(experiment: Experiment, arm: Arm, seed: int, lr: float | None):
         name = "-".join([experiment.name, arm.label, *([f"lr{lr:g}"] if lr else []), f"s{seed}"])
         overrides = [*arm.overrides, *(learning_rate(arm, lr) if lr else []), *(suite.quick if quick else []),
                      *extra, f"name={name}".replace("+", "p"), f"out_dir={out / 'runs'}", f"train.seed={1000 + seed}",
@@ -94,6 +93,22 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
         cfg = load_config(arm.preset, overrides)
         if scale != 1.0:
             cfg.train.steps = max(1, round(cfg.train.steps * scale))
+        return cfg
+
+    # the runs of experiments without a sweep, so that a model is measured by every experiment that uses it as
+    # soon as it is trained (it may not be on disk when a later session resumes the suite)
+    plan = {f"{e.name}/{a.label}/{seed}": (e, a, seed) for e in experiments if not e.lrs
+            for seed in range(min(seeds, e.seeds or seeds)) for a in e.arms}
+    fingerprints = {}
+
+    def planned_fingerprint(key: str) -> str:
+        if key not in fingerprints:
+            fingerprints[key] = _fingerprint(config(*plan[key], None))
+        return fingerprints[key]
+
+    def run(key: str, arm: Arm, experiment: Experiment, seed: int, lr: float | None = None) -> dict:
+        """One trained and measured model, recorded in results.json as soon as it is measured."""
+        cfg = config(experiment, arm, seed, lr)
         fingerprint = _fingerprint(cfg)
         if results["runs"].get(key, {}).get("config") == fingerprint:
             return results["runs"][key]  # measured by an earlier, interrupted attempt with this very config
@@ -101,6 +116,9 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
         results["runs"][key] = _train_and_measure(cfg, experiment, results, fingerprint, out, log)
         results["meta"]["finished"] = datetime.now().isoformat(timespec="minutes")
         _write_json(results_path, results)
+        for other in plan:  # the same model in other experiments: measured now, while it is here
+            if other not in results["runs"] and planned_fingerprint(other) == fingerprint:
+                run(other, plan[other][1], plan[other][0], plan[other][2])
         return results["runs"][key]
 
     for experiment in experiments:
@@ -130,7 +148,12 @@ def sweep_key(experiment: str, arm: str, lr: float) -> str:
 
 def _train_and_measure(cfg, experiment: Experiment, results: dict, fingerprint: str, out: Path, log) -> dict:
     start = time.perf_counter()
-    run_dir = _trained_run(results, fingerprint, out)
+    earlier = _earlier_runs(results, fingerprint, out)
+    for run_dir, record in earlier:
+        if record.get("measured") == _measurement(experiment):  # the same model, measured the same way
+            log(f"    the same model and measurement as {record['run']}")
+            return {**record, "run": os.path.relpath(run_dir, out), "seconds": 0.0}
+    run_dir = next((d for d, _ in earlier if d.is_dir()), None)
     if run_dir is None:
         run_dir = Path(cfg.out_dir) / cfg.name
         shutil.rmtree(run_dir, ignore_errors=True)  # an unfinished run of an earlier attempt
@@ -139,10 +162,15 @@ def _train_and_measure(cfg, experiment: Experiment, results: dict, fingerprint: 
         log(f"    the same model as {run_dir.name}")
         params = load_run(run_dir).model.num_params()
     record = {"params": params, **training_extent(run_dir), **measure(experiment, run_dir)}
-    where = os.path.relpath(run_dir, out)
-    record |= {"seconds": time.perf_counter() - start, "run": where, "config": fingerprint}
+    record |= {"seconds": time.perf_counter() - start, "run": os.path.relpath(run_dir, out), "config": fingerprint,
+               "measured": _measurement(experiment)}
     log("    " + ", ".join(f"{k} {v:.4g}" for k, v in record.items() if isinstance(v, float | int)))
     return record
+
+
+def _measurement(experiment: Experiment) -> list:
+    """What a record's measured values depend on besides the model."""
+    return [experiment.metric, experiment.lengths, experiment.target_losses]
 
 
 def training_extent(run_dir: Path) -> dict:
@@ -192,15 +220,15 @@ def _changed(values: dict, defaults: dict) -> dict:
     return changed
 
 
-def _trained_run(results: dict, fingerprint: str, out: Path) -> Path | None:
-    """A model with this config that this suite, or another suite beside it (a sibling folder of results),
-    has trained already: it is measured again, not trained again."""
+def _earlier_runs(results: dict, fingerprint: str, out: Path) -> list[tuple[Path, dict]]:
+    """The models with this config that this suite, or another suite beside it (a sibling folder of results),
+    has trained already, with their records: such a model is measured again (or its record reused), not
+    trained again."""
     siblings = [p for p in sorted(out.parent.glob("*/results.json")) if p.parent != out]
-    for folder, found in [(out, results), *((p.parent, json.loads(p.read_text())) for p in siblings)]:
-        for record in found["runs"].values():
-            if record.get("config") == fingerprint and (folder / run_path(record)).is_dir():
-                return folder / run_path(record)
-    return None
+    found = []
+    for folder, earlier in [(out, results), *((p.parent, json.loads(p.read_text())) for p in siblings)]:
+        found += [(folder / run_path(r), r) for r in earlier["runs"].values() if r.get("config") == fingerprint]
+    return found
 
 
 def run_path(record: dict) -> str:
