@@ -10,7 +10,7 @@ from attnlab.config import ModelConfig, TrainConfig, load_config
 from attnlab.errors import UserError
 from attnlab.model import Decoder
 from attnlab.nn import set_optim
-from attnlab.train import lr_multiplier, param_groups, train
+from attnlab.train import _resume_point, lr_multiplier, param_groups, train
 
 
 def tiny_config(text_file, tmp_path, name="run", **train):
@@ -237,4 +237,21 @@ def test_early_stopping_counts_only_gains_above_min_delta(text_file, tmp_path, m
     scripted_validation(monkeypatch, [3.0, 2.95, 2.9, 2.5, 2.45, 2.44, 2.43])
     cfg = tiny_config(text_file, tmp_path, steps=100, eval_every=2, patience=3, min_delta=0.1)
     summary = train(cfg, progress=False, log=lambda *_: None)
-    assert summary["best_step"] == 8 and summary["steps"] == 14  # 2.5 at step 8 gains 0.5; then three below 0.1
+    # 2.5 at step 8 gains 0.4 and resets the count; the three lows after it gain less than 0.1 each, so training
+    # stops at step 14, and the lowest of them is the best checkpoint
+    assert summary["steps"] == 14 and summary["best_step"] == 14 and summary["val_loss"] == 2.43
+
+
+def test_a_run_resumed_without_early_stopping_is_measured_at_its_newest_checkpoint(text_file, tmp_path, monkeypatch):
+    from attnlab.inference import load_run
+
+    scripted_validation(monkeypatch, [3.0, 2.0, 2.5])
+    cfg = tiny_config(text_file, tmp_path, steps=6, eval_every=2, ckpt_every=2, patience=5)
+    train(cfg, progress=False, log=lambda *_: None)
+    run_dir = tmp_path / "runs" / "run"
+    assert load_run(run_dir).folder.name == "step-00000004"
+    assert _resume_point(run_dir, str(run_dir), print).name == "step-00000006"  # training goes on from the newest
+    scripted_validation(monkeypatch, [2.6, 2.7])
+    cfg.train.steps, cfg.train.patience = 10, 0
+    train(cfg, resume="auto", progress=False, log=lambda *_: None)
+    assert not (run_dir / "best.json").exists() and load_run(run_dir).folder.name == "step-00000010"

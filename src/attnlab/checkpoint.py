@@ -124,7 +124,7 @@ def prune_checkpoints(run_dir: Path, keep_last: int) -> None:
 
 
 def mark_best(run_dir: Path, step: int, val_loss: float) -> None:
-    """Record the checkpoint of `step` as the run's best (lowest validation loss so far)."""
+    """Record the checkpoint of `step` as the run's best (the lowest validation loss of its trajectory)."""
     tmp = run_dir / f".{BEST}.tmp"
     tmp.write_text(json.dumps({"step": step, "val_loss": val_loss}))
     os.replace(tmp, run_dir / BEST)
@@ -139,9 +139,9 @@ def best_checkpoint(run_dir: Path) -> Path | None:
     return folder if folder.is_dir() and verify(folder) is None else None
 
 
-def resolve_checkpoint(path: str | Path) -> Path:
+def resolve_checkpoint(path: str | Path, best: bool = True) -> Path:
     """A checkpoint folder, or a run folder: its best checkpoint if it trained with early stopping
-    (train.patience), else its newest intact one."""
+    (train.patience) and best is set, else its newest intact one."""
     path = Path(path).expanduser()
     if STEP_DIR.match(path.name):
         problem = verify(path) if path.is_dir() else "it does not exist"
@@ -150,7 +150,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
         return path
     if not path.is_dir():
         raise UserError(f"{path} is neither a run folder nor a checkpoint folder (runs/<name>/step-XXXXXXXX)")
-    found = best_checkpoint(path) or latest_checkpoint(path)
+    found = (best and best_checkpoint(path)) or latest_checkpoint(path)
     if found is None:
         raise UserError(f"{path} holds no intact checkpoint")
     return found

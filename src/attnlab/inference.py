@@ -39,7 +39,8 @@ class LoadedRun:
 
 
 def load_run(path: str | Path, device: str = "auto") -> LoadedRun:
-    """A run folder (its newest intact checkpoint) or a step-XXXXXXXX checkpoint folder."""
+    """A run folder (its best checkpoint when it trained with early stopping, else its newest intact one) or
+    a step-XXXXXXXX checkpoint folder."""
     folder = checkpoint.resolve_checkpoint(path)
     config = from_dict(RunConfig, checkpoint.load_config(folder)).validate()
     dev = pick_device(device)

@@ -1,5 +1,5 @@
 """The training loop: AdamW with parameter groups, warmup + cosine, clipping, accumulation, periodic
-evaluation, a JSONL metrics log and checkpoints that resume bit for bit."""
+evaluation with optional early stopping, a JSONL metrics log and checkpoints that resume bit for bit."""
 
 from __future__ import annotations
 
@@ -76,20 +76,24 @@ class MetricsLog:
 
 
 class EarlyStopping:
-    """Tracks the lowest validation loss; with patience > 0, training stops once `patience` evaluations in
-    a row have not lowered it by more than min_delta."""
+    """Tracks the lowest validation loss (the best checkpoint); with patience > 0, training stops once
+    `patience` evaluations in a row have not gone below the last significant low by more than min_delta."""
 
     def __init__(self, patience: int, min_delta: float = 0.0, state: dict | None = None):
         self.patience, self.min_delta = patience, min_delta
         state = state or {"best_loss": math.inf, "best_step": 0, "since_best": 0}
         self.best_loss, self.best_step, self.since_best = state["best_loss"], state["best_step"], state["since_best"]
+        self.mark = state.get("mark", self.best_loss)  # the loss that a gain must beat by min_delta
 
     def update(self, step: int, loss: float) -> bool:
-        """Record an evaluation; True if it is the best so far."""
-        if loss < self.best_loss - self.min_delta:
-            self.best_loss, self.best_step, self.since_best = loss, step, 0
+        """Record an evaluation; True if it is the lowest so far."""
+        if loss < self.mark - self.min_delta:
+            self.mark, self.since_best = loss, 0
+        else:
+            self.since_best += 1
+        if loss < self.best_loss:
+            self.best_loss, self.best_step = loss, step
             return True
-        self.since_best += 1
         return False
 
     @property
@@ -97,7 +101,8 @@ class EarlyStopping:
         return self.patience > 0 and self.since_best >= self.patience
 
     def state(self) -> dict:
-        return {"best_loss": self.best_loss, "best_step": self.best_step, "since_best": self.since_best}
+        return {"best_loss": self.best_loss, "best_step": self.best_step, "since_best": self.since_best,
+                "mark": self.mark}
 
 
 def build_model(cfg: RunConfig, data) -> Decoder:
@@ -118,7 +123,8 @@ def build_model(cfg: RunConfig, data) -> Decoder:
 def train(cfg: RunConfig, resume: str | None = None, progress: bool = True, log=print) -> dict:
     """Train cfg's model; resume='auto' continues from the run's newest intact checkpoint, a path from
     that checkpoint. Under torchrun every rank calls this; see ``attnlab.distributed``. Returns a summary
-    (final losses, tokens/s, run folder) with the trained model under "model"."""
+    (final losses, tokens/s, run folder) with the trained model under "model": the model at the last step;
+    with early stopping the losses are the best checkpoint's, which ``load_run`` loads."""
     ranks = distributed.setup(cfg.train.device)
     try:
         return _train(cfg, resume, progress, log, ranks)
@@ -170,6 +176,7 @@ def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distr
         data_rng.set_state(state["data_rng"])
         torch.set_rng_state(state["torch_rng"])
         stopping = EarlyStopping(t.patience, t.min_delta, state.get("early_stopping"))
+        _reconcile_best(run_dir, stopping if t.patience > 0 else None)
         if device.type == "cuda" and state.get("cuda_rng") is not None and ranks.world == 1:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         log(f"resuming {run_dir} from {ckpt.name}")
@@ -271,6 +278,17 @@ def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distr
     return summary
 
 
+def _reconcile_best(run_dir: Path, stopping: EarlyStopping | None) -> None:
+    """On resume, best.json names the best checkpoint of the trajectory being continued (a crash may have
+    come between a checkpoint and its mark, or an older checkpoint may be resumed); without early stopping
+    the run is measured at its newest checkpoint, so there is no best."""
+    kept = stopping is not None and (run_dir / checkpoint.step_dir_name(stopping.best_step)).is_dir()
+    if kept and stopping.best_step:
+        checkpoint.mark_best(run_dir, stopping.best_step, stopping.best_loss)
+    else:
+        (run_dir / checkpoint.BEST).unlink(missing_ok=True)
+
+
 def _first_non_finite(loss: float, grad_norm: torch.Tensor, model: nn.Module) -> str | None:
     """What went non-finite first: the loss, else the gradient of the first parameter (in model order)."""
     if not math.isfinite(loss):
@@ -300,7 +318,7 @@ def _resume_point(run_dir: Path, resume: str | None, log) -> Path | None:
         if found is None:
             log(f"no checkpoint in {run_dir} to resume from; starting from scratch")
         return found
-    return checkpoint.resolve_checkpoint(resume)
+    return checkpoint.resolve_checkpoint(resume, best=False)  # a run folder continues from its newest
 
 
 def _check_same_run(saved: RunConfig, given: RunConfig, ckpt: Path) -> None:

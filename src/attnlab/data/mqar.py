@@ -4,8 +4,9 @@ A sequence of T tokens starts with P key-value pairs k1 v1 k2 v2 ... (keys drawn
 from [1, V/2), values from [V/2, V)); each key appears once more later, at a gap drawn with probability
 proportional to power_a * i^(power_a - 1) over the even slots of the remaining space, and the model
 must emit its value as the next token. Only those positions are scored (targets elsewhere are -100).
-Other positions hold 0, or random tokens with random_non_queries. Train and test examples come from
-disjoint seed ranges ([0, 2^31) and [2^31, 2^32)), so the splits never share a generator.
+Other positions hold 0, or random tokens with random_non_queries. Train, validation and test examples come
+from the seeds seed, 2^30 + seed and 2^31 + seed (+ i for the i-th test pair count), so the splits never
+share a generator.
 """
 
 from __future__ import annotations
