@@ -180,3 +180,26 @@ def test_only_runs_the_experiments_that_match(tmp_path, monkeypatch):
     assert set(results["runs"]) == {"lm-long/softmax/0"}
     with pytest.raises(UserError, match="matches no experiment of s; its experiments: lm, lm-long"):
         run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, only=["mqar*"])
+
+
+def test_a_run_folder_trained_again_under_another_config_is_not_taken_for_the_old_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    ppl = Experiment("lm", "perplexity", "val_ppl", [Arm("softmax", "demo")], "softmax")
+    first = run_suite(Suite("s", "s", [ppl]), tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None)
+    run_suite(Suite("s", "s", [ppl]), tmp_path / "suite", seeds=1, extra=[*TINY, "train.steps=3"],
+              log=lambda *_: None)  # the same folder now holds another model
+    calls = []
+    speed = Experiment("speed", "tokens", "tokens_to_loss", [Arm("softmax", "demo")], "softmax", target_losses=[9.0])
+    old = {**first["runs"]["lm/softmax/0"], "run": "../suite/runs/lm-softmax-s0"}  # a sibling's record of it
+    other = {"suite": "t", "runs": {"lm/softmax/0": old}}
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "results.json").write_text(json.dumps(other))
+    run_suite(Suite("u", "u", [speed]), tmp_path / "u", seeds=1, extra=TINY, log=calls.append)
+    assert not any("the same model as" in c for c in calls)  # trained afresh, not measured from the wrong folder
+
+
+def test_an_unreadable_results_file_is_one_clear_error(tmp_path):
+    (tmp_path / "results.json").write_text("{not json")
+    with pytest.raises(UserError, match="cannot be read as a suite's results"):
+        run_suite(Suite("s", "s", [Experiment("lm", "lm", "val_ppl", [Arm("softmax", "demo")], "softmax")]),
+                  tmp_path, seeds=1, extra=TINY)

@@ -80,10 +80,12 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.json"
-    results = json.loads(results_path.read_text()) if results_path.exists() else {"suite": suite.name, "runs": {}}
+    results = load_results(results_path) if results_path.exists() else {"suite": suite.name, "runs": {}}
     results["tier"] = suite.tier
-    results["meta"] = {**results.get("meta", {}), "seeds": seeds, "cpu": _cpu_name(),  # the newest attempt's
+    results["meta"] = {**results.get("meta", {}), "cpu": _cpu_name(),  # the newest attempt's
                        "threads": torch.get_num_threads(), "torch": torch.__version__, "scale": scale, "quick": quick}
+    if not only:  # a partial run (--only) leaves the suite's seed count as it was
+        results["meta"]["seeds"] = seeds
 
     def config(experiment: Experiment, arm: Arm, seed: int, lr: float | None):
         name = "-".join([experiment.name, arm.label, *([f"lr{lr:g}"] if lr else []), f"s{seed}"])
@@ -110,15 +112,15 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
         """One trained and measured model, recorded in results.json as soon as it is measured."""
         cfg = config(experiment, arm, seed, lr)
         fingerprint = _fingerprint(cfg)
-        if results["runs"].get(key, {}).get("config") == fingerprint:
-            return results["runs"][key]  # measured by an earlier, interrupted attempt with this very config
-        log(f"[{suite.name}] {key}")
-        results["runs"][key] = _train_and_measure(cfg, experiment, results, fingerprint, out, log)
-        results["meta"]["finished"] = datetime.now().isoformat(timespec="minutes")
-        _write_json(results_path, results)
-        for other in plan:  # the same model in other experiments: measured now, while it is here
-            if other not in results["runs"] and planned_fingerprint(other) == fingerprint:
-                run(other, plan[other][1], plan[other][0], plan[other][2])
+        if results["runs"].get(key, {}).get("config") != fingerprint:  # else measured by an earlier attempt
+            log(f"[{suite.name}] {key}")
+            results["runs"][key] = _train_and_measure(cfg, experiment, results, fingerprint, out, log)
+            results["meta"]["finished"] = datetime.now().isoformat(timespec="minutes")
+            _write_json(results_path, results)
+        for other, (other_experiment, other_arm, other_seed) in plan.items():  # the same model elsewhere:
+            unmeasured = results["runs"].get(other, {}).get("config") != fingerprint  # measured while it is here
+            if unmeasured and planned_fingerprint(other) == fingerprint:
+                run(other, other_arm, other_experiment, other_seed)
         return results["runs"][key]
 
     for experiment in experiments:
@@ -148,16 +150,17 @@ def sweep_key(experiment: str, arm: str, lr: float) -> str:
 
 def _train_and_measure(cfg, experiment: Experiment, results: dict, fingerprint: str, out: Path, log) -> dict:
     start = time.perf_counter()
-    earlier = _earlier_runs(results, fingerprint, out)
+    earlier = _earlier_runs(results, fingerprint, out, log)
     for run_dir, record in earlier:
         if record.get("measured") == _measurement(experiment):  # the same model, measured the same way
             log(f"    the same model and measurement as {record['run']}")
             return {**record, "run": os.path.relpath(run_dir, out), "seconds": 0.0}
-    run_dir = next((d for d, _ in earlier if d.is_dir()), None)
+    run_dir = next((d for d, _ in earlier if _holds(d, fingerprint)), None)
     if run_dir is None:
         run_dir = Path(cfg.out_dir) / cfg.name
         shutil.rmtree(run_dir, ignore_errors=True)  # an unfinished run of an earlier attempt
         params = train(cfg, progress=False, log=lambda *_: None)["params"]
+        (run_dir / FINGERPRINT).write_text(fingerprint)
     else:  # an arm of another experiment trained this very model: measure it again
         log(f"    the same model as {run_dir.name}")
         params = load_run(run_dir).model.num_params()
@@ -166,6 +169,15 @@ def _train_and_measure(cfg, experiment: Experiment, results: dict, fingerprint: 
                "measured": _measurement(experiment)}
     log("    " + ", ".join(f"{k} {v:.4g}" for k, v in record.items() if isinstance(v, float | int)))
     return record
+
+
+FINGERPRINT = "fingerprint"  # written into a run folder once its model is trained: the config it was trained with
+
+
+def _holds(run_dir: Path, fingerprint: str) -> bool:
+    """Whether the folder holds a finished model of this config (a folder may since have been trained again)."""
+    path = run_dir / FINGERPRINT
+    return path.is_file() and path.read_text() == fingerprint
 
 
 def _measurement(experiment: Experiment) -> list:
@@ -220,15 +232,31 @@ def _changed(values: dict, defaults: dict) -> dict:
     return changed
 
 
-def _earlier_runs(results: dict, fingerprint: str, out: Path) -> list[tuple[Path, dict]]:
+def _earlier_runs(results: dict, fingerprint: str, out: Path, log=print) -> list[tuple[Path, dict]]:
     """The models with this config that this suite, or another suite beside it (a sibling folder of results),
     has trained already, with their records: such a model is measured again (or its record reused), not
-    trained again."""
-    siblings = [p for p in sorted(out.parent.glob("*/results.json")) if p.parent != out]
-    found = []
-    for folder, earlier in [(out, results), *((p.parent, json.loads(p.read_text())) for p in siblings)]:
-        found += [(folder / run_path(r), r) for r in earlier["runs"].values() if r.get("config") == fingerprint]
+    trained again. A sibling's results.json that cannot be read is skipped with a warning."""
+    found, earlier = [], [(out, results)]
+    for path in sorted(out.parent.glob("*/results.json")):
+        if path.parent != out:
+            try:
+                earlier.append((path.parent, load_results(path)))
+            except UserError as err:
+                log(f"    skipping {path}: {err}")
+    for folder, recorded in earlier:
+        found += [(folder / run_path(r), r) for r in recorded["runs"].values() if r.get("config") == fingerprint]
     return found
+
+
+def load_results(path: Path) -> dict:
+    """A suite's results.json, or a one-line error saying why it cannot be used."""
+    try:
+        results = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise UserError(f"{path} cannot be read as a suite's results ({err}); move it away to start afresh") from None
+    if not isinstance(results, dict) or not isinstance(results.get("runs"), dict) or "suite" not in results:
+        raise UserError(f"{path} is not a suite's results (no 'suite' and 'runs'); move it away to start afresh")
+    return results
 
 
 def run_path(record: dict) -> str:
