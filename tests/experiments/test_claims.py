@@ -245,12 +245,12 @@ def test_plot_claims_writes_a_png(tmp_path):
 
 
 def test_a_claim_whose_control_arm_did_not_learn_the_task_is_inconclusive():
-    runs = {f"mqar/{arm}/{seed}": {"accuracy": acc + 0.01 * seed}
+    runs = {f"mqar/{arm}/{seed}": {"accuracy": acc + 0.01 * seed * (2 if arm == "ccq-gla" else 1)}
             for arm, acc in [("softmax", 0.40), ("gla", 0.10), ("ccq-gla", 0.30)] for seed in range(3)}
     claim = Claim("CCQ-GLA beats GLA", "mqar", "accuracy", "ccq-gla", "gla", "higher", scale=100,
                   control=("softmax", "accuracy", 0.99))
     [(_, v)] = evaluate([claim], {"runs": runs})
-    assert v.verdict == "inconclusive" and "softmax reached 0.41" in v.reason and v.delta == pytest.approx(20)
+    assert v.verdict == "inconclusive" and "softmax reached 0.41" in v.reason and v.delta == pytest.approx(21)
     for seed in range(3):
         runs[f"mqar/softmax/{seed}"]["accuracy"] = 0.995
     assert evaluate([claim], {"runs": runs})[0][1].verdict == "agrees"
@@ -260,4 +260,4 @@ def test_arms_that_score_alike_in_every_seed_are_inconclusive_not_a_disagreement
     runs = {f"niah/{arm}/{seed}": {"niah@256": 0.0} for arm in ("gla", "ccq-gla") for seed in range(3)}
     claim = Claim("CCQ helps", "niah", "niah@256", "ccq-gla", "gla", "higher", 29.6, scale=100)
     [(_, v)] = evaluate([claim], {"runs": runs})
-    assert v.verdict == "inconclusive" and "nothing to judge" in v.reason
+    assert v.verdict == "inconclusive" and "no spread" in v.reason

@@ -165,8 +165,8 @@ def mqar_claims(experiment: str, control: tuple | None = None) -> list[Claim]:
     """MQAR (spec §6.2 B; the paper has no MQAR, so no paper effect): CCQ-GLA ≥ GLA, CCQ-GDN ≈ GDN. The
     control is the arm that must learn the task first (the default tier has no softmax arm)."""
     return [
-        Claim(f"CCQ-GLA ≥ GLA on MQAR ({experiment})", experiment, "accuracy", "ccq-gla", "gla", "higher", scale=100,
-              control=control),
+        Claim(f"CCQ-GLA beats GLA on MQAR ({experiment})", experiment, "accuracy", "ccq-gla", "gla", "higher",
+              scale=100, control=control),
         Claim(f"CCQ-GDN ≈ GDN on MQAR ({experiment})", experiment, "accuracy", "ccq-gdn", "gdn", "equal",
               margin=RECALL_MARGIN, scale=100, control=control),
     ]

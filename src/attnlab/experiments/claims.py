@@ -24,9 +24,9 @@ and a seed missing any needed value is left out. The 95% interval is the t-inter
 - A claim that two arms are **equal** (|Δ| ≤ margin) *agrees* if the interval lies within ±margin; it *disagrees*
   if the interval lies entirely outside ±margin (wholly above +margin or wholly below −margin); otherwise it is
   *inconclusive*.
-- With fewer than 2 seeds there is no interval: *inconclusive*. So is a lower / higher claim whose two arms
-  scored the same in every seed (Δ ≡ 0: a task at its floor or ceiling, or a measure too coarse), and any claim
-  whose experiment has a control arm (softmax attention on recall) that did not learn the task.
+- With fewer than 2 seeds there is no interval: *inconclusive*. So is a claim whose Δ is the same in every seed
+  (no spread to judge it by: a task at its floor or ceiling, or a measure too coarse), and any claim whose
+  experiment has a control arm (softmax attention on recall) that did not learn the task.
 
 **Power.** "Detects ≥ d" is the smallest |effect| that a paired t-test on these seeds finds with 80% power at
 two-sided α = 0.05, from the observed standard deviation s of the Δs (exact, from the noncentral t distribution
@@ -135,9 +135,6 @@ def _rule(claim: Claim, low: float, high: float) -> tuple[str, str]:
             return "disagrees", f"the interval lies outside ±{m:.3g}{claim.units}"
         return "inconclusive", f"the interval overlaps ±{m:.3g}{claim.units}"
     side = -1 if claim.direction == "lower" else 1  # multiply by side: the claimed side of 0 is > 0
-    if low == high == 0:
-        return "inconclusive", ("the two arms scored the same in every seed: nothing to judge (a task at its floor "
-                                "or ceiling, or a measure too coarse to tell them apart)")
     if side * low > 0 and side * high > 0:
         return "agrees", "the interval lies on the claimed side of 0"
     if side * low < 0 and side * high < 0:
@@ -155,6 +152,9 @@ def judge(deltas: list[float], claim: Claim) -> Verdict:
     delta, half = mean_interval(deltas)
     sd = mean_std(deltas)[1]
     verdict, reason = _rule(claim, delta - half, delta + half)
+    if sd == 0:  # a zero-width interval would claim certainty that the seeds cannot give
+        verdict, reason = "inconclusive", ("Δ is the same in every seed, so there is no spread to judge it by (a "
+                                           "task at its floor or ceiling, or a measure too coarse)")
     equivalence = claim.direction == "equal"
     target = claim.margin if equivalence else claim.paper
     needed = None if target is None else seeds_needed(sd, target, equivalence=equivalence)

@@ -13,21 +13,27 @@ from .stats import mean_std, paired_difference
 
 
 def _values(results: dict, experiment: Experiment, label: str, key: str) -> list[float | None]:
-    """One value per seed; None where the quantity was never reached (tokens to a loss)."""
+    """One value per seed, in seed order; None where the quantity was never reached (tokens to a loss)."""
+    return list(_by_seed(results, experiment, label, key).values())
+
+
+def _by_seed(results: dict, experiment: Experiment, label: str, key: str) -> dict[int, float | None]:
     runs = results["runs"]
-    return [runs[k][key] for k in sorted(runs, key=_seed_order) if _seed_of(k, experiment.name, label) is not None
-            and key in runs[k]]
+    seeds = {k: _seed_of(k, experiment.name, label) for k in runs if key in runs[k]}
+    return dict(sorted((seed, runs[k][key]) for k, seed in seeds.items() if seed is not None))
+
+
+def _paired(results: dict, experiment: Experiment, label: str, key: str) -> tuple[list[float], list[float]]:
+    """The arm's and the baseline's values of the seeds that both have."""
+    arm, base = (_by_seed(results, experiment, name, key) for name in (label, experiment.baseline))
+    seeds = [s for s in arm if s in base and arm[s] is not None and base[s] is not None]
+    return [arm[s] for s in seeds], [base[s] for s in seeds]
 
 
 def _seed_of(key: str, experiment: str, label: str) -> int | None:
     """The seed of a results key "<experiment>/<label>/<seed>"; None for other keys (other arms, sweeps)."""
     prefix, _, seed = key.rpartition("/")
     return int(seed) if prefix == f"{experiment}/{label}" and seed.isdigit() else None
-
-
-def _seed_order(key: str):
-    prefix, _, seed = key.rpartition("/")
-    return (prefix, int(seed)) if seed.isdigit() else (prefix, -1)
 
 
 def _cell(values: list[float | None]) -> str:
@@ -71,15 +77,14 @@ def experiment_table(experiment: Experiment, results: dict, columns: str = "all"
     header = ["arm", *shown, f"Δ {keys[0]} vs {experiment.baseline}" if keys else "Δ"]
     header += ["paper", "params"] if columns == "all" else []
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    base = _values(results, experiment, experiment.baseline, keys[0]) if keys else []
+
     for arm in experiment.arms:
         cells = [arm.label]
         for key in shown:
             values = _values(results, experiment, arm.label, key)
             cells.append(_cell(values) if values else "–")
-        first = _values(results, experiment, arm.label, keys[0]) if keys else []
-        complete = None not in first + base
-        if first and base and complete and arm.label != experiment.baseline and len(first) == len(base):
+        first, base = _paired(results, experiment, arm.label, keys[0]) if keys else ([], [])
+        if first and arm.label != experiment.baseline:
             diff, half = paired_difference(first, base)
             cells.append(f"{diff:+.4g}" + ("" if half != half else f" [{diff - half:+.3g}, {diff + half:+.3g}]"))
         else:
@@ -140,8 +145,8 @@ def training_table(experiment: Experiment, results: dict) -> list[str]:
             cells = ["–" if v is None else (f"**{v:.4g}**" if v == best else f"{v:.4g}") for v in losses]
             lines.append(f"| {arm.label} | " + " | ".join(cells) + " |")
         lines.append("")
-    stops = {arm.label: [r for k, r in results["runs"].items() if _seed_of(k, experiment.name, arm.label) is not None]
-             for arm in experiment.arms}
+    stops = {arm.label: [results["runs"][f"{experiment.name}/{arm.label}/{seed}"]
+                         for seed in _by_seed(results, experiment, arm.label, "seconds")] for arm in experiment.arms}
     if any("steps" in r for runs in stops.values() for r in runs):
         lines += ["Training: steps per seed (* stopped early; in brackets the step of the best checkpoint, which "
                   "early stopping keeps and which is measured):", ""]
@@ -190,14 +195,12 @@ def _plot(experiment: Experiment, results: dict, keys: list[str], out: Path) -> 
 def _plot_differences(ax, experiment: Experiment, results: dict, key: str) -> None:
     """Each arm's paired difference to the baseline with its 95% interval (one seed: a hollow point), so that
     a difference of 1% is as visible as one of 50%."""
-    base = _values(results, experiment, experiment.baseline, key)
     arms = [arm.label for arm in experiment.arms if arm.label != experiment.baseline]
     for row, label in enumerate(arms):
-        values = _values(results, experiment, label, key)
-        pairs = [(a, b) for a, b in zip(values, base, strict=False) if a is not None and b is not None]
-        if not pairs:
+        values, base = _paired(results, experiment, label, key)
+        if not values:
             continue
-        diff, half = paired_difference(*zip(*pairs, strict=True))
+        diff, half = paired_difference(values, base)
         if half == half:
             ax.errorbar(diff, row, xerr=half, fmt="o", color="tab:blue", capsize=4)
         else:
