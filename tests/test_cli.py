@@ -117,3 +117,15 @@ def test_report_is_rebuilt_from_results_json_alone(tmp_path, capsys):
     assert "## Verdicts" in report and "incomplete: 4 of " in report and "| coupled-qk |" in report
     assert main(["report", str(tmp_path / "nothing")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_reproduce_all_takes_the_suites_that_have_the_tier_and_checks_only_first(tmp_path, capsys):
+    assert main(["reproduce", "all", "--tier", "converged", "--estimate"]) == 0
+    out = capsys.readouterr().out
+    assert "ccq (converged)" in out and "interdomain (converged)" in out and "boltzmann" not in out
+    assert main(["reproduce", "all", "--only", "nothing-*", "--out", str(tmp_path)]) == 2
+    assert "--only nothing-* matches no experiment" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+    (tmp_path / "results.json").write_text("[]")
+    assert main(["report", str(tmp_path)]) == 2
+    assert "is not a suite's results" in capsys.readouterr().err

@@ -133,36 +133,45 @@ def cmd_demo(args) -> None:
 
 
 def cmd_reproduce(args) -> None:
+    from fnmatch import fnmatch
+
     from .experiments import PAPERS, get_suite
     from .experiments.report import write_report
     from .experiments.runner import run_suite
 
     if (args.seeds is not None and args.seeds < 1) or args.scale <= 0:
         raise UserError(f"--seeds {args.seeds} --scale {args.scale}: need at least one seed and a positive scale")
-    names = list(PAPERS) if args.suite == "all" else [args.suite]
-    for name in names:
-        suite = get_suite(name, args.tier)
+    names = [n for n in PAPERS if args.tier in PAPERS[n].TIERS] if args.suite == "all" else [args.suite]
+    if not names:
+        raise UserError(f"no suite has a tier '{args.tier}'; see attnlab reproduce --help")
+    suites = {name: get_suite(name, args.tier) for name in names}  # every name and tier checked before any run
+    if args.only and not any(fnmatch(e.name, p) for s in suites.values() for e in s.experiments for p in args.only):
+        raise UserError(f"--only {' '.join(args.only)} matches no experiment of {', '.join(names)}")
+    for name, suite in suites.items():
         if suite.gpu or args.estimate:
             from .experiments.gpu import describe_estimate
 
             print(f"{name} ({args.tier}): {describe_estimate(suite, seeds=args.seeds)}")
         if args.estimate:
             continue
-        out = Path(args.out) / (name if args.tier == "default" else f"{name}-{args.tier}")
+        if args.only and not any(fnmatch(e.name, p) for e in suite.experiments for p in args.only):
+            continue  # (all) this suite has none of the experiments asked for
+        # smoke and rescaled runs get folders of their own: they never mix with, or overwrite, real results
+        variant = "-quick" if args.quick else (f"-scale{args.scale:g}" if args.scale != 1 else "")
+        out = Path(args.out) / f"{name}{'' if args.tier == 'default' else '-' + args.tier}{variant}"
         results = run_suite(suite, out, seeds=args.seeds, quick=args.quick, scale=args.scale, only=args.only or ())
         print(f"report: {write_report(suite, results, out)}")
 
 
 def cmd_report(args) -> None:
-    import json
-
     from .experiments import get_suite
     from .experiments.report import write_report
+    from .experiments.runner import load_results
 
     path = Path(args.folder) / "results.json"
     if not path.is_file():
         raise UserError(f"{path} does not exist; give a folder that attnlab reproduce wrote (results/<suite>)")
-    results = json.loads(path.read_text())
+    results = load_results(path)
     print(f"report: {write_report(get_suite(results['suite'], results.get('tier', 'default')), results, args.folder)}")
 
 

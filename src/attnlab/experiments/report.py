@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..errors import UserError
 from .claims import RULES, plot_claims, verdict_table
-from .runner import sweep_key
+from .runner import load_results, sweep_key
 from .spec import Experiment, Suite
 from .stats import mean_std, paired_difference
 
@@ -221,7 +220,7 @@ def results_summary(root: str | Path) -> str:
 
     lines = []
     for path in sorted(Path(root).glob("*/results.json")):
-        results = json.loads(path.read_text())
+        results = load_results(path)
         suite = get_suite(results["suite"], results.get("tier", "default"))
         lines += [f"### {suite.title}", "", f"`{_command(suite)}`: {describe_run(results)}{_progress(suite, results)}. "
                   f"Full report: [{path.parent.as_posix()}/report.md]({path.parent.as_posix()}/report.md).", ""]
