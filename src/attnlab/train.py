@@ -262,8 +262,9 @@ def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distr
         if stopping.stop:
             if ranks.main:
                 metrics.write(step=done, stopped="patience", best_step=stopping.best_step)
-            (bar.write if progress else log)(f"step {done}: no lower validation loss in {t.patience} evaluations; "
-                                             f"stopping (the best checkpoint is step {stopping.best_step})")
+                (bar.write if progress else log)(f"step {done}: no significant gain in validation loss in "
+                                                 f"{t.patience} evaluations; stopping (the best checkpoint is step "
+                                                 f"{stopping.best_step})")
             break
     bar.close()
     summary["train_seconds"] = time.perf_counter() - train_start
