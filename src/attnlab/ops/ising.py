@@ -112,14 +112,15 @@ class _NormalisedMarginals(torch.autograd.Function):
         L -= L.amax((-2, -1), keepdim=True)  # exact: the result does not depend on a shift of L
         w = L.clamp_(min=math.log2(torch.finfo(L.dtype).tiny) + 1).exp2_()  # 2 tiny: 2^x below tiny is slow
         P = torch.cat((w.sum(-2) @ plus_lo, w.sum(-1) @ plus_hi), dim=-1) * present
-        ctx.save_for_backward(w, P, plus_hi, plus_lo)
+        ctx.save_for_backward(w, P, present, plus_hi, plus_lo)
         ctx.pair_shape = None if pair is None else pair.shape
         return P.log() - P.sum(-1, keepdim=True).log()
 
     @staticmethod
     def backward(ctx, grad):
-        w, P, plus_hi, plus_lo = ctx.saved_tensors
+        w, P, present, plus_hi, plus_lo = ctx.saved_tensors
         a = torch.where(P > 0, grad / P, 0) - grad.sum(-1, keepdim=True) / P.sum(-1, keepdim=True)  # dloss/dP
+        a = a * present  # spins past a row's prefix are not in its output
         lo = plus_lo.shape[-1]
         grad_L = ((a[..., lo:] @ plus_hi.T)[..., :, None] + (a[..., :lo] @ plus_lo.T)[..., None, :]).mul_(w)
         grad_pair = None if ctx.pair_shape is None else grad_L.sum_to_size(ctx.pair_shape)
