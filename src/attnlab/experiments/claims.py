@@ -180,8 +180,10 @@ def _not_learned(claim: Claim, results: dict) -> str | None:
               if (v := _value(results, claim.experiment, arm, seed, metric)) is not None]
     if values and sum(values) / len(values) >= least:
         return None
-    reached = f"{sum(values) / len(values):.3g}" if values else "nothing"
-    return f"{arm} reached {reached} in {metric}, short of {least:g}: the task is not learned, so it tests nothing yet"
+    if not values:
+        return f"no {arm} run measured yet, which must first reach {least:g} in {metric}"
+    mean = sum(values) / len(values)
+    return f"{arm} reached {mean:.3g} in {metric}, short of {least:g}: the task is not learned, so it tests nothing yet"
 
 
 def _num(x: float, claim: Claim) -> str:
