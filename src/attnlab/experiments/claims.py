@@ -8,6 +8,7 @@ import textwrap
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from .spec import split_key
 from .stats import MAX_SEEDS, detectable_effect, mean_interval, mean_std, seeds_needed
 
 DIRECTIONS = ("lower", "higher", "equal")
@@ -110,8 +111,8 @@ def _delta(claim: Claim, experiment: str, seed: int, results: dict) -> float | N
 
 def _seeds(results: dict, experiments: list[str]) -> list[int]:
     """Every seed index that appears in the runs of these experiments."""
-    seeds = (key.rpartition("/")[2] for key in results["runs"] if key.split("/", 1)[0] in experiments)
-    return sorted({int(seed) for seed in seeds if seed.isdigit()})  # not the sweeps' "lr=..." keys
+    keys = map(split_key, results["runs"])
+    return sorted({seed for experiment, _, seed in keys if experiment in experiments and seed is not None})
 
 
 def paired_deltas(claim: Claim, results: dict) -> list[float]:

@@ -7,7 +7,7 @@ from pathlib import Path
 from ..errors import UserError
 from .claims import RULES, plot_claims, verdict_table
 from .runner import load_results, sweep_key
-from .spec import Experiment, Suite
+from .spec import Experiment, Suite, split_key
 from .stats import mean_std, paired_difference
 
 
@@ -31,8 +31,8 @@ def _paired(results: dict, experiment: Experiment, label: str, key: str) -> tupl
 
 def _seed_of(key: str, experiment: str, label: str) -> int | None:
     """The seed of a results key "<experiment>/<label>/<seed>"; None for other keys (other arms, sweeps)."""
-    prefix, _, seed = key.rpartition("/")
-    return int(seed) if prefix == f"{experiment}/{label}" and seed.isdigit() else None
+    experiment_of, arm, seed = split_key(key)
+    return seed if (experiment_of, arm) == (experiment, label) else None
 
 
 def _cell(values: list[float | None]) -> str:

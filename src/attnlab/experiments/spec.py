@@ -48,3 +48,11 @@ class Suite:
     tier: str = "default"
     gpu: bool = False  # sized for GPUs: `attnlab reproduce` prints its estimated GPU-hours before it starts
     claims: list = field(default_factory=list)  # the paper's claims (claims.Claim) that the report judges
+
+
+def split_key(key: str) -> tuple[str, str, int | None]:
+    """A results key "<experiment>/<arm>/<seed>" as (experiment, arm, seed); seed is None for a learning-rate
+    sweep's "<experiment>/<arm>/lr=<lr>"."""
+    prefix, _, last = key.rpartition("/")
+    experiment, _, arm = prefix.partition("/")
+    return experiment, arm, int(last) if last.isdigit() else None
