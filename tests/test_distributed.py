@@ -62,3 +62,15 @@ def assert_same_records(records, expected):
     for record, reference in zip(records, expected, strict=True):
         for value, want in zip(record[1:], reference[1:], strict=True):
             assert value == want if want is None else value == pytest.approx(want, rel=1e-5)
+
+
+def test_the_loss_is_reduced_on_its_own_device(monkeypatch):
+    """NCCL reduces GPU tensors only: the all-reduce must receive the loss where it lives, not a CPU copy.
+    A `meta` tensor stands in for a GPU one."""
+    from attnlab import distributed
+
+    seen = []
+    monkeypatch.setattr(distributed.dist, "all_reduce", lambda tensor: seen.append(tensor.device))
+    loss = torch.ones((), device="meta")
+    reduced = distributed.mean(loss, distributed.Ranks(rank=0, world=2, device=loss.device))
+    assert seen == [torch.device("meta")] and reduced.device == torch.device("meta")

@@ -205,6 +205,14 @@ def cmd_bench(args) -> None:
         bench.run_bench("quick" if args.quick else "default", args.out)
 
 
+def cmd_doctor(args) -> None:
+    from .doctor import run_doctor
+
+    if args.train_steps < 0:
+        raise UserError(f"--train-steps={args.train_steps} must be 0 (no training) or more")
+    run_doctor(args.out, args.train_steps)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .experiments import PAPERS
 
@@ -297,6 +305,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ops", action="store_true",
                    help="only the op forms vs their references and peers (T=4096, or the last of --lengths)")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("doctor", help="every mixer on this machine's GPU against fp64, timings, fla, a short training")
+    p.add_argument("--out", default="runs/doctor", help="folder for doctor.json")
+    p.add_argument("--train-steps", type=int, default=200, help="steps of the demo model (0: no training)")
+    p.set_defaults(func=cmd_doctor)
     return parser
 
 

@@ -82,13 +82,14 @@ def my_share(batch: torch.Tensor, ranks: Ranks) -> torch.Tensor:
     return batch[ranks.rank * size : (ranks.rank + 1) * size]
 
 
-def mean(value: float, ranks: Ranks) -> float:
-    """The mean of a number over the ranks (the loss of the whole batch)."""
+def mean(value: torch.Tensor, ranks: Ranks) -> torch.Tensor:
+    """The mean of a scalar tensor over the ranks (the loss of the whole batch), reduced on the tensor's own
+    device (NCCL reduces GPU tensors only) and without a host sync."""
     if ranks.world == 1:
         return value
-    total = torch.tensor([value], dtype=torch.float64)
+    total = value.detach().clone()
     dist.all_reduce(total)
-    return total.item() / ranks.world
+    return total / ranks.world
 
 
 def full_state(model: nn.Module, optimizer, ranks: Ranks, twin):

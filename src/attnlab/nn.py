@@ -1,5 +1,7 @@
 """Small building blocks shared by the decoder and the mixers."""
 
+from contextlib import nullcontext
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -8,6 +10,13 @@ from torch import nn
 def at_least_fp32(x: torch.Tensor) -> torch.Tensor:
     """x in fp32, or wider if it already is (the numerics policy for states, sums and partition functions)."""
     return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
+def no_autocast(device: torch.device):
+    """A region where autocast is off (devices without autocast, such as `meta`, need no region)."""
+    if not torch.amp.is_autocast_available(device.type):
+        return nullcontext()
+    return torch.autocast(device.type, enabled=False)
 
 
 class SwiGLU(nn.Module):

@@ -19,7 +19,7 @@ from . import checkpoint, distributed
 from .config import RunConfig, TrainConfig, from_dict
 from .data import load_data
 from .errors import ConfigError, UserError
-from .evaluate import perplexity, split_loss
+from .evaluate import perplexity, split_loss, to_device
 from .model import Decoder
 
 
@@ -202,18 +202,20 @@ def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distr
         multiplier = lr_multiplier(step, t)
         for group in optimizer.param_groups:
             group["lr"] = group["peak_lr"] * multiplier
-        loss_sum = 0.0
+        loss_sum = torch.zeros((), device=device)
         for micro in range(t.grad_accum):
             x, y = (distributed.my_share(b, ranks) for b in corpus.batch("train", micro_batch, t.seq_len, data_rng))
             last = micro == t.grad_accum - 1  # DDP averages gradients over the ranks once, at the last one
             with nullcontext() if last or ranks.sharded or ranks.world == 1 else trained.no_sync():
                 with autocast():
-                    loss = _loss(trained, x.to(device), y.to(device))
+                    loss = _loss(trained, to_device(x, device), to_device(y, device))
                 (loss / t.grad_accum).backward()
-            loss_sum += loss.item()
-        loss_value = distributed.mean(loss_sum / t.grad_accum, ranks)
+            loss_sum += loss.detach().float()
+        loss_mean = distributed.mean(loss_sum / t.grad_accum, ranks)
         grad_norm = nn.utils.get_total_norm([p.grad for p in trained.parameters() if p.grad is not None])
-        bad = _first_non_finite(loss_value, grad_norm, model)  # before clipping, which would spread a nan
+        full_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # FSDP: a DTensor
+        loss_value, norm_value = torch.stack((loss_mean, full_norm.float())).tolist()  # the step's one host sync
+        bad = _first_non_finite(loss_value, norm_value, model)  # before clipping, which would spread a nan
         done = step + 1
         if bad is None and t.grad_clip > 0:
             nn.utils.clip_grads_with_norm_(trained.parameters(), t.grad_clip, grad_norm)
@@ -290,11 +292,11 @@ def _reconcile_best(run_dir: Path, stopping: EarlyStopping | None) -> None:
         (run_dir / checkpoint.BEST).unlink(missing_ok=True)
 
 
-def _first_non_finite(loss: float, grad_norm: torch.Tensor, model: nn.Module) -> str | None:
+def _first_non_finite(loss: float, grad_norm: float, model: nn.Module) -> str | None:
     """What went non-finite first: the loss, else the gradient of the first parameter (in model order)."""
     if not math.isfinite(loss):
         return f"the loss ({loss})"
-    if torch.isfinite(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm):  # FSDP: a DTensor
+    if math.isfinite(grad_norm):
         return None
     for name, param in model.named_parameters():
         if param.grad is not None and not torch.isfinite(param.grad).all():

@@ -24,3 +24,41 @@ def test_bf16_autocast_stays_close_to_fp32_with_finite_gradients(name, options):
     y.float().square().sum().backward()
     assert torch.isfinite(x.grad).all()
     assert all(torch.isfinite(p.grad).all() for p in mixer.parameters() if p.grad is not None)
+
+
+def _linear_ops():
+    from attnlab.ops.ccq import ccq_chunk
+    from attnlab.ops.delta_rule import delta_rule_chunk
+    from attnlab.ops.gla import gla_chunk
+    from helpers import random_linear_inputs
+
+    q, k, v, g, beta, h0 = (x.detach() for x in random_linear_inputs(T=40, K=16, V=8))
+    _, _, _, g_head, _, _ = (x.detach() for x in random_linear_inputs(T=40, K=16, V=8, per_channel_decay=False))
+    shared_mean = torch.nn.functional.normalize(k + 3.0, dim=-1)  # keys close together: Sigma q cancels heavily
+    lam = torch.full(g_head.shape, 0.5, dtype=torch.float64)
+    return {
+        "gla": lambda *x: gla_chunk(*x, initial_state=h0.to(x[0].dtype), chunk_size=16)[0], "gla_in": (q, k, v, g),
+        "gdn": lambda *x: delta_rule_chunk(*x, initial_state=h0.to(x[0].dtype), chunk_size=16)[0],
+        "gdn_in": (q, k, v, g_head, beta),
+        "ccq": lambda *x: ccq_chunk(*x, chunk_size=16)[0] - x[0], "ccq_in": (q, shared_mean, lam),
+        "ccq-decay": lambda *x: ccq_chunk(*x[:3], log_decay=x[3], chunk_size=16)[0] - x[0], "ccq-decay_in": (q, shared_mean, lam, g_head),
+    }
+
+
+@pytest.mark.parametrize("op", ["gla", "gdn", "ccq", "ccq-decay"])
+def test_linear_ops_keep_fp32_under_bf16_autocast(op):
+    """States, decay sums and CCQ's statistics are not rounded to bf16 by autocast: on the same fp32 inputs
+    the op's output under bf16 autocast is as close to fp64 as plain fp32 is (bf16 would give ~1e-2 and
+    more). Keys that share a mean make CCQ's covariance cancel heavily, which costs ~1e-4 in fp32 already."""
+    ops = _linear_ops()
+    fn, inputs = ops[op], ops[op + "_in"]
+    expected = fn(*inputs)
+
+    def error(got):
+        return ((got.double() - expected).norm() / expected.norm()).item()
+
+    fp32_error = error(fn(*(x.float() for x in inputs)))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = fn(*(x.float() for x in inputs))
+    assert got.dtype == torch.float32
+    assert error(got) <= max(1e-5, 1.5 * fp32_error), f"relative error {error(got):.3g} (fp32 alone: {fp32_error:.3g})"

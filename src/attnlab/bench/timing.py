@@ -9,6 +9,22 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 
+def synchronize() -> None:
+    """Wait for the GPU's queued work (a no-op without CUDA): a timer must stop when the work is done, not
+    when it was launched."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def timed(fn) -> float:
+    """Seconds one call of fn takes, queued GPU work included."""
+    synchronize()
+    start = time.perf_counter()
+    fn()
+    synchronize()
+    return time.perf_counter() - start
+
+
 def round_robin(tasks: dict, repeats: int) -> dict:
     """Median seconds of each zero-argument callable, after one warm-up call each. Contenders take turns,
     so drift in the machine's speed hits all of them alike."""
@@ -17,9 +33,7 @@ def round_robin(tasks: dict, repeats: int) -> dict:
     times = {name: [] for name in tasks}
     for _ in range(repeats):
         for name, fn in tasks.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
+            times[name].append(timed(fn))
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
@@ -27,11 +41,7 @@ def matmul_peak_gflops(size: int = 1024, repeats: int = 10) -> float:
     """The best fp32 GFLOP/s of a square matrix product: what this machine's BLAS reaches at its best."""
     a, b = torch.randn(size, size), torch.randn(size, size)
     a @ b
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - start)
+    best = min(timed(lambda: a @ b) for _ in range(repeats))
     return 2 * size**3 / best / 1e9
 
 

@@ -17,7 +17,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..errors import ConfigError, UserError, unknown_name
-from ..nn import at_least_fp32, set_optim
+from ..nn import at_least_fp32, no_autocast, set_optim
 from ..ops import annealing, ising
 from .attention import AttentionConfig, AttentionMixer, window_mask
 from .registry import register_mixer
@@ -113,10 +113,11 @@ class BoltzmannAttention(AttentionMixer):
             return None
         if self.cfg.couplings == "position":
             return self.J[:, :size, :size]
-        offset = torch.arange(size)[None, :] - torch.arange(size)[:, None]  # k - j
+        position = torch.arange(size, device=self.J.device)
+        offset = position[None, :] - position[:, None]  # k - j
         reach = self.J.shape[-1]
         table = torch.cat((self.J.new_zeros(self.J.shape[0], 1), self.J), dim=-1)  # distance 0 -> 0
-        index = torch.where((offset >= 1) & (offset <= reach), offset, 0).to(self.J.device)
+        index = torch.where((offset >= 1) & (offset <= reach), offset, 0)
         return table[:, index]
 
     def sliding(self) -> bool:
@@ -136,7 +137,7 @@ class BoltzmannAttention(AttentionMixer):
         if self.cfg.inference == "banded":
             return self.attend_banded(q, k, v)
         visible = window_mask(Tq, S, self.cfg.window, q.device)
-        with torch.autocast(q.device.type, enabled=False):  # fields and partition functions in fp32
+        with no_autocast(q.device):  # fields and partition functions in fp32
             q, k = at_least_fp32(q), at_least_fp32(k)
             h = q @ k.transpose(-1, -2) / math.sqrt(D) if self.uses_h else q.new_zeros(B, H, Tq, S)
             if self.bias is not None:
@@ -184,7 +185,7 @@ class BoltzmannAttention(AttentionMixer):
         index = (position - n + 1).clamp_min(0)[:, None] + torch.arange(n, device=q.device)  # [Tq, n]
         present = index <= position[:, None]  # the chain's spins; absent ones (a suffix) are free
         index = index.clamp_max(S - 1)
-        with torch.autocast(q.device.type, enabled=False):  # fields and partition functions in fp32
+        with no_autocast(q.device):  # fields and partition functions in fp32
             q, k_seen = at_least_fp32(q), at_least_fp32(k)[:, :, index]  # [B, H, Tq, n, D]
             h = torch.einsum("bhqd,bhqnd->bhqn", q, k_seen) / math.sqrt(D) if self.uses_h else q.new_zeros(B, H, Tq, n)
             if self.bias is not None:

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError, unknown_name
-from ..nn import Rotary, ShortConv, at_least_fp32, set_optim
+from ..nn import Rotary, ShortConv, at_least_fp32, no_autocast, set_optim
 from ..ops import interdomain as ops
 from ..ops import s4d
 from .registry import Mixer, MixerConfig, register_mixer
@@ -150,7 +150,7 @@ class InterdomainAttention(Mixer):
         if dual:
             key_half = F.normalize(key_half, dim=-1, eps=cfg.norm_eps)  # xi(k)
         z = at_least_fp32(torch.cat((self.key_norm(key_half), self.value_norm(value_half)), dim=-1))
-        with torch.autocast(x.device.type, enabled=False):  # the state and its readout stay in fp32
+        with no_autocast(x.device):  # the state and its readout stay in fp32
             lam, B_bar, C = self.ssm()
             if conditioned:
                 xi_q = F.normalize(at_least_fp32(q), dim=-1, eps=cfg.norm_eps)

@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
+
+from ..nn import no_autocast
 
 
 def compute_dtype(x: torch.Tensor) -> torch.dtype:
     """States and decay sums are accumulated in at least fp32 (fp64 stays fp64)."""
     return torch.promote_types(x.dtype, torch.float32)
+
+
+def autocast_off(op):
+    """Run op with autocast disabled on its inputs' device. The op casts its inputs to `compute_dtype`
+    itself; without this, autocast would still run its products in bf16 and round the states, decay sums
+    and statistics they produce."""
+
+    @functools.wraps(op)
+    def run(*args, **kwargs):
+        with no_autocast(args[0].device):
+            return op(*args, **kwargs)
+
+    return run
 
 
 def pad_time(x: torch.Tensor, length: int, dim: int = 2) -> torch.Tensor:

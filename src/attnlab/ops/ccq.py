@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._chunks import compute_dtype, decay_matrix, pad_time, to_chunks
+from ._chunks import autocast_off, compute_dtype, decay_matrix, pad_time, to_chunks
 
 
 @dataclass
@@ -59,6 +59,7 @@ def _prepare(q, k, lam, stats, log_decay):
     return q.to(dtype), k.to(dtype), lam.to(dtype), stats, g
 
 
+@autocast_off
 def ccq_reference(q, k, lam, stats: CCQStats | None = None, log_decay=None):
     """Loop over time: update the statistics with k_t, then clean q_t. Returns (q_clean, stats)."""
     out_dtype = q.dtype
@@ -84,6 +85,7 @@ def ccq_step(q, k, lam, stats: CCQStats, log_decay=None):
     return q_clean[:, :, 0], stats
 
 
+@autocast_off
 def ccq_chunk(q, k, lam, stats: CCQStats | None = None, log_decay=None, chunk_size: int = 64):
     """Chunkwise form: within a chunk with cumulative log-decays b and Gamma_ij = exp(b_i - b_j), j <= i,
         P_i q_i = exp(b_i) P_prev q_i + sum_{j<=i} Gamma_ij (q_i . k_j) k_j      (no D x D matrix per token)

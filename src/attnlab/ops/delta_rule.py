@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ._chunks import compute_dtype, decay_matrix, pad_time, to_chunks
+from ._chunks import autocast_off, compute_dtype, decay_matrix, pad_time, to_chunks
 
 
 def _prepare(q, k, v, g, beta, scale, initial_state):
@@ -23,6 +23,7 @@ def _prepare(q, k, v, g, beta, scale, initial_state):
     return q.to(dtype) * scale, k.to(dtype), v.to(dtype), g.to(dtype), beta.to(dtype), h0.to(dtype)
 
 
+@autocast_off
 def delta_rule_reference(q, k, v, g, beta, scale=None, initial_state=None):
     """Loop over time with S = h^T: S_t = exp(g_t) S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T."""
     out_dtype = v.dtype
@@ -39,6 +40,7 @@ def delta_rule_reference(q, k, v, g, beta, scale=None, initial_state=None):
     return o.to(out_dtype), S.transpose(-1, -2)
 
 
+@autocast_off
 def delta_rule_step(q, k, v, g, beta, state, scale=None):
     """One token: q, k [B, H, D_k], v [B, H, D_v], g, beta [B, H] -> (o [B, H, D_v], state)."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
@@ -51,6 +53,7 @@ def delta_rule_step(q, k, v, g, beta, state, scale=None):
     return o.to(v.dtype), state
 
 
+@autocast_off
 def delta_rule_chunk(q, k, v, g, beta, scale=None, initial_state=None, chunk_size: int = 64):
     """Chunkwise WY/UT form. Within a chunk with cumulative log-decays b and Gamma_ij = exp(b_i - b_j)
     (j <= i), the corrected values u solve a unit lower-triangular system,

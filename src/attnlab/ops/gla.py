@@ -12,12 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ._chunks import causal_mask, compute_dtype, pad_time, to_chunks
-
-# Largest |exponent| for which the intra-chunk scores may be factored into exp(b_i - r) * exp(r - b_j)
-# (the product of two such factors then stays far below the fp32 range).
-SAFE_EXPONENT = 30.0
-
+from ._chunks import autocast_off, causal_mask, compute_dtype, pad_time, to_chunks
 
 def _prepare(q, k, v, g, scale, initial_state):
     B, H, T, K = q.shape
@@ -27,6 +22,7 @@ def _prepare(q, k, v, g, scale, initial_state):
     return (q.to(dtype) * scale, k.to(dtype), v.to(dtype), g.to(dtype), h0.to(dtype))
 
 
+@autocast_off
 def gla_reference(q, k, v, g, scale=None, initial_state=None):
     """Loop over time, one token at a time, in the layout S = h^T. Returns (o, final_state)."""
     out_dtype = v.dtype
@@ -40,6 +36,7 @@ def gla_reference(q, k, v, g, scale=None, initial_state=None):
     return o.to(out_dtype), S.transpose(-1, -2)
 
 
+@autocast_off
 def gla_step(q, k, v, g, state, scale=None):
     """One token: q, k, g [B, H, D_k], v [B, H, D_v], state [B, H, D_k, D_v] -> (o [B, H, D_v], state)."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
@@ -52,22 +49,29 @@ def gla_step(q, k, v, g, state, scale=None):
 def decayed_scores(q: torch.Tensor, k: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """A_ij = sum_c q_ic k_jc exp(b_ic - b_jc) for j <= i (else 0), per chunk: q, k, b [..., C, D].
 
-    b are cumulative log-decays. Around a mid-chunk reference r the scores factor into two matmuls,
-    (q exp(b - r)) (k exp(r - b))^T, which is exact as long as the exponents stay in floating-point
-    range; decays too strong for that get every exp(b_i - b_j) formed explicitly instead (same result,
-    more memory).
+    b are cumulative log-decays (non-increasing along the chunk). The matrix is built by halving: a block
+    is [[A_first, 0], [L, A_second]] with its halves' blocks built the same way, and for a query i in the
+    second half and a key j in the first, L factors around r = b at the end of the first half:
+    (q_i exp(b_i - r)) . (k_j exp(r - b_j)). Both exponents are <= 0, so no factor can overflow however
+    strong the decay: exact for any decay, with no data-dependent branch (no host sync, no graph break).
     """
     C = q.shape[-2]
-    causal = causal_mask(C, q.device)
-    ref = b[..., C // 2 : C // 2 + 1, :]
-    if (b - ref).abs().amax() <= SAFE_EXPONENT:
-        scores = (q * (b - ref).exp()) @ (k * (ref - b).exp()).transpose(-1, -2)
-    else:
-        exponent = (b[..., :, None, :] - b[..., None, :, :]).masked_fill(~causal[..., None], float("-inf"))
-        scores = (q[..., :, None, :] * k[..., None, :, :] * exponent.exp()).sum(-1)
-    return scores.masked_fill(~causal, 0.0)
+    size = 1 << (C - 1).bit_length()  # halving needs a power of two: pad q, k with zeros, b with its last row
+    q, k = pad_time(q, size, dim=q.ndim - 2), pad_time(k, size, dim=k.ndim - 2)
+    b = torch.cat((b, b[..., -1:, :].expand(*b.shape[:-2], size - C, b.shape[-1])), dim=-2)
+    scores = (q * k).sum(-1)[..., None, None]  # blocks of one position: [..., size, 1, 1]
+    half = 1
+    while half < size:
+        q2, k2, b2 = (x.unflatten(-2, (size // (2 * half), 2, half)) for x in (q, k, b))  # [..., m, 2, half, D]
+        r = b2[..., 0, -1:, :]
+        lower = (q2[..., 1, :, :] * (b2[..., 1, :, :] - r).exp()) @ (k2[..., 0, :, :] * (r - b2[..., 0, :, :]).exp()).mT
+        first, second = scores.unflatten(-3, (-1, 2)).unbind(-3)
+        scores = torch.cat((torch.cat((first, torch.zeros_like(lower)), -1), torch.cat((lower, second), -1)), -2)
+        half *= 2
+    return scores[..., 0, :C, :C]
 
 
+@autocast_off
 def gla_chunk(q, k, v, g, scale=None, initial_state=None, chunk_size: int = 64):
     """Chunkwise-parallel form. Within a chunk with cumulative log-decays b (from its start):
         o_i = (q_i exp(b_i)) h_prev + sum_{j<=i} A_ij v_j,   A from `decayed_scores`

@@ -138,7 +138,8 @@ def interdomain_chunk(xi_q, z, lam, B_bar, C, readout="re_first", initial_state=
     qc = torch.nn.functional.pad(xi_q, (0, 0, 0, padded - T)).reshape(B, H, N, K, R).to(real)
     W = B_bar[..., None] * powers(lam, K)  # [H, M, K] complex
     W_real = _as_real(W, 1)  # [H, 2M, K]
-    lag = torch.arange(K)[:, None] - torch.arange(K)[None, :]  # i - j
+    steps = torch.arange(K, device=z.device)
+    lag = steps[:, None] - steps[None, :]  # i - j
     W_lag = W_real[:, :, lag.clamp_min(0)] * (lag >= 0).to(real)  # [H, 2M, K, K], zero above the diagonal
     rise = powers(lam, K, start=1).transpose(-1, -2)[:, None]  # lambda^(i+1): [H, 1, K, M]
 

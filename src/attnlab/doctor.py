@@ -1,0 +1,225 @@
+"""`attnlab doctor`: what works on this machine's GPU, and how fast.
+
+1. Every mixer's forward, input gradient and token-by-token decode on the device, in fp32 and under bf16
+   autocast, against the same mixer in fp64 on the CPU (relative errors, with pass/fail limits).
+2. Every mixer's forward+backward time against SDPA softmax, and each linear mixer's fla backend against
+   its torch form (outputs compared, then timed side by side).
+3. The demo model trained for a few hundred steps on the device.
+Without a CUDA GPU it says so and runs the checks on the CPU, which keeps the command itself testable.
+The results are printed as tables and written to doctor.json, section by section, so a run cut short
+keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from .bench.mixers import contenders
+from .bench.timing import round_robin
+from .errors import UserError
+from .mixers import build_mixer
+
+# relative error limits against fp64: fp32 kernels differ in summation order only; bf16 rounds the
+# projections (the states stay fp32), as the CPU tests allow
+LIMITS = {"fp32": 1e-4, "bf16": 3e-2}
+FLA_BACKENDS = ("linear", "gla", "gdn", "ccq-gla", "ccq-gdn")
+
+
+def relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
+    return ((got.double().cpu() - expected).norm() / expected.norm().clamp_min(1e-30)).item()
+
+
+def environment(device: torch.device) -> dict:
+    info = {"python": platform.python_version(), "torch": torch.__version__, "device": str(device),
+            "cuda": device.type == "cuda"}
+    if device.type == "cuda":
+        info.update(gpu=torch.cuda.get_device_name(device), cuda_version=torch.version.cuda)
+    for package in ("triton", "fla"):
+        try:
+            info[package] = __import__(package).__version__
+        except Exception:  # absent, or failing to import on this machine
+            info[package] = None
+    return info
+
+
+def check_mixer(name: str, options: dict, device: torch.device, d_model: int = 64, n_heads: int = 4,
+                seq_len: int = 16) -> dict:
+    """Relative errors of the output, the input's gradient and a prefill-then-decode on `device` in fp32
+    and bf16, against the fp64 forward on the CPU."""
+    torch.manual_seed(0)
+    reference = build_mixer(name, d_model=d_model, n_heads=n_heads, **options).double()
+    x = torch.randn(2, seq_len, d_model, dtype=torch.float64, requires_grad=True)
+    y_ref, _ = reference(x)
+    weights = torch.randn_like(y_ref)
+    (grad_ref,) = torch.autograd.grad((y_ref * weights).sum(), x)
+
+    mixer = build_mixer(name, d_model=d_model, n_heads=n_heads, **options).to(device)
+    mixer.load_state_dict(reference.state_dict())
+    result = {}
+    for precision in ("fp32", "bf16"):
+        x_dev = x.detach().float().to(device).requires_grad_()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            y, _ = mixer(x_dev)
+            (grad,) = torch.autograd.grad((y.float() * weights.float().to(device)).sum(), x_dev)
+            with torch.no_grad():
+                split = seq_len // 2
+                out, state = mixer(x_dev[:, :split])
+                steps = [out]
+                for t in range(split, seq_len):
+                    out, state = mixer(x_dev[:, t : t + 1], state)
+                    steps.append(out)
+        errors = {"forward": relative_error(y, y_ref.detach()), "gradient": relative_error(grad, grad_ref),
+                  "decode": relative_error(torch.cat(steps, 1), y_ref.detach())}
+        result[precision] = {**errors, "ok": all(e < LIMITS[precision] for e in errors.values())}
+    return result
+
+
+def check_mixers(device: torch.device, log=print) -> dict:
+    """check_mixer for every mixer, in true fp32: TensorFloat-32 products, which PyTorch allows in
+    convolutions by default, would cost ~1e-3 of relative error on their own."""
+    tf32 = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        return _check_mixers(device, log)
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
+def _check_mixers(device: torch.device, log) -> dict:
+    log(f"\ncorrectness on {device} against fp64 on the CPU (relative errors; limits fp32 {LIMITS['fp32']:g}, "
+        f"bf16 {LIMITS['bf16']:g})")
+    log(f"{'mixer':<34} {'fp32 fwd':>9} {'grad':>9} {'decode':>9} {'bf16 fwd':>9} {'grad':>9} {'decode':>9}  ok")
+    results = {}
+    for label, name, options in contenders():
+        if name == "boltzmann" and not options:
+            options = {"dqa_shots": 0}  # exact inference; the quantum-annealing estimate is stochastic
+        try:
+            row = check_mixer(name, options, device)
+        except Exception as err:  # a failure to run on this device is the finding, not a crash of the doctor
+            results[label] = {"error": f"{type(err).__name__}: {err}"}
+            log(f"{label:<34} FAILED: {results[label]['error'][:200]}")
+            continue
+        results[label] = row
+        cells = " ".join(f"{row[p][k]:>9.1e}" for p in ("fp32", "bf16") for k in ("forward", "gradient", "decode"))
+        log(f"{label:<34} {cells}  {'yes' if row['fp32']['ok'] and row['bf16']['ok'] else 'NO'}")
+    return results
+
+
+def time_mixers(device: torch.device, batch: int, seq_len: int, d_model: int, n_heads: int, repeats: int,
+                log=print) -> dict:
+    """Forward+backward milliseconds of every mixer, side by side, and the ratio to SDPA softmax."""
+    log(f"\nforward+backward on {device}: batch {batch}, T {seq_len}, d_model {d_model}, {n_heads} heads, "
+        f"bf16 autocast, median of {repeats}")
+    x = torch.randn(batch, seq_len, d_model, device=device, requires_grad=True)
+    tasks = {}
+    for label, name, options in contenders():
+        torch.manual_seed(0)
+        mixer = build_mixer(name, d_model=d_model, n_heads=n_heads, **options).to(device)
+
+        def fwd_bwd(mixer=mixer):
+            with torch.autocast(device.type, dtype=torch.bfloat16):
+                y, _ = mixer(x)
+            y.float().sum().backward()
+
+        try:
+            fwd_bwd()
+        except UserError as err:  # exact Boltzmann inference refuses long contexts
+            log(f"{label:<34} not run: {str(err).split(';')[0]}")
+            continue
+        tasks[label] = fwd_bwd
+    seconds = round_robin(tasks, repeats)
+    base = seconds.get("softmax")
+    results = {}
+    for label, s in seconds.items():
+        results[label] = {"ms": 1e3 * s, "x_softmax": s / base if base else None}
+        log(f"{label:<34} {1e3 * s:>9.2f} ms {s / base:>7.2f}x softmax" if base else f"{label:<34} {1e3 * s:>9.2f} ms")
+    return results
+
+
+def compare_fla(device: torch.device, batch: int, seq_len: int, d_model: int, n_heads: int, repeats: int,
+                log=print) -> dict:
+    """Each linear mixer with backend=fla against the same weights with backend=torch: the largest
+    relative difference of the outputs, then both timed side by side (forward+backward, bf16 autocast)."""
+    log(f"\nfla backend against the torch form on {device}: batch {batch}, T {seq_len}, d_model {d_model}")
+    results = {}
+    x = torch.randn(batch, seq_len, d_model, device=device, requires_grad=True)
+    for name in FLA_BACKENDS:
+        try:
+            torch.manual_seed(0)
+            forms = {b: build_mixer(name, d_model=d_model, n_heads=n_heads, backend=b).to(device)
+                     for b in ("torch", "fla")}
+            forms["fla"].load_state_dict(forms["torch"].state_dict())
+            with torch.no_grad():
+                difference = relative_error(forms["fla"](x)[0], forms["torch"](x)[0].double().cpu())
+
+            def fwd_bwd(mixer):
+                with torch.autocast(device.type, dtype=torch.bfloat16):
+                    y, _ = mixer(x)
+                y.float().sum().backward()
+
+            seconds = round_robin({b: (lambda m=m: fwd_bwd(m)) for b, m in forms.items()}, repeats)
+        except Exception as err:
+            results[name] = {"error": f"{type(err).__name__}: {err}"}
+            log(f"{name:<10} FAILED: {results[name]['error'][:200]}")
+            continue
+        results[name] = {"difference": difference, "torch_ms": 1e3 * seconds["torch"],
+                         "fla_ms": 1e3 * seconds["fla"], "speedup": seconds["torch"] / seconds["fla"]}
+        log(f"{name:<10} difference {difference:.1e}   torch {1e3 * seconds['torch']:8.2f} ms   "
+            f"fla {1e3 * seconds['fla']:8.2f} ms   {seconds['torch'] / seconds['fla']:.2f}x")
+    return results
+
+
+def train_demo(device: torch.device, steps: int, out: Path, log=print) -> dict:
+    """The demo preset (a softmax decoder on character-level Shakespeare) trained for `steps` steps."""
+    from .config import load_config
+    from .train import train
+
+    cfg = load_config("demo", [f"train.steps={steps}", f"train.device={device}", f"out_dir={out / 'runs'}",
+                               "name=doctor-demo", f"train.eval_every={steps}", f"train.ckpt_every={steps}",
+                               f"train.warmup_steps={max(1, steps // 10)}", "train.keep_last=1"])
+    log(f"\nthe demo model on {device}: {steps} steps")
+    start = time.perf_counter()
+    summary = train(cfg, resume=None, progress=False, log=log)
+    result = {"steps": summary["steps"], "train_loss": summary.get("train_loss"), "val_loss": summary["val_loss"],
+              "tokens_per_s": summary.get("tokens_per_s"), "seconds": time.perf_counter() - start}
+    log(f"val loss {result['val_loss']:.3f} after {result['steps']} steps; {result['tokens_per_s'] or 0:,.0f} "
+        f"tokens/s; {result['seconds']:.0f} s")
+    return result
+
+
+def run_doctor(out: str | Path = "runs/doctor", train_steps: int = 200, log=print) -> dict:
+    """Every check in turn on the GPU if there is one, else on the CPU; doctor.json in `out`."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda" if cuda else "cpu")
+    if not cuda:
+        log("no CUDA GPU found: running the checks on the CPU (GPU timings and the fla backend are skipped)")
+    report = {"environment": environment(device)}
+    log(json.dumps(report["environment"]))
+
+    def save():
+        (out / "doctor.json").write_text(json.dumps(report, indent=1))
+
+    report["mixers"] = check_mixers(device, log)
+    save()
+    if cuda:
+        shape = dict(batch=8, seq_len=2048, d_model=512, n_heads=8, repeats=10)
+        report["speed"] = time_mixers(device, log=log, **shape)
+        save()
+        report["fla"] = compare_fla(device, log=log, **shape) if report["environment"]["fla"] else "fla not installed"
+        save()
+    if train_steps > 0:
+        report["train"] = train_demo(device, train_steps, out, log)
+        save()
+    failed = [m for m, r in report["mixers"].items() if "error" in r or not (r["fp32"]["ok"] and r["bf16"]["ok"])]
+    report["failed"] = failed
+    save()
+    log(f"\n{len(report['mixers']) - len(failed)} of {len(report['mixers'])} mixers within limits"
+        + (f"; outside: {', '.join(failed)}" if failed else "") + f". Written to {out / 'doctor.json'}")
+    return report
