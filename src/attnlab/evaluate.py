@@ -72,7 +72,8 @@ def perplexity_by_length(model, corpus, lengths, max_tokens: int = 65_536, devic
             raise ValueError(f"the {split} split has {len(data)} tokens, fewer than one window of {length}")
         total = torch.zeros((), device=device)
         for w in range(windows):
-            chunk = to_device(torch.from_numpy(data[w * length : w * length + length + 1].astype("int64"))[None], device)
+            window = torch.from_numpy(data[w * length : w * length + length + 1].astype("int64"))[None]
+            chunk = to_device(window, device)
             total += model.loss(chunk[:, :-1], chunk[:, 1:]).float()
         result[length] = perplexity(total.item() / windows)  # every window has the same length
     return result

@@ -36,12 +36,15 @@ def _linear_ops():
     _, _, _, g_head, _, _ = (x.detach() for x in random_linear_inputs(T=40, K=16, V=8, per_channel_decay=False))
     shared_mean = torch.nn.functional.normalize(k + 3.0, dim=-1)  # keys close together: Sigma q cancels heavily
     lam = torch.full(g_head.shape, 0.5, dtype=torch.float64)
-    return {
-        "gla": lambda *x: gla_chunk(*x, initial_state=h0.to(x[0].dtype), chunk_size=16)[0], "gla_in": (q, k, v, g),
-        "gdn": lambda *x: delta_rule_chunk(*x, initial_state=h0.to(x[0].dtype), chunk_size=16)[0],
-        "gdn_in": (q, k, v, g_head, beta),
-        "ccq": lambda *x: ccq_chunk(*x, chunk_size=16)[0] - x[0], "ccq_in": (q, shared_mean, lam),
-        "ccq-decay": lambda *x: ccq_chunk(*x[:3], log_decay=x[3], chunk_size=16)[0] - x[0], "ccq-decay_in": (q, shared_mean, lam, g_head),
+    def ccq_correction(q, k, lam, log_decay=None):  # lambda Sigma q, the part CCQ adds
+        return ccq_chunk(q, k, lam, log_decay=log_decay, chunk_size=16)[0] - q
+
+    return {  # op: (function of the inputs, inputs)
+        "gla": (lambda *x: gla_chunk(*x, initial_state=h0.to(x[0].dtype), chunk_size=16)[0], (q, k, v, g)),
+        "gdn": (lambda *x: delta_rule_chunk(*x, initial_state=h0.to(x[0].dtype), chunk_size=16)[0],
+                (q, k, v, g_head, beta)),
+        "ccq": (ccq_correction, (q, shared_mean, lam)),
+        "ccq-decay": (ccq_correction, (q, shared_mean, lam, g_head)),
     }
 
 
@@ -50,8 +53,7 @@ def test_linear_ops_keep_fp32_under_bf16_autocast(op):
     """States, decay sums and CCQ's statistics are not rounded to bf16 by autocast: on the same fp32 inputs
     the op's output under bf16 autocast is as close to fp64 as plain fp32 is (bf16 would give ~1e-2 and
     more). Keys that share a mean make CCQ's covariance cancel heavily, which costs ~1e-4 in fp32 already."""
-    ops = _linear_ops()
-    fn, inputs = ops[op], ops[op + "_in"]
+    fn, inputs = _linear_ops()[op]
     expected = fn(*inputs)
 
     def error(got):

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from ._chunks import autocast_off, causal_mask, compute_dtype, pad_time, to_chunks
+from ._chunks import autocast_off, compute_dtype, pad_time, to_chunks
+
 
 def _prepare(q, k, v, g, scale, initial_state):
     B, H, T, K = q.shape
