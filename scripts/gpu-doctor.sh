@@ -11,4 +11,4 @@ if compgen -G ".whl/*.whl" > /dev/null; then
 fi
 export PYTHONPATH="$PWD/src:$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-python3 -m attnlab.cli doctor --out "$out"
+python3 -m attnlab.cli doctor --out "$out" 2>&1 | tee "$out.log"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import platform
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from .mixers import build_mixer
 # relative error limits against fp64: fp32 kernels differ in summation order only; bf16 rounds the
 # projections (the states stay fp32), as the CPU tests allow
 LIMITS = {"fp32": 1e-4, "bf16": 3e-2}
-FLA_BACKENDS = ("linear", "gla", "gdn", "ccq-gla", "ccq-gdn")
+FLA_BACKENDS = ("gla", "linear", "ccq-gla", "gdn", "ccq-gdn")
 
 
 def relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
@@ -174,17 +175,19 @@ def compare_fla(device: torch.device, batch: int, seq_len: int, d_model: int, n_
     return results
 
 
-def train_demo(device: torch.device, steps: int, out: Path, log=print) -> dict:
-    """The demo preset (a softmax decoder on character-level Shakespeare) trained for `steps` steps."""
+def train_demo(device: torch.device, steps: int, log=print) -> dict:
+    """The demo preset (a softmax decoder on character-level Shakespeare) trained for `steps` steps; its
+    checkpoints go to a temporary folder."""
     from .config import load_config
     from .train import train
 
-    cfg = load_config("demo", [f"train.steps={steps}", f"train.device={device}", f"out_dir={out / 'runs'}",
-                               "name=doctor-demo", f"train.eval_every={steps}", f"train.ckpt_every={steps}",
-                               f"train.warmup_steps={max(1, steps // 10)}", "train.keep_last=1"])
     log(f"\nthe demo model on {device}: {steps} steps")
     start = time.perf_counter()
-    summary = train(cfg, resume=None, progress=False, log=log)
+    with tempfile.TemporaryDirectory() as runs:
+        cfg = load_config("demo", [f"train.steps={steps}", f"train.device={device}", f"out_dir={runs}",
+                                   "name=doctor-demo", f"train.eval_every={steps}", f"train.ckpt_every={steps}",
+                                   f"train.warmup_steps={max(1, steps // 10)}"])
+        summary = train(cfg, resume=None, progress=False, log=log)
     result = {"steps": summary["steps"], "train_loss": summary.get("train_loss"), "val_loss": summary["val_loss"],
               "tokens_per_s": summary.get("tokens_per_s"), "seconds": time.perf_counter() - start}
     log(f"val loss {result['val_loss']:.3f} after {result['steps']} steps; {result['tokens_per_s'] or 0:,.0f} "
@@ -207,19 +210,18 @@ def run_doctor(out: str | Path = "runs/doctor", train_steps: int = 200, log=prin
         (out / "doctor.json").write_text(json.dumps(report, indent=1))
 
     report["mixers"] = check_mixers(device, log)
+    failed = [m for m, r in report["mixers"].items() if "error" in r or not (r["fp32"]["ok"] and r["bf16"]["ok"])]
+    report["failed"] = failed
     save()
-    if cuda:
-        shape = dict(batch=8, seq_len=2048, d_model=512, n_heads=8, repeats=10)
+    if train_steps > 0:
+        report["train"] = train_demo(device, train_steps, log)
+        save()
+    if cuda:  # last, the slowest to start: fla compiles and tunes its kernels on first use
+        shape = dict(batch=8, seq_len=2048, d_model=512, n_heads=8, repeats=5)
         report["speed"] = time_mixers(device, log=log, **shape)
         save()
         report["fla"] = compare_fla(device, log=log, **shape) if report["environment"]["fla"] else "fla not installed"
         save()
-    if train_steps > 0:
-        report["train"] = train_demo(device, train_steps, out, log)
-        save()
-    failed = [m for m, r in report["mixers"].items() if "error" in r or not (r["fp32"]["ok"] and r["bf16"]["ok"])]
-    report["failed"] = failed
-    save()
     log(f"\n{len(report['mixers']) - len(failed)} of {len(report['mixers'])} mixers within limits"
         + (f"; outside: {', '.join(failed)}" if failed else "") + f". Written to {out / 'doctor.json'}")
     return report

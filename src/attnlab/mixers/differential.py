@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError
+from ..nn import at_least_fp32
 from .attention import AttentionConfig, AttentionMixer
 from .registry import register_mixer
 from .softmax import causal_sdpa
@@ -66,4 +67,4 @@ class DifferentialAttention(AttentionMixer):
         v = v.transpose(1, 2).reshape(B, S, H // 2, 2 * D).transpose(1, 2)
         # A1 v - lambda A2 v == (A1 - lambda A2) v, with both maps computed by the fused kernel
         y = causal_sdpa(q1, k1, v) - self.lambda_full() * causal_sdpa(q2, k2, v)
-        return self.head_norm(y) * (1.0 - self.lambda_init)
+        return self.head_norm(at_least_fp32(y)) * (1.0 - self.lambda_init)  # the norm in fp32, as its weights

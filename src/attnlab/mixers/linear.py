@@ -17,10 +17,13 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..nn import ShortConv, at_least_fp32, set_optim
+from ..ops import fla as fla_ops
 from ..ops.ccq import CCQStats, ccq_chunk, ccq_step
 from ..ops.delta_rule import delta_rule_chunk, delta_rule_step
 from ..ops.gla import gla_chunk, gla_step
 from .registry import Mixer, MixerConfig, register_mixer
+
+BACKENDS = ("torch", "fla", "auto")
 
 
 @dataclass
@@ -31,6 +34,9 @@ class LinearConfig(MixerConfig):
     conv_size: int = 4
     chunk_size: int = 64
     norm_eps: float = 1e-5
+    # where sequences (training, prefill) run: torch (our chunkwise forms), fla (flash-linear-attention's
+    # Triton kernels) or auto (fla on CUDA when it is installed, else torch). Single tokens always use our steps.
+    backend: str = "torch"
 
     @property
     def key_dim(self) -> int:
@@ -53,6 +59,10 @@ class LinearConfig(MixerConfig):
             raise ConfigError(f"conv_size={self.conv_size} must be at least 2")
         if self.chunk_size < 1:
             raise ConfigError(f"chunk_size={self.chunk_size} must be positive")
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"backend={self.backend!r} must be one of: {', '.join(BACKENDS)}")
+        if self.backend == "fla":
+            fla_ops.require()
 
 
 @dataclass
@@ -133,13 +143,22 @@ class LinearAttention(Mixer):
         gates = self.gates(x)
         q, k, ccq_state = self.read_query(q, k, gates, state.ccq)
         o, memory = self.recur(q, k, v, gates, state.memory)
-        o = self.out_norm(o) * F.silu(self.split_heads(self.gate_proj(x)))
+        o = self.out_norm(at_least_fp32(o)) * F.silu(self.split_heads(self.gate_proj(x)))  # norm weights are fp32
         y = self.out_proj(o.transpose(1, 2).reshape(B, T, -1))
         return y, LinearState(memory, conv_state, ccq_state)
 
     def read_query(self, q, k, gates, ccq_state):
         """Transform the queries before the read (identity here; CCQ cleans them)."""
         return q, k, ccq_state
+
+    def chunk_form(self, torch_form, fla_form, x: torch.Tensor, scalar_gates: bool = False):
+        """The chunkwise form for sequences on x's device: fla's when the backend asks for it; `auto` takes
+        it on CUDA where fla imports and, for scalar-gated kernels, where fla can train them."""
+        backend = self.cfg.backend
+        if backend == "auto":
+            usable = x.is_cuda and fla_ops.available()
+            return fla_form if usable and (not scalar_gates or fla_ops.scalar_gated_backward_works()) else torch_form
+        return fla_form if backend == "fla" else torch_form
 
     def gates(self, x: torch.Tensor) -> dict:
         raise NotImplementedError
@@ -168,6 +187,11 @@ def _run(chunk_op, step_op, chunk_size: int, *inputs, state):
     return chunk_op(*inputs, initial_state=state, chunk_size=chunk_size)
 
 
+def _linear_fla(q, k, v, g, **kwargs):
+    """`linear_fla` in `gla_chunk`'s signature: plain linear attention's log-decays g are all zero."""
+    return fla_ops.linear_fla(q, k, v, **kwargs)
+
+
 @register_mixer("linear")
 class PlainLinearAttention(LinearAttention):
     """Linear attention without forgetting: h_t = h_{t-1} + k_t v_t^T, o_t = RMSNorm(h_t^T q_t / sqrt(D_k))."""
@@ -177,7 +201,8 @@ class PlainLinearAttention(LinearAttention):
         return {"log_decay": x.new_zeros(B, self.cfg.n_heads, T, self.head_k)}
 
     def recur(self, q, k, v, gates, memory):
-        return _run(gla_chunk, gla_step, self.cfg.chunk_size, q, k, v, gates["log_decay"], state=memory)
+        chunk = self.chunk_form(gla_chunk, _linear_fla, q)
+        return _run(chunk, gla_step, self.cfg.chunk_size, q, k, v, gates["log_decay"], state=memory)
 
 
 @register_mixer("gla")
@@ -192,8 +217,12 @@ class GatedLinearAttention(PlainLinearAttention):
                                          nn.Linear(cfg.gate_rank, cfg.key_dim, bias=True))
 
     def gates(self, x):
-        log_decay = F.logsigmoid(self.forget_gate(x)) / self.cfg.gate_normalizer
+        log_decay = F.logsigmoid(at_least_fp32(self.forget_gate(x))) / self.cfg.gate_normalizer  # fp32 decays
         return {"log_decay": self.split_heads(log_decay)}
+
+    def recur(self, q, k, v, gates, memory):
+        chunk = self.chunk_form(gla_chunk, fla_ops.gla_fla, q)
+        return _run(chunk, gla_step, self.cfg.chunk_size, q, k, v, gates["log_decay"], state=memory)
 
 
 @register_mixer("gdn")
@@ -226,8 +255,9 @@ class GatedDeltaNet(LinearAttention):
         return F.normalize(q, dim=-1, eps=1e-6), F.normalize(k, dim=-1, eps=1e-6), ccq_state
 
     def recur(self, q, k, v, gates, memory):
-        return _run(delta_rule_chunk, delta_rule_step, self.cfg.chunk_size, q, k, v, gates["log_decay"],
-                    gates["beta"], state=memory)
+        chunk = self.chunk_form(delta_rule_chunk, fla_ops.delta_rule_fla, q, scalar_gates=True)
+        return _run(chunk, delta_rule_step, self.cfg.chunk_size, q, k, v, gates["log_decay"], gates["beta"],
+                    state=memory)
 
 
 class CCQRead:
@@ -262,7 +292,8 @@ class CCQRead:
             q_clean, ccq_state = ccq_step(q[:, :, 0], k_bar[:, :, 0], lam[:, :, 0], stats,
                                           None if log_decay is None else log_decay[:, :, 0])
             return q_clean[:, :, None], k, ccq_state
-        q_clean, ccq_state = ccq_chunk(q, k_bar, lam, ccq_state, log_decay, self.cfg.chunk_size)
+        chunk = self.chunk_form(ccq_chunk, fla_ops.ccq_fla, q, scalar_gates=log_decay is not None)
+        q_clean, ccq_state = chunk(q, k_bar, lam, ccq_state, log_decay, self.cfg.chunk_size)
         return q_clean, k, ccq_state
 
     def init_state(self, batch, device=None, dtype=None):

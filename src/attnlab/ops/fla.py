@@ -1,0 +1,143 @@
+"""The chunkwise forms on flash-linear-attention's Triton kernels (the optional `fla` extra).
+
+Each function has the contract of its torch counterpart (`gla_chunk`, `delta_rule_chunk`, `ccq_chunk`,
+and `gla_chunk` with g = 0 for `linear_fla`): tensors [B, H, T, D], states [B, H, D_k, D_v] in fp32,
+outputs in the input's dtype. The states come out in our layout, so the single-token steps continue
+from them. fla itself works in [B, T, H, D]; the transposes here are the only glue.
+
+q, k, v may be bf16 (fla's intended use under autocast): the kernels accumulate in fp32, and decays
+and states are kept in fp32. Inputs wider than fp32 are computed in fp32, the widest the kernels take;
+on a GPU, Triton's fp32 dot products round their operands to TF32 (about 1e-3 relative).
+Lengths need not be multiples of the chunk: the kernels mask the last, partial chunk.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import ConfigError
+from ._chunks import autocast_off
+from .ccq import CCQStats
+
+INSTALL_HINT = "pip install 'attnlab[fla]'"
+
+
+@functools.cache
+def available() -> bool:
+    """Whether flash-linear-attention imports (it needs triton)."""
+    try:
+        import fla.ops  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@functools.cache
+def scalar_gated_backward_works() -> bool:
+    """Whether fla computes the backward of its scalar-gated kernels (the gated delta rule, decayed simple
+    GLA) here: fla 0.6.0 refuses it on Hopper GPUs with Triton 3.4.0 to 3.7.0, which miscompile it."""
+    from fla.utils import IS_NVIDIA_HOPPER, TRITON_ABOVE_3_4_0, TRITON_ABOVE_3_7_1
+
+    return not (IS_NVIDIA_HOPPER and TRITON_ABOVE_3_4_0 and not TRITON_ABOVE_3_7_1)
+
+
+def require() -> None:
+    """Raise a one-line ConfigError naming the fix when fla is missing."""
+    if not available():
+        raise ConfigError(f"backend=fla needs flash-linear-attention, which is not installed: {INSTALL_HINT}")
+
+
+def _kernels():
+    """fla.ops, imported on first use: the package is optional and takes seconds to import."""
+    require()
+    import fla.ops
+
+    return fla.ops
+
+
+def _kernel_chunk(chunk_size: int) -> int:
+    """fla's chunk kernels take 16, 32 or 64 tokens a chunk: the largest of these up to chunk_size. The chunk
+    size changes speed and memory, not the result."""
+    return max(16, min(64, 1 << (chunk_size.bit_length() - 1)))
+
+
+def _time_major(q, k, v, *gates):
+    """[B, H, T, ...] -> fla's [B, T, H, ...]: q, k, v in a dtype the kernels take (fp64 becomes fp32), the
+    gates (log-decays, beta) in fp32; a gate that is None stays None."""
+    dtype = q.dtype if q.dtype in (torch.bfloat16, torch.float16, torch.float32) else torch.float32
+    return [x.transpose(1, 2).to(dtype) for x in (q, k, v)] + [
+        None if x is None else x.transpose(1, 2).float() for x in gates]
+
+
+def _state(initial_state: torch.Tensor | None) -> torch.Tensor | None:
+    return None if initial_state is None else initial_state.float()
+
+
+def _scale(q: torch.Tensor, scale: float | None) -> float:
+    return q.shape[-1] ** -0.5 if scale is None else scale
+
+
+@autocast_off
+def gla_fla(q, k, v, g, scale=None, initial_state=None, chunk_size: int = 64):
+    """`gla_chunk` on fla's chunk_gla: per-channel log-decays g [B, H, T, D_k]. chunk_size is accepted for
+    the common signature only: the GLA kernel chooses its own chunk (16 to 64 tokens)."""
+    o, h = _kernels().chunk_gla(*_time_major(q, k, v, g), scale=_scale(q, scale),
+                                initial_state=_state(initial_state), output_final_state=True)
+    return o.transpose(1, 2).to(v.dtype), h
+
+
+def _simple_gla(q, k, v, g, scale, initial_state, chunk_size):
+    """fla's chunk_simple_gla in our layout: h_t = exp(g_t) h_{t-1} + k_t v_t^T with scalar log-decays
+    g [B, H, T] (None: no decay), o_t = h_t^T (scale q_t), and no normaliser."""
+    q_, k_, v_, g_ = _time_major(q, k, v, g)
+    o, h = _kernels().chunk_simple_gla(q_, k_, v_, g=g_, scale=_scale(q, scale), initial_state=_state(initial_state),
+                                       output_final_state=True, chunk_size=_kernel_chunk(chunk_size))
+    return o.transpose(1, 2).to(v.dtype), h
+
+
+@autocast_off
+def linear_fla(q, k, v, scale=None, initial_state=None, chunk_size: int = 64):
+    """Plain linear attention, `gla_chunk` with g = 0: h_t = h_{t-1} + k_t v_t^T, o_t = h_t^T (scale q_t).
+    fla's chunk_simple_gla without gates; not chunk_linear_attn, which divides by q . sum k by default."""
+    return _simple_gla(q, k, v, None, scale, initial_state, chunk_size)
+
+
+@autocast_off
+def delta_rule_fla(q, k, v, g, beta, scale=None, initial_state=None, chunk_size: int = 64):
+    """`delta_rule_chunk` on fla's chunk_gated_delta_rule: scalar log-decays g and write strengths beta
+    [B, H, T]. k is used as given (the mixers L2-normalise it), so the kernel's own normalisation stays off."""
+    o, h = _kernels().chunk_gated_delta_rule(*_time_major(q, k, v, g, beta), scale=_scale(q, scale),
+                                             initial_state=_state(initial_state), output_final_state=True,
+                                             use_qk_l2norm_in_kernel=False, chunk_size=_kernel_chunk(chunk_size))
+    return o.transpose(1, 2).to(v.dtype), h
+
+
+@autocast_off
+def ccq_fla(q, k, lam, stats: CCQStats | None = None, log_decay=None, chunk_size: int = 64):
+    """`ccq_chunk` as one linear-attention kernel call. With keys and values x_t = [k_t, 1] (width D + 1) the
+    state sum_{j<=t} x_j x_j^T is [[P_t, m_t], [m_t^T, n_t]]: read with [q_t, 0] it gives [P_t q_t, m_t . q_t],
+    read with [0, 1] it gives [m_t, n_t]. So 2H heads (the same keys, two queries), scale 1, and
+        Sigma_t q_t = P_t q_t / n_t - m_t (m_t . q_t) / n_t^2,    q_clean = q_t - lambda_t Sigma_t q_t.
+    log_decay [B, H, T] ages the whole state (P, m and n alike), as in `ccq_chunk`. Everything runs in
+    fp32: Sigma q is a difference of two terms that grow with the length."""
+    B, H, T, D = q.shape
+    stats = (stats or CCQStats.empty(B, H, D, q.device)).to(torch.float32)
+    q32 = q.float()
+    x = F.pad(k.float(), (0, 1), value=1.0)  # [k, 1]
+    read_moments = F.pad(q32, (0, 1))  # [q, 0]
+    read_sums = F.pad(torch.zeros_like(q32), (0, 1), value=1.0)  # [0, 1]
+    # the kernel reads h^T q, so h holds P^T: equal in value (P is symmetric) but not in the gradient
+    state = torch.cat((torch.cat((stats.second.transpose(-1, -2), stats.total[..., None]), -1),
+                       torch.cat((stats.total, stats.count[..., None]), -1)[..., None, :]), -2)
+    x, state = x.repeat(1, 2, 1, 1), state.repeat(1, 2, 1, 1)  # the same keys and state for both reads
+    g = None if log_decay is None else log_decay.float().repeat(1, 2, 1)
+    o, state = _simple_gla(torch.cat((read_moments, read_sums), 1), x, x, g, 1.0, state, chunk_size)
+    second_q, total_q = o[:, :H, :, :D], o[:, :H, :, D:]
+    total, count = o[:, H:, :, :D], o[:, H:, :, D:]
+    sigma_q = second_q / count - total * total_q / count**2
+    q_clean = q32 - lam.float()[..., None] * sigma_q
+    state = state[:, :H]
+    return q_clean.to(q.dtype), CCQStats(state[..., :D, :D].transpose(-1, -2), state[..., :D, D], state[..., D, D])

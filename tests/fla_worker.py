@@ -1,0 +1,178 @@
+"""Run by tests/ops/test_fla_backend.py in a process of its own: the fla backend against the torch forms, on
+the CPU under Triton's interpreter. TRITON_INTERPRET has to be set before triton and fla are imported, and it
+must not reach the rest of the test session, hence the separate process.
+
+Usage: fla_worker.py CHECK [CHECK ...]. Prints one JSON line mapping each check to null (passed) or its error.
+"""
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+import json
+import sys
+import traceback
+
+import torch
+
+import fla_interpreter
+from attnlab.mixers import build_mixer
+from attnlab.ops import fla
+from attnlab.ops.ccq import CCQStats, ccq_chunk, ccq_reference
+from attnlab.ops.delta_rule import delta_rule_chunk
+from attnlab.ops.gla import gla_chunk
+from helpers import grads_of, random_linear_inputs
+
+fla_interpreter.apply()
+
+T = 37  # not a multiple of any chunk the kernels use
+CHUNK = 16
+TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}  # fp32
+
+
+def fp32_inputs(per_channel_decay=True, T=T):
+    """q, k (unit), v, log-decay, beta, initial state: fp32 leaves, B=1, H=2, D=16."""
+    tensors = random_linear_inputs(B=1, H=2, T=T, K=16, V=16, per_channel_decay=per_channel_decay)
+    return [t.detach().float().requires_grad_() for t in tensors]
+
+
+def assert_forms_agree(torch_form, fla_form, inputs, names):
+    """Outputs, final states and the gradient of every input (the initial state's included) agree."""
+    o, state, grads = grads_of(torch_form, inputs)
+    o_fla, state_fla, grads_fla = grads_of(fla_form, inputs)
+    torch.testing.assert_close(o_fla, o, **TOLERANCE, msg=lambda m: f"output: {m}")
+    torch.testing.assert_close(state_fla, state, **TOLERANCE, msg=lambda m: f"final state: {m}")
+    for name, g_fla, g in zip(names, grads_fla, grads, strict=True):
+        torch.testing.assert_close(g_fla, g, **TOLERANCE, msg=lambda m, name=name: f"gradient of {name}: {m}")
+
+
+def check_gla():
+    q, k, v, g, _, h0 = fp32_inputs(T=70)  # the GLA kernel picks its own chunk (64 here): two, the last partial
+    assert_forms_agree(lambda q, k, v, g, h0: gla_chunk(q, k, v, g, initial_state=h0, chunk_size=CHUNK),
+                       lambda q, k, v, g, h0: fla.gla_fla(q, k, v, g, initial_state=h0),
+                       [q, k, v, g, h0], ["q", "k", "v", "g", "h0"])
+
+
+def check_linear():
+    q, k, v, g, _, h0 = fp32_inputs()
+    zero = torch.zeros_like(g)
+    assert_forms_agree(lambda q, k, v, h0: gla_chunk(q, k, v, zero, initial_state=h0, chunk_size=CHUNK),
+                       lambda q, k, v, h0: fla.linear_fla(q, k, v, initial_state=h0, chunk_size=CHUNK),
+                       [q, k, v, h0], ["q", "k", "v", "h0"])
+
+
+def check_delta_rule():
+    inputs = fp32_inputs(per_channel_decay=False)
+    assert_forms_agree(lambda *x: delta_rule_chunk(*x[:5], initial_state=x[5], chunk_size=CHUNK),
+                       lambda *x: fla.delta_rule_fla(*x[:5], initial_state=x[5], chunk_size=CHUNK),
+                       inputs, ["q", "k", "v", "g", "beta", "h0"])
+
+
+def ccq_form(ccq_op):
+    """ccq_op over (q, k, lambda, P, m, n[, log_decay]) -> (q_clean, the final statistics in one tensor)."""
+
+    def run(q, k, lam, second, total, count, *log_decay):
+        q_clean, out = ccq_op(q, k, lam, CCQStats(second, total, count), *log_decay, chunk_size=CHUNK)
+        return q_clean, torch.cat((out.second.flatten(2), out.total, out.count[..., None]), -1)
+
+    return run
+
+
+def ccq_check(decay: bool):
+    q, k, _, g, _, _ = fp32_inputs(per_channel_decay=False)
+    lam = torch.rand(q.shape[:3], generator=torch.Generator().manual_seed(2)).requires_grad_()
+    # carried statistics as a sequence leaves them: those of 5 earlier keys
+    earlier = torch.randn(1, 2, 5, 16, generator=torch.Generator().manual_seed(3))
+    earlier = torch.nn.functional.normalize(earlier, dim=-1)
+    _, stats = ccq_reference(earlier, earlier, torch.zeros(1, 2, 5))
+    stats = [t.requires_grad_() for t in (stats.second, stats.total, stats.count)]
+    inputs, names = [q, k, lam, *stats], ["q", "k", "lambda", "P", "m", "n"]
+    if decay:
+        inputs, names = [*inputs, g], [*names, "log_decay"]
+    assert_forms_agree(ccq_form(ccq_chunk), ccq_form(fla.ccq_fla), inputs, names)
+
+
+def check_ccq():
+    ccq_check(decay=False)
+
+
+def check_ccq_decay():
+    ccq_check(decay=True)
+
+
+def check_bf16():
+    """bf16 q, k, v (fp32 decays, beta and states), as under autocast: the outputs and gradients keep their
+    dtypes, the states stay fp32, and the values agree with the torch forms to a few bf16 roundings."""
+    q, k, v, g, beta, h0 = fp32_inputs(per_channel_decay=False)
+    q, k, v = (x.detach().bfloat16().requires_grad_() for x in (q, k, v))
+    g_channels = g.detach()[..., None].expand(q.shape).contiguous().requires_grad_()
+    lam = torch.full(q.shape[:3], 0.5, requires_grad=True)
+    empty = [t.requires_grad_() for t in (torch.zeros(1, 2, 16, 16), torch.zeros(1, 2, 16), torch.zeros(1, 2))]
+    cases = [
+        (lambda *x: gla_chunk(*x[:4], initial_state=x[4]), lambda *x: fla.gla_fla(*x[:4], initial_state=x[4]),
+         [q, k, v, g_channels, h0]),
+        (lambda q, k, v, h0: gla_chunk(q, k, v, torch.zeros(q.shape), initial_state=h0),
+         lambda q, k, v, h0: fla.linear_fla(q, k, v, initial_state=h0, chunk_size=CHUNK), [q, k, v, h0]),
+        (lambda *x: delta_rule_chunk(*x[:5], initial_state=x[5]),
+         lambda *x: fla.delta_rule_fla(*x[:5], initial_state=x[5], chunk_size=CHUNK), [q, k, v, g, beta, h0]),
+        (ccq_form(ccq_chunk), ccq_form(fla.ccq_fla), [q, k, lam, *empty, g]),
+    ]
+    for torch_form, fla_form, inputs in cases:
+        expected, got = grads_of(torch_form, inputs), grads_of(fla_form, inputs)
+        assert got[0].dtype == torch.bfloat16 and got[1].dtype == torch.float32, (got[0].dtype, got[1].dtype)
+        assert [g.dtype for g in got[2]] == [x.dtype for x in inputs]
+        for a, b in zip([got[0], got[1], *got[2]], [expected[0], expected[1], *expected[2]], strict=True):
+            torch.testing.assert_close(a.float(), b.float(), rtol=0, atol=0.03 * b.float().abs().max().item())
+
+
+def mixer_pair(name, **options):
+    """The same mixer (the same parameters) with backend=torch and backend=fla."""
+    config = dict(d_model=64, n_heads=2, chunk_size=CHUNK, **options)
+    torch_mixer = build_mixer(name, backend="torch", **config)
+    fla_mixer = build_mixer(name, backend="fla", **config)
+    fla_mixer.load_state_dict(torch_mixer.state_dict())
+    return torch_mixer, fla_mixer
+
+
+def state_tensors(state):
+    ccq = [] if state.ccq is None else [state.ccq.second, state.ccq.total, state.ccq.count]
+    return [t for t in (state.memory, state.conv, *ccq) if t is not None]
+
+
+def check_mixers():
+    """Each linear-attention mixer: forward, final state and parameter gradients with backend=fla equal those
+    with backend=torch, and an fla prefill continued by single-token steps equals the full forward."""
+    x = torch.randn(1, T, 64, generator=torch.Generator().manual_seed(4))
+    for name, options in [("linear", {}), ("gla", {}), ("gdn", {}), ("ccq-gla", {}), ("ccq-gdn", {"ccq_decay": True})]:
+        torch_mixer, fla_mixer = mixer_pair(name, **options)
+        (y, state), (y_fla, state_fla) = torch_mixer(x), fla_mixer(x)
+        torch.testing.assert_close(y_fla, y, **TOLERANCE, msg=lambda m, name=name: f"{name} forward: {m}")
+        for s_fla, s in zip(state_tensors(state_fla), state_tensors(state), strict=True):
+            torch.testing.assert_close(s_fla, s, **TOLERANCE, msg=lambda m, name=name: f"{name} state: {m}")
+        weights = torch.randn(y.shape, generator=torch.Generator().manual_seed(5))
+        grads = torch.autograd.grad((y * weights).sum(), list(torch_mixer.parameters()))
+        grads_fla = torch.autograd.grad((y_fla * weights).sum(), list(fla_mixer.parameters()))
+        for (param, _), g_fla, g in zip(torch_mixer.named_parameters(), grads_fla, grads, strict=True):
+            torch.testing.assert_close(g_fla, g, **TOLERANCE, msg=lambda m, n=f"{name} {param}": f"{n} gradient: {m}")
+
+        with torch.no_grad():
+            outputs, state = [], None
+            for part in (x[:, :30], *x[:, 30:].split(1, dim=1)):
+                y_part, state = fla_mixer(part, state)
+                outputs.append(y_part)
+        torch.testing.assert_close(torch.cat(outputs, 1), y.detach(), **TOLERANCE,
+                                   msg=lambda m, name=name: f"{name} prefill then decode: {m}")
+
+
+CHECKS = {name.removeprefix("check_"): fn for name, fn in globals().items() if name.startswith("check_")}
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    results = {}
+    for check in sys.argv[1:]:
+        try:
+            CHECKS[check]()
+            results[check] = None
+        except Exception:
+            results[check] = traceback.format_exc()
+    print(json.dumps(results))

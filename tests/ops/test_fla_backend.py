@@ -1,0 +1,79 @@
+"""The fla backend (flash-linear-attention's Triton kernels) against our torch forms, and its config.
+
+The comparisons run in tests/fla_worker.py, in a process of its own: Triton's interpreter, which runs the
+kernels on a CPU, must be switched on (TRITON_INTERPRET=1) before triton and fla are imported, and must stay
+off for the rest of the session. One worker run serves all the checks; each is reported as its own test.
+"""
+
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnlab.errors import ConfigError
+from attnlab.mixers import build_mixer
+from attnlab.ops import fla as fla_ops
+from attnlab.ops.gla import gla_chunk
+
+WORKER = Path(__file__).parents[1] / "fla_worker.py"
+# fp32 outputs, final states and every gradient of gla, linear, the delta rule and CCQ (plain, decayed);
+# bf16 inputs; and each linear-attention mixer with backend=fla against backend=torch (prefill + decode too)
+CHECKS = ["gla", "linear", "delta_rule", "ccq", "ccq_decay", "bf16", "mixers"]
+
+
+@pytest.fixture(scope="module")
+def worker_results():
+    pytest.importorskip("triton")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Triton is not supported on current platform, roll back to CPU"
+        pytest.importorskip("fla")
+    run = subprocess.run([sys.executable, str(WORKER), *CHECKS], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-4000:]
+    return json.loads(run.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("check", CHECKS)
+def test_fla_form_matches_torch_form(worker_results, check):
+    error = worker_results[check]
+    assert error is None, error
+
+
+def test_unknown_backend_is_a_one_line_error():
+    with pytest.raises(ConfigError) as error:
+        build_mixer("gla", backend="cuda")
+    message = str(error.value)
+    assert "backend='cuda'" in message and "torch, fla, auto" in message and "\n" not in message
+
+
+def test_fla_backend_without_fla_names_the_fix(monkeypatch):
+    monkeypatch.setattr(fla_ops, "available", lambda: False)
+    with pytest.raises(ConfigError, match=r"backend=fla .*pip install 'attnlab\[fla\]'") as error:
+        build_mixer("gdn", backend="fla")
+    assert "\n" not in str(error.value)
+
+
+def test_auto_backend_runs_torch_off_cuda_with_the_same_parameters():
+    torch_mixer = build_mixer("ccq-gdn", d_model=32, n_heads=2, backend="torch")
+    auto_mixer = build_mixer("ccq-gdn", d_model=32, n_heads=2, backend="auto")
+    assert auto_mixer.chunk_form(gla_chunk, fla_ops.gla_fla, torch.zeros(1)) is gla_chunk
+    shapes = {name: p.shape for name, p in torch_mixer.state_dict().items()}
+    assert {name: p.shape for name, p in auto_mixer.state_dict().items()} == shapes
+
+
+def test_auto_backend_on_cuda_keeps_torch_where_fla_cannot_train_scalar_gates(monkeypatch):
+    """On a GPU (an object that says it is on CUDA stands in for one) auto takes fla, except for scalar-gated
+    kernels where fla refuses their backward (Hopper with Triton 3.4.0 to 3.7.0)."""
+    from types import SimpleNamespace
+
+    on_cuda = SimpleNamespace(is_cuda=True)
+    mixer = build_mixer("gdn", d_model=32, n_heads=2, backend="auto")
+    monkeypatch.setattr(fla_ops, "available", lambda: True)
+    for works in (True, False):
+        monkeypatch.setattr(fla_ops, "scalar_gated_backward_works", lambda works=works: works)
+        assert mixer.chunk_form(gla_chunk, fla_ops.gla_fla, on_cuda) is fla_ops.gla_fla
+        chosen = mixer.chunk_form(gla_chunk, fla_ops.delta_rule_fla, on_cuda, scalar_gates=True)
+        assert chosen is (fla_ops.delta_rule_fla if works else gla_chunk)
