@@ -7,19 +7,19 @@ from safetensors.torch import load_file
 
 from attnlab import checkpoint
 from attnlab.config import ModelConfig, TrainConfig, load_config
-from attnlab.errors import UserError
+from attnlab.errors import ConfigError, UserError
 from attnlab.model import Decoder
 from attnlab.nn import set_optim
 from attnlab.train import _resume_point, lr_multiplier, param_groups, train
 
 
-def tiny_config(text_file, tmp_path, name="run", **train):
+def tiny_config(text_file, tmp_path, name="run", extra=(), **train):
     settings = dict(steps=12, batch_size=4, seq_len=32, warmup_steps=2, eval_every=6, eval_batches=2,
                     log_every=1, ckpt_every=6, keep_last=0) | train
     overrides = [f"name={name}", f"out_dir={tmp_path / 'runs'}", "data.source=text", f"data.path={text_file}",
                  f"data.cache_dir={tmp_path / 'cache'}", "model.d_model=32", "model.n_layers=2",
                  "model.n_heads=4", "model.mixer=softmax"]
-    overrides += [f"train.{k}={v}" for k, v in settings.items()]
+    overrides += [f"train.{k}={v}" for k, v in settings.items()] + list(extra)
     return load_config("demo", overrides)
 
 
@@ -255,3 +255,51 @@ def test_a_run_resumed_without_early_stopping_is_measured_at_its_newest_checkpoi
     cfg.train.steps, cfg.train.patience = 10, 0
     train(cfg, resume="auto", progress=False, log=lambda *_: None)
     assert not (run_dir / "best.json").exists() and load_run(run_dir).folder.name == "step-00000010"
+
+
+def interrupt_during_step(monkeypatch, step):
+    """Send this process SIGINT in the middle of training step `step` (1-based), as Ctrl-C would."""
+    import os
+    import signal
+
+    import attnlab.train as train_module
+
+    loss, calls = train_module._loss, []
+
+    def loss_then_signal(*args):
+        calls.append(1)
+        if len(calls) == step:
+            os.kill(os.getpid(), signal.SIGINT)
+        return loss(*args)
+
+    monkeypatch.setattr(train_module, "_loss", loss_then_signal)
+
+
+def test_resume_with_dropout_restores_the_random_stream(text_file, tmp_path, monkeypatch):
+    # dropout draws its masks from torch's global generator: only its restored state continues them
+    dropout = ["model.dropout=0.1"]
+    train(tiny_config(text_file, tmp_path, "straight", dropout), progress=False, log=lambda *_: None)
+    stopped = tiny_config(text_file, tmp_path, "stopped", dropout)
+    interrupt_during_step(monkeypatch, 4)  # once: the resumed run's steps come later in the count
+    with pytest.raises(KeyboardInterrupt):
+        train(stopped, progress=False, log=lambda *_: None)
+    assert [s for s, _ in checkpoint.list_checkpoints(tmp_path / "runs" / "stopped")] == [4]
+    train(stopped, resume="auto", progress=False, log=lambda *_: None)
+    a, b = final_weights(tmp_path / "runs" / "straight", 12), final_weights(tmp_path / "runs" / "stopped", 12)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("split, fraction", [("val", 0.001), ("train", 0.999)])
+def test_a_split_too_short_for_one_window_fails_before_the_first_step(text_file, tmp_path, monkeypatch, split,
+                                                                      fraction):
+    monkeypatch.setattr("attnlab.train._loss", lambda *args: pytest.fail("a training step ran"))
+    cfg = tiny_config(text_file, tmp_path, extra=[f"data.val_fraction={fraction}"])
+    with pytest.raises(ConfigError, match=rf"^the {split} split has \d+ tokens, too few for one window of "
+                                          r"train.seq_len=32 \(33 tokens\); lower train.seq_len, "):
+        train(cfg, progress=False, log=lambda *_: None)
+    assert not (tmp_path / "runs" / "run").exists()
+
+
+def test_a_batch_that_accumulation_does_not_split_evenly_fails_before_training(text_file, tmp_path):
+    with pytest.raises(ConfigError, match="train.batch_size=4 is not divisible by train.grad_accum=3"):
+        tiny_config(text_file, tmp_path, grad_accum=3)

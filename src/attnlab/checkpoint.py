@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 import re
 import shutil
 import tempfile
@@ -160,6 +161,16 @@ def load_weights(model, folder: Path) -> None:
     missing, unexpected = load_model(model, str(folder / "model.safetensors"), strict=False)
     if missing or unexpected:
         raise UserError(f"checkpoint {folder} does not fit this model (missing {missing}, unexpected {unexpected})")
+
+
+def load_state(path: Path, device=None) -> dict:
+    """optimizer.pt or train_state.pt: tensors and plain values only (RNG states are tensors), read without
+    unpickling anything else, so a crafted file cannot run code."""
+    try:
+        return torch.load(path, map_location=device, weights_only=True)
+    except pickle.UnpicklingError:
+        raise UserError(f"{path} holds objects other than tensors and plain values, which attnlab never writes, so "
+                        "it was not loaded; resume from another checkpoint or start a new run (name=...)") from None
 
 
 def load_config(folder: Path) -> dict:

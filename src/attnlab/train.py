@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import signal
+import threading
 import time
 from contextlib import nullcontext
 from functools import partial
@@ -15,9 +17,9 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from . import checkpoint, distributed
+from . import checkpoint, cost, distributed
 from .config import RunConfig, TrainConfig, from_dict
-from .data import load_data
+from .data import TokenCorpus, load_data
 from .errors import ConfigError, UserError
 from .evaluate import perplexity, split_loss, to_device
 from .model import Decoder
@@ -105,6 +107,44 @@ class EarlyStopping:
                 "mark": self.mark}
 
 
+class StopSignals:
+    """While training, SIGINT and SIGTERM ask it to stop at the end of the current step, once that step is
+    checkpointed, instead of losing the work since the last checkpoint; a second signal stops at once. The
+    previous handlers come back on exit (train is also called from Python and by the suite runner)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.received: int | None = None
+        self.previous: dict = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():  # Python lets only the main thread set them
+            self.previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
+
+    def _handle(self, signum, frame) -> None:
+        if self.received is not None:
+            raise KeyboardInterrupt  # asked twice: stop now; the checkpoints on disk stay intact
+        self.received = signum
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.received).name if self.received else "a signal to another rank"
+
+    def exit(self) -> None:
+        """Leave as the signal asked: KeyboardInterrupt for SIGINT (the CLI prints "interrupted" and exits
+        130), SystemExit(143) for SIGTERM, the status a terminated process reports; a rank that a peer's
+        signal stopped leaves as for SIGTERM."""
+        if self.received == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + (self.received or signal.SIGTERM))
+
+
 def build_model(cfg: RunConfig, data) -> Decoder:
     """The decoder for cfg.model, its vocabulary (and pointer-head size) taken from the data when unset."""
     vocab_size = data.vocab_size
@@ -124,7 +164,8 @@ def train(cfg: RunConfig, resume: str | None = None, progress: bool = True, log=
     """Train cfg's model; resume='auto' continues from the run's newest intact checkpoint, a path from
     that checkpoint. Under torchrun every rank calls this; see ``attnlab.distributed``. Returns a summary
     (final losses, tokens/s, run folder) with the trained model under "model": the model at the last step;
-    with early stopping the losses are the best checkpoint's, which ``load_run`` loads."""
+    with early stopping the losses are the best checkpoint's, which ``load_run`` loads. SIGINT and SIGTERM end it
+    after the current step, which is checkpointed (see ``StopSignals``)."""
     ranks = distributed.setup(cfg.train.device)
     try:
         return _train(cfg, resume, progress, log, ranks)
@@ -149,7 +190,9 @@ def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distr
     device = ranks.device or pick_device(t.device)
     torch.manual_seed(t.seed)
     corpus = load_data(cfg.data, t.seq_len)
+    _check_splits(corpus, t)
     model = build_model(cfg, corpus).to(device)
+    cost.warn_if_expensive(model, cfg, device, log)  # an expensive configuration is reported before its first step
     if ckpt is not None:
         checkpoint.load_weights(model, ckpt)
     if t.compile:
@@ -169,9 +212,9 @@ def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distr
     data_rng = torch.Generator().manual_seed(t.seed)
     start, stopping = 0, EarlyStopping(t.patience, t.min_delta)
     if ckpt is not None:
-        distributed.load_optimizer(model, optimizer, torch.load(ckpt / "optimizer.pt", map_location=device),
-                                   ranks, twin)
-        state = torch.load(ckpt / "train_state.pt", weights_only=False)
+        distributed.load_optimizer(model, optimizer, checkpoint.load_state(ckpt / "optimizer.pt", device), ranks,
+                                   twin)
+        state = checkpoint.load_state(ckpt / "train_state.pt")
         start = state["step"]
         data_rng.set_state(state["data_rng"])
         torch.set_rng_state(state["torch_rng"])
@@ -198,77 +241,91 @@ def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distr
                desc=cfg.name, dynamic_ncols=True)
     clock, window_tokens = time.perf_counter(), 0
     train_start, skipped, done = clock, 0, start
-    for step in bar:
-        multiplier = lr_multiplier(step, t)
-        for group in optimizer.param_groups:
-            group["lr"] = group["peak_lr"] * multiplier
-        loss_sum = torch.zeros((), device=device)
-        for micro in range(t.grad_accum):
-            x, y = (distributed.my_share(b, ranks) for b in corpus.batch("train", micro_batch, t.seq_len, data_rng))
-            last = micro == t.grad_accum - 1  # DDP averages gradients over the ranks once, at the last one
-            with nullcontext() if last or ranks.sharded or ranks.world == 1 else trained.no_sync():
-                with autocast():
-                    loss = _loss(trained, to_device(x, device), to_device(y, device))
-                (loss / t.grad_accum).backward()
-            loss_sum += loss.detach().float()
-        loss_mean = distributed.mean(loss_sum / t.grad_accum, ranks)
-        grad_norm = nn.utils.get_total_norm([p.grad for p in trained.parameters() if p.grad is not None])
-        full_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # FSDP: a DTensor
-        loss_value, norm_value = torch.stack((loss_mean, full_norm.float())).tolist()  # the step's one host sync
-        bad = _first_non_finite(loss_value, norm_value, model)  # before clipping, which would spread a nan
-        done = step + 1
-        if bad is None and t.grad_clip > 0:
-            nn.utils.clip_grads_with_norm_(trained.parameters(), t.grad_clip, grad_norm)
-        if bad is not None:
-            if skipped >= t.skip_non_finite:
-                raise UserError(f"training diverged at step {done}: {bad} is not finite (nan or inf); the last "
-                                f"good checkpoint is kept. Lower train.lr (now {t.lr}), check the data, or let "
-                                "train.skip_non_finite=N skip up to N such steps")
-            skipped += 1
-            log(f"step {done}: {bad} is not finite; step skipped ({skipped} of at most {t.skip_non_finite})")
-        else:
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        window_tokens += tokens_per_step
+    interrupted = False
+    with StopSignals() as stop:
+        for step in bar:
+            multiplier = lr_multiplier(step, t)
+            for group in optimizer.param_groups:
+                group["lr"] = group["peak_lr"] * multiplier
+            loss_sum = torch.zeros((), device=device)
+            for micro in range(t.grad_accum):
+                batch = corpus.batch("train", micro_batch, t.seq_len, data_rng)
+                x, y = (distributed.my_share(b, ranks) for b in batch)
+                last = micro == t.grad_accum - 1  # DDP averages gradients over the ranks once, at the last one
+                with nullcontext() if last or ranks.sharded or ranks.world == 1 else trained.no_sync():
+                    with autocast():
+                        loss = _loss(trained, to_device(x, device), to_device(y, device))
+                    (loss / t.grad_accum).backward()
+                loss_sum += loss.detach().float()
+            # a signal at any rank stops them all after this step: its vote travels in the loss's one reduction
+            asked = torch.full((), float(stop.received is not None), device=device)
+            loss_mean, votes = distributed.mean(torch.stack((loss_sum / t.grad_accum, asked)), ranks)
+            grad_norm = nn.utils.get_total_norm([p.grad for p in trained.parameters() if p.grad is not None])
+            full_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # FSDP: DTensor
+            loss_value, norm_value, votes = torch.stack((loss_mean, full_norm.float(), votes)).tolist()  # 1 host sync
+            interrupted = votes > 0
+            bad = _first_non_finite(loss_value, norm_value, model)  # before clipping, which would spread a nan
+            done = step + 1
+            if bad is None and t.grad_clip > 0:
+                nn.utils.clip_grads_with_norm_(trained.parameters(), t.grad_clip, grad_norm)
+            if bad is not None:
+                if skipped >= t.skip_non_finite:
+                    raise UserError(f"training diverged at step {done}: {bad} is not finite (nan or inf); the last "
+                                    f"good checkpoint is kept. Lower train.lr (now {t.lr}), check the data, or let "
+                                    "train.skip_non_finite=N skip up to N such steps")
+                skipped += 1
+                log(f"step {done}: {bad} is not finite; step skipped ({skipped} of at most {t.skip_non_finite})")
+            else:
+                optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            window_tokens += tokens_per_step
 
-        if (done % t.log_every == 0 or done == t.steps) and ranks.main:
-            now = time.perf_counter()
-            tokens_per_s = window_tokens / (now - clock)
-            clock, window_tokens = now, 0
-            bar.set_postfix(loss=f"{loss_value:.3f}", tok_s=f"{tokens_per_s:,.0f}")
-            metrics.write(step=done, loss=loss_value, lr=optimizer.param_groups[0]["lr"], tokens_per_s=tokens_per_s)
-            summary.update(train_loss=loss_value, tokens_per_s=tokens_per_s)
-        best = False
-        if done % t.eval_every == 0 or done == t.steps:
-            val = evaluate()  # every rank evaluates the same batches (a sharded model needs them all)
-            best = stopping.update(done, val) and t.patience > 0
-            if ranks.main:
-                metrics.write(step=done, val_loss=val, val_ppl=perplexity(val))
-                (bar.write if progress else log)(f"step {done}: val loss {val:.4f} (perplexity {perplexity(val):.2f})")
-            summary.update(val_loss=val, val_ppl=perplexity(val))
-        if done % t.ckpt_every == 0 or done == t.steps or best or stopping.stop:
-            train_state = {
-                "step": done,
-                "data_rng": data_rng.get_state(),
-                "torch_rng": torch.get_rng_state(),
-                "cuda_rng": torch.cuda.get_rng_state_all() if device.type == "cuda" else None,
-                "early_stopping": stopping.state(),
-            }
-            full_model, full_optimizer = distributed.full_state(model, optimizer, ranks, twin)
-            if ranks.main:
-                checkpoint.save_checkpoint(run_dir, done, full_model, full_optimizer, train_state, cfg.to_dict(),
-                                           corpus.tokenizer.to_dict())
-                if best:
-                    checkpoint.mark_best(run_dir, done, val)
-                checkpoint.prune_checkpoints(run_dir, t.keep_last)
-        if stopping.stop:
-            if ranks.main:
-                metrics.write(step=done, stopped="patience", best_step=stopping.best_step)
-                (bar.write if progress else log)(f"step {done}: no significant gain in validation loss in "
-                                                 f"{t.patience} evaluations; stopping (the best checkpoint is step "
-                                                 f"{stopping.best_step})")
-            break
-    bar.close()
+            if (done % t.log_every == 0 or done == t.steps) and ranks.main:
+                now = time.perf_counter()
+                tokens_per_s = window_tokens / (now - clock)
+                clock, window_tokens = now, 0
+                bar.set_postfix(loss=f"{loss_value:.3f}", tok_s=f"{tokens_per_s:,.0f}")
+                metrics.write(step=done, loss=loss_value, lr=optimizer.param_groups[0]["lr"],
+                              tokens_per_s=tokens_per_s)
+                summary.update(train_loss=loss_value, tokens_per_s=tokens_per_s)
+            best = False
+            if done % t.eval_every == 0 or done == t.steps:
+                val = evaluate()  # every rank evaluates the same batches (a sharded model needs them all)
+                best = stopping.update(done, val) and t.patience > 0
+                if ranks.main:
+                    metrics.write(step=done, val_loss=val, val_ppl=perplexity(val))
+                    (bar.write if progress else log)(f"step {done}: val loss {val:.4f} "
+                                                     f"(perplexity {perplexity(val):.2f})")
+                summary.update(val_loss=val, val_ppl=perplexity(val))
+            if done % t.ckpt_every == 0 or done == t.steps or best or stopping.stop or interrupted:
+                train_state = {
+                    "step": done,
+                    "data_rng": data_rng.get_state(),
+                    "torch_rng": torch.get_rng_state(),
+                    "cuda_rng": torch.cuda.get_rng_state_all() if device.type == "cuda" else None,
+                    "early_stopping": stopping.state(),
+                }
+                full_model, full_optimizer = distributed.full_state(model, optimizer, ranks, twin)
+                if ranks.main:
+                    checkpoint.save_checkpoint(run_dir, done, full_model, full_optimizer, train_state,
+                                               cfg.to_dict(), corpus.tokenizer.to_dict())
+                    if best:
+                        checkpoint.mark_best(run_dir, done, val)
+                    checkpoint.prune_checkpoints(run_dir, t.keep_last)
+            if stopping.stop:
+                if ranks.main:
+                    metrics.write(step=done, stopped="patience", best_step=stopping.best_step)
+                    (bar.write if progress else log)(f"step {done}: no significant gain in validation loss in "
+                                                     f"{t.patience} evaluations; stopping (the best checkpoint is "
+                                                     f"step {stopping.best_step})")
+                break
+            if interrupted:
+                break
+        bar.close()
+        if stop.received is not None or interrupted:  # each way out of the loop above wrote a checkpoint at `done`
+            log(f"step {done}: stopped by {stop.name}; checkpoint {checkpoint.step_dir_name(done)} written, continue "
+                "with --resume auto")
+            stop.exit()
     summary["train_seconds"] = time.perf_counter() - train_start
     summary["steps"] = done
     if t.patience > 0 and stopping.best_step > 0:  # the run's result is its best checkpoint, which load_run picks
@@ -279,6 +336,18 @@ def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distr
         summary["val_ppl"] = perplexity(summary["val_loss"])
     summary["skipped_steps"] = skipped
     return summary
+
+
+def _check_splits(corpus, t: TrainConfig) -> None:
+    """Training draws windows of train.seq_len tokens plus the next one from the train split, every evaluation
+    from the val split: a split too short for one fails here, not at the first evaluation after training."""
+    if not isinstance(corpus, TokenCorpus):  # the tasks generate their examples at train.seq_len
+        return
+    for split, fix in (("train", "lower data.val_fraction"), ("val", "raise data.val_fraction")):
+        tokens = len(corpus.split(split))
+        if tokens <= t.seq_len:
+            raise ConfigError(f"the {split} split has {tokens:,} tokens, too few for one window of train.seq_len="
+                              f"{t.seq_len} ({t.seq_len + 1} tokens); lower train.seq_len, {fix} or use more text")
 
 
 def _reconcile_best(run_dir: Path, stopping: EarlyStopping | None) -> None:

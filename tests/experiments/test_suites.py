@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from attnlab.errors import UserError
-from attnlab.experiments import SUITES, get_suite
+from attnlab.experiments import SUITES, get_suite, report
 from attnlab.experiments.report import README_END, README_START, results_summary, update_readme, write_report
 from attnlab.experiments.runner import run_suite, sweep_key, tokens_to_loss, training_extent
 from attnlab.experiments.spec import Arm, Experiment, Suite
@@ -32,6 +32,7 @@ def test_suite_runs_and_reports(name, tier, tmp_path, monkeypatch):
     assert json.loads((tmp_path / "suite" / "results.json").read_text()) == results
     report = write_report(suite, results, tmp_path / "suite").read_text()
     assert "1 seed(s) on " in report and "torch " in report
+    assert f"**Smoke run: not a result.** Results of the {tier} tier of {name}, a smoke run (--quick)." in report
     if suite.claims:
         assert "## Verdicts" in report and (tmp_path / "suite" / "claims.png").stat().st_size > 1000
         assert all(claim.statement in report for claim in suite.claims)
@@ -101,6 +102,7 @@ def test_the_readme_results_section_is_generated_from_the_results_folders(tmp_pa
     run_suite(suite, tmp_path / "results" / "demo", seeds=1, extra=TINY, log=lambda *_: None)
     summary = results_summary(tmp_path / "results")
     assert suite.title in summary and "| softmax | " in summary and "report.md" in summary
+    assert "Results of the default tier of demo." in summary and "Smoke run" not in summary
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n{README_START}\nold\n{README_END}\nafter\n")
     update_readme(readme, summary)
@@ -203,3 +205,32 @@ def test_an_unreadable_results_file_is_one_clear_error(tmp_path):
     with pytest.raises(UserError, match="cannot be read as a suite's results"):
         run_suite(Suite("s", "s", [Experiment("lm", "lm", "val_ppl", [Arm("softmax", "demo")], "softmax")]),
                   tmp_path, seeds=1, extra=TINY)
+
+
+def test_a_results_folder_refuses_runs_of_another_tier_or_setting(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    lm = Experiment("lm", "lm", "val_ppl", [Arm("softmax", "demo")], "softmax")
+    run_suite(Suite("s", "s", [lm], quick=["train.steps=1"]), tmp_path / "suite", seeds=1, quick=True, extra=TINY,
+              log=lambda *_: None)
+    before = (tmp_path / "suite" / "results.json").read_text()
+    refusal = (r"^\S+suite holds results of the default tier of s, a smoke run \(--quick\), not of the default tier "
+               r"of s; give another --out, or move \S+ away")
+    with pytest.raises(UserError, match=refusal):
+        run_suite(Suite("s", "s", [lm]), tmp_path / "suite", seeds=1, extra=TINY)
+    for other in [dict(quick=True, scale=0.5), dict(quick=False, scale=1.0)]:
+        with pytest.raises(UserError, match="holds results of"):
+            run_suite(Suite("s", "s", [lm], tier="converged"), tmp_path / "suite", seeds=1, extra=TINY, **other)
+    assert (tmp_path / "suite" / "results.json").read_text() == before  # nothing overwritten
+    calls = []  # the same setting continues where it stopped
+    again = run_suite(Suite("s", "s", [lm]), tmp_path / "suite", seeds=1, quick=True, extra=TINY, log=calls.append)
+    assert not calls and (again["tier"], again["quick"], again["scale"]) == ("default", True, 1.0)
+
+
+def test_accuracies_are_shown_in_percent_like_the_papers_quote_them():
+    task = Experiment("task", "task", "accuracy", [Arm("softmax", "mqar"), Arm("hJ", "mqar")], "softmax",
+                      paper={"softmax": "93.36%"})
+    runs = {f"task/{arm}/{seed}": {"accuracy": acc + 0.01 * seed} for arm, acc in [("softmax", 0.9), ("hJ", 0.95)]
+            for seed in range(2)}
+    softmax, hj = report.experiment_table(task, {"runs": runs})[2:]
+    assert softmax.startswith("| softmax | 90.5% ± 0.71 |  | 93.36% |")
+    assert hj.startswith("| hJ | 95.5% ± 0.71 | +5 [+5, +5] pp |")  # percentage points

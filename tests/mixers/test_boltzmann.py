@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+import yaml
 
 from attnlab.config import ModelConfig, TrainConfig
 from attnlab.errors import ConfigError, UserError
@@ -153,3 +154,92 @@ def test_dqa_with_shots_is_reproducible_in_evaluation_and_trains_the_couplings()
         mixer.zero_grad()
         mixer(x)[0].square().sum().backward()
         assert torch.isfinite(mixer.J.grad).all() and mixer.J.grad.abs().sum() > 0, gradient
+
+
+def advised_settings(message: str) -> dict:
+    """The field=value pairs an error advises after 'set ' (up to the note in brackets), read as a run's
+    overrides are (YAML values)."""
+    pairs = message.split("; set ", 1)[1].split(" (")[0].split()
+    return {field: yaml.safe_load(value) for field, value in (pair.split("=") for pair in pairs)}
+
+
+@pytest.mark.parametrize("options", [{}, {"mode": "h+J+K", "window": 6}, {"inference": "dqa", "window": 8},
+                                     {"bias_field": True, "inference": "mean-field"}])
+def test_the_window_error_advises_a_configuration_that_runs_at_the_length(options):
+    T = 40
+    with pytest.raises(UserError, match=f"but this call reaches {T}; set couplings=distance") as error:
+        make(**options)(torch.randn(1, T, D_MODEL, dtype=torch.float64))
+    y, _ = make(**{**options, **advised_settings(str(error.value))})(torch.randn(1, T, D_MODEL, dtype=torch.float64))
+    assert y.shape == (1, T, D_MODEL) and torch.isfinite(y).all()
+
+
+def test_raising_the_window_is_advised_only_as_far_as_exact_inference_can_enumerate():
+    from attnlab.mixers.boltzmann import exact_gib, max_exact_positions
+
+    budget = exact_gib(N_HEADS, 10) + 1e-9  # exactly ten positions fit (fp32)
+    assert max_exact_positions(N_HEADS, budget) == 10
+    with pytest.raises(UserError, match=r"or raise window to 9 \(exact inference: 2\^9 configurations") as error:
+        make(window=4, memory_budget_gib=budget).float()(torch.randn(1, 9, D_MODEL))
+    make(window=9, memory_budget_gib=budget, j_init_std=0.1).float()(torch.randn(1, 9, D_MODEL))  # and it runs
+    with pytest.raises(UserError, match="raising window cannot reach 11: exact inference enumerates at most 10"):
+        make(window=4, memory_budget_gib=budget).float()(torch.randn(1, 11, D_MODEL))
+    assert "raise window" not in str(error.value).split("; set ")[1].split(",")[0]  # the sliding fix comes first
+
+
+def test_exact_inference_past_its_budget_fails_before_enumerating_and_advises_what_runs():
+    mixer = make(window=64, memory_budget_gib=2**-20, j_init_std=0.1)  # a few positions fit
+    with pytest.raises(UserError, match=r"enumerates 2\^30 configurations per query, .* GiB per sequence, but "
+                                        r"memory_budget_gib=9.53674e-07 holds at most 4 positions; set") as error:
+        mixer(torch.randn(1, 30, D_MODEL).double())
+    y, _ = make(**advised_settings(str(error.value)))(torch.randn(1, 30, D_MODEL, dtype=torch.float64))
+    assert torch.isfinite(y).all()
+
+
+def tiny_run(mixer_overrides, seq_len=64):
+    from attnlab.config import load_config
+
+    cfg = load_config("demo", ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "train.batch_size=4",
+                               f"train.seq_len={seq_len}", *mixer_overrides])
+    cfg.model.vocab_size = 20
+    torch.manual_seed(0)
+    return cfg, Decoder(cfg.model)
+
+
+BANDED = ["model.mixer=boltzmann", "model.mixer_options.boltzmann.couplings=distance",
+          "model.mixer_options.boltzmann.inference=banded"]
+
+
+def test_the_cost_estimate_is_printed_above_the_threshold_only():
+    from attnlab.cost import EXPENSIVE_X_SOFTMAX, StepCost, cost_report
+
+    assert cost_report(StepCost(5.0, EXPENSIVE_X_SOFTMAX), 100, []) is None
+    report = cost_report(StepCost(5.0, 1.01 * EXPENSIVE_X_SOFTMAX), 1200, ["boltzmann: use band=2"])
+    assert "1200 steps x 5 s = about 100 min" in report and report.endswith("\n  boltzmann: use band=2")
+
+
+@pytest.mark.parametrize("seconds, printed", [({"model": 0.4, "softmax": 0.01}, True),
+                                              ({"model": 0.02, "softmax": 0.01}, False)])
+def test_training_logs_the_estimate_and_the_mixer_advice_for_an_expensive_configuration(monkeypatch, seconds, printed):
+    from attnlab import cost
+
+    monkeypatch.setattr(cost, "probe_seconds", lambda *args, **kwargs: seconds)
+    cfg, model = tiny_run(BANDED)
+    lines = []
+    estimate = cost.warn_if_expensive(model, cfg, torch.device("cpu"), lines.append)
+    assert estimate.seconds == seconds["model"] * 4 and estimate.x_softmax == seconds["model"] / seconds["softmax"]
+    assert bool(lines) == printed
+    if printed:
+        assert f"{cfg.train.steps} steps x 1.6 s" in lines[0]
+        assert "band=2 window=16" in lines[0] and "model.mixer_options.boltzmann.<field>" in lines[0]
+
+
+def test_the_probe_finds_long_banded_chains_expensive_and_leaves_the_run_unchanged():
+    from attnlab import cost
+
+    cfg, model = tiny_run([*BANDED, "model.mixer_options.boltzmann.band=10", "model.mixer_options.boltzmann.window=32"])
+    rng = torch.get_rng_state()
+    estimate = cost.estimate_step_cost(model, cfg, torch.device("cpu"))
+    assert estimate.x_softmax > cost.EXPENSIVE_X_SOFTMAX
+    assert torch.equal(torch.get_rng_state(), rng) and all(p.grad is None for p in model.parameters())
+    softmax_cfg, softmax_model = tiny_run(["model.mixer=softmax"])
+    assert cost.estimate_step_cost(softmax_model, softmax_cfg, torch.device("cpu")) is None  # nothing to compare

@@ -21,15 +21,17 @@ import torch
 from .forms import bench_boltzmann, bench_interdomain, bench_ops
 from .mixers import bench_decode, bench_mixers, contenders
 from .models import bench_training_step, bench_x_transformers
-from .timing import matmul_peak_gflops
+from .timing import matmul_peak
 
 __all__ = ["PRESETS", "bench_boltzmann", "bench_decode", "bench_interdomain", "bench_mixers", "bench_ops",
-           "bench_training_step", "bench_x_transformers", "contenders", "run_bench"]
+           "bench_training_step", "bench_x_transformers", "contenders", "goals", "line_styles", "run_bench"]
 
 TINY_MODEL = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "train.batch_size=2", "train.seq_len=32"]
 PRESETS = {
     "default": {
-        "mixers": {"lengths": [256, 1024, 4096], "repeats": 3},
+        "judged": True,
+        "peak_sizes": [256, 512, 1024, 2048],
+        "mixers": {"lengths": [256, 1024, 4096], "repeats": 3, "precision": "fp32"},
         "decode": {"contexts": [1024, 4096, 16384], "steps": 60},
         "ops": {"seq_len": 4096, "repeats": 2},
         "training": {"preset": "coupled-qk-char", "repeats": 5, "overrides": []},
@@ -37,7 +39,9 @@ PRESETS = {
         "boltzmann": {"exact_lengths": [8, 12, 16], "banded_lengths": [1024, 4096], "repeats": 3},
     },
     "quick": {
-        "mixers": {"lengths": [16, 32], "repeats": 1, "d_model": 32},
+        "judged": False,  # everything timed once, at toy sizes: its numbers show the harness works, nothing more
+        "peak_sizes": [64, 128],
+        "mixers": {"lengths": [16, 32], "repeats": 1, "d_model": 32, "precision": "fp32"},
         "decode": {"contexts": [32, 64], "steps": 2, "prefill_chunk": 32, "d_model": 32},
         "ops": {"seq_len": 32, "repeats": 1, "heads": 2, "head_dim": 8, "d_model": 16},
         "training": {"preset": "coupled-qk-char", "repeats": 1, "overrides": TINY_MODEL},
@@ -46,10 +50,12 @@ PRESETS = {
     },
 }
 CONSTANT_STATE = ["gla", "gdn", "ccq-gla", "ccq-gdn", "s4d", "interdomain"]
+PEAK_DTYPES = {"fp32": [torch.float32], "bf16": [torch.float32, torch.bfloat16]}  # autocast keeps some fp32 products
 
 
-def goals(results: dict) -> list[dict]:
-    """Each goal: what is measured, its value from this run, the bar and whether it is met."""
+def goals(results: dict, judged: bool = True) -> list[dict]:
+    """Each goal: what is measured, its value from this run, the bar, whether it is met and the verdict to
+    print. Unjudged (a preset that times everything once) leaves met as None: one timing says nothing."""
     ratios = results["ops"]["ratios"]
     decode = {}
     for row in results["decode"]:
@@ -83,7 +89,11 @@ def goals(results: dict) -> list[dict]:
     out = []
     for what, value, op, bar in rows:
         met = None if value is None else (value >= bar if op == ">=" else value <= bar if op == "<=" else value > bar)
-        out.append({"goal": what, "value": value, "bar": f"{op} {bar:g}", "met": met})
+        if not judged:
+            met, verdict = None, "not judged (quick)"
+        else:
+            verdict = {True: "met", False: "NOT MET", None: "not measured"}[met]
+        out.append({"goal": what, "value": value, "bar": f"{op} {bar:g}", "met": met, "verdict": verdict})
     return out
 
 
@@ -91,14 +101,14 @@ def run_bench(preset: str = "default", out_dir: str | Path = "runs/bench", log=p
     settings = PRESETS[preset]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    peak = matmul_peak_gflops()
-    log(f"matmul peak (fp32, best of 10 products of 1024 x 1024): {peak:.1f} GFLOP/s, "
-        f"{torch.get_num_threads()} threads\n")
-    results = {"config": settings, "preset": preset, "peak_gflops": peak,
+    peak = matmul_peak(PEAK_DTYPES[settings["mixers"]["precision"]], settings["peak_sizes"])
+    log(f"matmul peak: {peak['gflops']:.1f} GFLOP/s ({peak['dtype']}, {peak['size']} x {peak['size']}), the best of "
+        f"square products of {', '.join(peak['measured'])}, {torch.get_num_threads()} threads\n")
+    results = {"config": settings, "preset": preset, "peak": peak,
                "machine": {"cpus": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
                            "platform": platform.platform()},
                "date": datetime.now().isoformat(timespec="minutes")}
-    results["mixers"] = bench_mixers(**settings["mixers"], peak_gflops=peak, log=log)
+    results["mixers"] = bench_mixers(**settings["mixers"], peak_gflops=peak["gflops"], log=log)
     log("")
     results["decode"] = bench_decode(**settings["decode"], log=log)
     log("")
@@ -111,16 +121,33 @@ def run_bench(preset: str = "default", out_dir: str | Path = "runs/bench", log=p
     results["x_transformers"] = bench_x_transformers(**settings["x_transformers"], log=log)
     log("")
     results["boltzmann"] = bench_boltzmann(**settings["boltzmann"], log=log)
-    results["goals"] = goals(results)
+    results["goals"] = goals(results, settings["judged"])
     log("\ngoals (measured in this run):")
     for goal in results["goals"]:
-        verdict = {True: "met", False: "NOT MET", None: "not measured"}[goal["met"]]
         value = "–" if goal["value"] is None else f"{goal['value']:.3g}"
-        log(f"  {goal['goal']:<78} {value:>8}  {goal['bar']:<8} {verdict}")
+        log(f"  {goal['goal']:<78} {value:>8}  {goal['bar']:<8} {goal['verdict']}")
     (out / "bench.json").write_text(json.dumps(results, indent=1))
     figures = plot_bench(results, out)
     log(f"\nwrote {out / 'bench.json'} and {', '.join(str(f) for f in figures)}")
     return results
+
+
+# 11 markers and 4 line styles: coprime counts, so (marker, line style) pairs repeat only after 44 lines
+MARKERS = "osD^vP*X<>p"
+LINE_STYLES = ("-", "--", "-.", ":")
+
+
+def line_styles(n: int) -> list[dict]:
+    """n plot styles, each with its own colour and its own (marker, line style) pair, so that every line can
+    be told apart in colour and in shape (and in grey)."""
+    import matplotlib
+
+    tab20 = matplotlib.colormaps["tab20"].colors
+    colours = tab20[0::2] + tab20[1::2]  # the ten strong colours first, then their light twins
+    if n > len(colours):
+        raise ValueError(f"{n} lines need more than the {len(colours)} distinct colours of the plots")
+    return [{"color": colours[i], "marker": MARKERS[i % len(MARKERS)], "linestyle": LINE_STYLES[i % len(LINE_STYLES)]}
+            for i in range(n)]
 
 
 def plot_bench(results: dict, out: Path) -> list[Path]:
@@ -129,6 +156,7 @@ def plot_bench(results: dict, out: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    styles = line_styles(len(contenders()))
     figures = []
     for name, rows, x, y, xlabel, ylabel in [
         ("time_vs_length.png", results["mixers"], "seq_len", "fwd_bwd_ms", "sequence length", "forward+backward ms"),
@@ -137,8 +165,8 @@ def plot_bench(results: dict, out: Path) -> list[Path]:
         fig, ax = plt.subplots(figsize=(7.5, 5))
         for i, (label, *_) in enumerate(contenders()):
             points = [(r[x], r[y]) for r in rows if r["mixer"] == label]
-            if points:  # the colour cycle has 10 colours: line styles tell the next ten apart
-                ax.plot(*zip(*points, strict=True), marker="o", linestyle=("-", "--")[i // 10 % 2], label=label)
+            if points:
+                ax.plot(*zip(*points, strict=True), label=label, **styles[i])
         ax.set(xscale="log", yscale="log", xlabel=xlabel, ylabel=ylabel)
         ax.legend(fontsize=6, ncol=2)
         ax.grid(True, which="both", alpha=0.3)

@@ -80,10 +80,14 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.json"
-    results = load_results(results_path) if results_path.exists() else {"suite": suite.name, "runs": {}}
-    results["tier"] = suite.tier
+    setting = {"suite": suite.name, "tier": suite.tier, "quick": quick, "scale": scale}
+    results = load_results(results_path) if results_path.exists() else {"runs": {}}
+    if results["runs"] and setting_of(results) != setting:  # a smoke run must never mix with, or replace, results
+        raise UserError(f"{out} holds results of {describe_setting(setting_of(results))}, not of "
+                        f"{describe_setting(setting)}; give another --out, or move {out} away to start afresh")
+    results |= setting
     results["meta"] = {**results.get("meta", {}), "cpu": _cpu_name(),  # the newest attempt's
-                       "threads": torch.get_num_threads(), "torch": torch.__version__, "scale": scale, "quick": quick}
+                       "threads": torch.get_num_threads(), "torch": torch.__version__}
     if not only:  # a partial run (--only) leaves the suite's seed count as it was
         results["meta"]["seeds"] = seeds
 
@@ -257,6 +261,25 @@ def load_results(path: Path) -> dict:
     if not isinstance(results, dict) or not isinstance(results.get("runs"), dict) or "suite" not in results:
         raise UserError(f"{path} is not a suite's results (no 'suite' and 'runs'); move it away to start afresh")
     return results
+
+
+def setting_of(results: dict) -> dict:
+    """The suite, tier and --quick / --scale that a results.json was made with (older files kept the flags in
+    their meta)."""
+    meta = results.get("meta", {})
+    return {"suite": results["suite"], "tier": results.get("tier", "default"),
+            "quick": results.get("quick", meta.get("quick", False)),
+            "scale": results.get("scale", meta.get("scale", 1.0))}
+
+
+def describe_setting(setting: dict) -> str:
+    """"the default tier of demo", with ", a smoke run (--quick)" and ", training steps scaled by 0.5 (--scale)"."""
+    text = f"the {setting['tier']} tier of {setting['suite']}"
+    if setting["quick"]:
+        text += ", a smoke run (--quick)"
+    if setting["scale"] != 1:
+        text += f", training steps scaled by {setting['scale']:g} (--scale)"
+    return text
 
 
 def run_path(record: dict) -> str:

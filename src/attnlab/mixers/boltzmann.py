@@ -29,6 +29,21 @@ MODES = {
 }
 INFERENCE = ("exact", "banded", "mean-field", "dqa")
 MAX_DQA_WINDOW = 12  # a state vector of 2^window amplitudes per query
+# the cheap configuration that runs at any length: banded inference over a sliding window of distance
+# couplings, one chain of `window` spins with 2^band states per query (a few times a softmax step)
+SLIDING = {"couplings": "distance", "inference": "banded", "band": 2, "window": 16}
+IN_A_RUN = "model.mixer_options.boltzmann.<field>=<value> in a run"
+EXACT_COPIES = 3  # exact inference holds log-weights, their exp in the backward and slack (as ops.ising budgets)
+
+
+def exact_gib(n_heads: int, positions: int, element_size: int = 4) -> float:
+    """GiB exact inference needs to enumerate one sequence of `positions`: 2^positions configurations per head."""
+    return n_heads * 2**positions * element_size * EXACT_COPIES / 2**30
+
+
+def max_exact_positions(n_heads: int, memory_budget_gib: float, element_size: int = 4) -> int:
+    """The most positions exact inference can enumerate within the memory budget."""
+    return int(math.log2(memory_budget_gib * 2**30 / (n_heads * element_size * EXACT_COPIES)))
 
 
 @dataclass
@@ -129,11 +144,8 @@ class BoltzmannAttention(AttentionMixer):
         B, H, Tq, D = q.shape
         S = k.shape[-2]
         if S > self.cfg.window and not self.sliding():
-            raise UserError(
-                f"Boltzmann attention with window={self.cfg.window} sees at most {self.cfg.window} positions, "
-                f"but this call reaches {S}; raise window, or use couplings=distance (without bias_field) "
-                "with inference=banded or mean-field, which slide the window over longer contexts"
-            )
+            raise UserError(f"Boltzmann attention with window={self.cfg.window} sees at most {self.cfg.window} "
+                            f"positions, but this call reaches {S}; {self.length_advice(S)}")
         if self.cfg.inference == "banded":
             return self.attend_banded(q, k, v)
         visible = window_mask(Tq, S, self.cfg.window, q.device)
@@ -145,6 +157,56 @@ class BoltzmannAttention(AttentionMixer):
             weights = torch.softmax(self.log_weights(h, visible).masked_fill(~visible, float("-inf")), dim=-1)
         return weights.to(v.dtype) @ v
 
+    def sliding_settings(self) -> str:
+        """SLIDING as field=value pairs, with what else this configuration must drop to slide."""
+        settings = dict(SLIDING)
+        if self.uses_K:
+            settings["mode"] = "h+J"  # three-body couplings are indexed by position
+        if self.cfg.bias_field:
+            settings["bias_field"] = "false"  # a field per window position does not slide
+        return " ".join(f"{field}={value}" for field, value in settings.items())
+
+    def length_advice(self, length: int) -> str:
+        """How to reach `length` positions, what runs first: the sliding configuration, then a larger window
+        only where this inference can hold one that large."""
+        cfg = self.cfg
+        advice = f"set {self.sliding_settings()} ({IN_A_RUN}), which slides over any length"
+        if cfg.inference == "exact":
+            most = max_exact_positions(cfg.n_heads, cfg.memory_budget_gib)
+            if length <= most:
+                return advice + (f", or raise window to {length} (exact inference: 2^{length} configurations per "
+                                 f"query, {exact_gib(cfg.n_heads, length):.2g} GiB of memory_budget_gib="
+                                 f"{cfg.memory_budget_gib:g})")
+            return advice + (f"; raising window cannot reach {length}: exact inference enumerates at most {most} "
+                             f"positions in memory_budget_gib={cfg.memory_budget_gib:g} "
+                             f"({exact_gib(cfg.n_heads, most):.2g} GiB per sequence)")
+        if cfg.inference == "dqa":
+            return advice + f"; dqa cannot reach {length}: it simulates at most {MAX_DQA_WINDOW} positions"
+        return advice + f", or raise window to {length}"
+
+    def cost_advice(self) -> str:
+        """What one query costs in this configuration against the sliding one, for the estimate printed before
+        an expensive training run."""
+        cfg = self.cfg
+        work = {"exact": f"enumerates 2^{cfg.window} configurations",
+                "banded": f"runs a chain of {cfg.window} spins with 2^{cfg.band} states",
+                "mean-field": f"runs {cfg.mean_field_iterations} sweeps over {cfg.window} coupled spins",
+                "dqa": f"simulates {cfg.dqa_steps} steps of 2^{cfg.window} amplitudes"}[cfg.inference]
+        return (f"{cfg.inference} inference {work} per query; {self.sliding_settings()} runs a chain of "
+                f"{SLIDING['window']} spins with 2^{SLIDING['band']} states")
+
+    def check_enumerable(self, positions: int, element_size: int) -> None:
+        """Exact inference past its memory budget fails here, with a configuration that runs."""
+        cfg = self.cfg
+        most = max_exact_positions(cfg.n_heads, cfg.memory_budget_gib, element_size)
+        if positions > most:
+            raise UserError(
+                f"exact Boltzmann inference enumerates 2^{positions} configurations per query, "
+                f"{exact_gib(cfg.n_heads, positions, element_size):.3g} GiB per sequence, but memory_budget_gib="
+                f"{cfg.memory_budget_gib:g} holds at most {most} positions; set {self.sliding_settings()} "
+                f"({IN_A_RUN}), which slides over any length, or window={most} with sequences of at most {most}"
+            )
+
     def log_weights(self, h: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
         """log alpha [B, H, Tq, S] (up to a per-query constant) for the visible keys."""
         S = h.shape[-1]
@@ -155,6 +217,7 @@ class BoltzmannAttention(AttentionMixer):
         if closed_form is not None:
             return closed_form
         if inference == "exact":
+            self.check_enumerable(S, h.element_size())
             return ising.causal_log_weights(h, J, K, int(self.cfg.memory_budget_gib * 2**30))
         h = h * visible  # absent spins: no field ...
         if inference == "mean-field":
