@@ -1,6 +1,10 @@
 import json
+import string
 
-from attnlab.cli import main
+import pytest
+
+from attnlab.cli import build_parser, main
+from attnlab.data.niah import NOISE
 
 
 def tiny_overrides(text_file, tmp_path):
@@ -10,7 +14,7 @@ def tiny_overrides(text_file, tmp_path):
 
 
 def test_train_eval_generate(text_file, tmp_path, capsys):
-    assert main(["train", "demo", *tiny_overrides(text_file, tmp_path), "--quiet"]) == 0
+    assert main(["train", "demo", "--quiet", *tiny_overrides(text_file, tmp_path)]) == 0  # overrides after options
     run = str(tmp_path / "runs" / "cli")
     assert main(["eval", run, "--batches", "2"]) == 0
     assert "val loss" in capsys.readouterr().out
@@ -129,3 +133,74 @@ def test_reproduce_all_takes_the_suites_that_have_the_tier_and_checks_only_first
     (tmp_path / "results.json").write_text("[]")
     assert main(["report", str(tmp_path)]) == 2
     assert "is not a suite's results" in capsys.readouterr().err
+
+
+def test_eval_measures_what_training_measured_and_says_how(text_file, tmp_path, capsys):
+    overrides = [*tiny_overrides(text_file, tmp_path), "train.eval_batches=3"]
+    assert main(["train", "demo", *overrides, "--quiet"]) == 0
+    trained = capsys.readouterr().out.split("done: val loss ")[1].split(",")[0]
+    assert main(["eval", str(tmp_path / "runs" / "cli")]) == 0
+    out = capsys.readouterr().out
+    assert f"val loss {trained} nats/token" in out and "(3 batches of 2 x 16 tokens, train.eval_batches" in out
+
+
+def test_niah_lengths_default_to_what_the_kind_needs(tmp_path, capsys):
+    """A uuid needle and its question take 147 characters, more than the 16 of training: eval starts at 160."""
+    text = "".join(f"Line {i}: the quick brown fox. " for i in range(300)) + (NOISE + string.printable) * 5
+    (tmp_path / "t.txt").write_text(text)
+    assert main(["train", "demo", *tiny_overrides(tmp_path / "t.txt", tmp_path), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "runs" / "cli"), "--task", "niah", "--kind", "uuid", "--samples", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "a uuid prompt needs at least 147 tokens" in out
+    assert "S-NIAH uuid at 160 tokens" in out and "S-NIAH uuid at 320 tokens" in out
+
+
+def test_progress_bar_only_on_a_terminal(text_file, tmp_path, capsys):
+    assert main(["train", "demo", *tiny_overrides(text_file, tmp_path)]) == 0  # no --quiet; stderr is no terminal
+    assert "it/s" not in capsys.readouterr().err
+
+
+def test_version_and_help_for_every_option(capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["--version"])
+    assert exit.value.code == 0 and capsys.readouterr().out.startswith("attnlab ")
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    assert set(commands) >= {"train", "eval", "generate", "list", "bench", "doctor"}
+    for name, command in commands.items():
+        for action in command._actions:
+            assert action.help, f"attnlab {name} {action.dest} has no help"
+
+
+def test_train_help_documents_mixer_options(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    assert "model.mixer_options.<mixer>.<field>=<value>" in capsys.readouterr().out
+
+
+def test_list_shows_field_types_defaults_and_meaning(capsys):
+    assert main(["list", "boltzmann"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[2:]}
+    assert rows["window"].split()[1:4] == ["int", "16", "the"] and "the most positions a query sees" in rows["window"]
+    assert "d_model" not in rows and "exact | banded | mean-field | dqa" in rows["inference"]
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "model.mixer_options.<mixer>.<field>" in out and "    chunk_size" in out and "presets:" in out
+
+
+def test_a_task_run_refuses_text(tmp_path, capsys):
+    overrides = ["name=mq", f"out_dir={tmp_path / 'runs'}", "model.d_model=32", "model.n_layers=1",
+                 "data.mqar.train_examples=64", "data.mqar.test_examples=32", "train.steps=2", "train.batch_size=8",
+                 "train.eval_batches=1"]
+    assert main(["train", "mqar", *overrides, "--quiet"]) == 0
+    run = str(tmp_path / "runs" / "mq")
+    capsys.readouterr()
+    assert main(["generate", run, "--prompt", "hello"]) == 2
+    assert "--prompt: this model reads token ids, not text: give integers from 0 to" in capsys.readouterr().err
+    assert main(["generate", run, "--prompt", "1 2 3", "--tokens", "2"]) == 0
+    assert capsys.readouterr().out.startswith("1 2 3 ")
+    assert main(["eval", run, "--task", "extrapolation"]) == 2
+    assert "--task extrapolation needs a run trained on text" in capsys.readouterr().err
+    assert main(["eval", run, "--seq-len", "8"]) == 2
+    assert "--seq-len applies to runs trained on text" in capsys.readouterr().err

@@ -1,6 +1,8 @@
+import logging
+
 import pytest
 
-from attnlab.config import RunConfig, apply_overrides, from_dict, list_presets, load_config
+from attnlab.config import ModelConfig, RunConfig, apply_overrides, field_docs, from_dict, list_presets, load_config
 from attnlab.errors import ConfigError
 
 
@@ -73,3 +75,23 @@ def test_round_trip_through_dict():
 
 def test_overrides_build_nested_sections():
     assert apply_overrides({}, ["a.b.c=1", "a.d=x"]) == {"a": {"b": {"c": 1}, "d": "x"}}
+
+
+def test_a_short_run_keeps_half_its_steps_out_of_warmup(caplog):
+    with caplog.at_level(logging.WARNING, logger="attnlab.config"):
+        assert load_config("demo", ["train.steps=20"]).train.warmup_steps == 10
+    assert "train.warmup_steps=100 is more than half of train.steps=20; warming up for 10 steps" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="attnlab.config"):
+        assert load_config("demo", ["train.steps=200"]).train.warmup_steps == 100  # the preset's own
+        saved = load_config("demo", ["train.steps=20"]).to_dict()
+        caplog.clear()
+        from_dict(RunConfig, saved).validate()  # a trained run read back: already capped, nothing to say
+    assert caplog.text == ""
+
+
+def test_field_docs_are_the_source_comments():
+    docs = field_docs(ModelConfig)
+    assert docs["ffn_hidden"].startswith("SwiGLU width; None: 8/3 * d_model")  # on the field's line
+    assert docs["positions"].startswith("learned absolute position embeddings for this many positions")  # above it
+    assert docs["d_model"] == ""

@@ -46,4 +46,4 @@ def test_a_wrong_mixer_is_outside_the_limits(two_mixers, tmp_path, monkeypatch):
 
 def test_train_steps_must_not_be_negative(capsys):
     assert main(["doctor", "--train-steps", "-1"]) == 2
-    assert "--train-steps=-1" in capsys.readouterr().err
+    assert "--train-steps" in capsys.readouterr().err

@@ -24,7 +24,35 @@ BAD_INPUT = [
     (["train", "demo", "model.mixer=boltzmann", "model.mixer_options.boltzmann.inference=dqa"],
      "dqa simulates 2^window amplitudes per query; window=16 is above 12"),
     (["eval", "/no/such/run"], "is neither a run folder nor a checkpoint folder"),
-    (["reproduce", "ccq", "--seeds", "0"], "need at least one seed"),
+    (["reproduce", "ccq", "--seeds", "0"], "argument --seeds: 0 is out of range; give from 1 to 1000"),
+    (["reproduce", "ccq", "--scale", "nan"], "argument --scale: 'nan' is not a finite number"),
+    (["generate", "runs/x", "--tokens", "0"], "argument --tokens: 0 is out of range; give 1 or more"),
+    (["generate", "runs/x", "--temperature", "-1"], "argument --temperature: -1 is not a temperature; give 0"),
+    (["generate", "runs/x", "--top-k", "0"], "argument --top-k: 0 is out of range; give 1 or more"),
+    (["generate", "runs/x", "--prompt", ""], "argument --prompt: is empty; give at least one character"),
+    (["generate", "runs/x", "--context", "1"], "argument --context: 1 is too few; give 0 (unbounded) or 2 or more"),
+    (["eval", "runs/x", "--batches", "0"], "argument --batches: 0 is out of range; give 1 or more"),
+    (["eval", "runs/x", "--seq-len", "-5"], "argument --seq-len: -5 is out of range; give 1 or more"),
+    (["eval", "runs/x", "--task", "niah", "--samples", "0"], "argument --samples: 0 is out of range"),
+    (["eval", "runs/x", "--task", "niah", "--lengths", "1.5"], "argument --lengths: '1.5' is not an integer"),
+    (["eval", "runs/x", "--kind", "uuid"], "--kind applies to --task niah, not to the loss (no --task); drop it"),
+    (["bench", "--lengths", "0"], "argument --lengths: 0 is out of range; give 1 or more"),
+    (["bench", "--repeats", "-1"], "argument --repeats: -1 is out of range; give 1 or more"),
+    (["bench", "--model", "demo", "--mixers", "sofmax"], "unknown mixer 'sofmax'; did you mean 'softmax'?"),
+    (["bench", "--mixers", "gla"], "--mixers applies to --model; add --model <preset>"),
+    (["bench", "--model", "dem"], "--model: unknown config preset or file 'dem'; did you mean 'demo'?"),
+    (["bench", "--model", ""], "argument --model: is empty; give at least one character"),
+    (["bench", "--ops", "--boltzmann"], "argument --boltzmann: not allowed with argument --ops"),
+    (["list", "sofmax"], "unknown mixer 'sofmax'; did you mean 'softmax'?"),
+    (["list", "demo"], "demo is a config, not a mixer; attnlab list --params demo"),
+    (["list", "--params", "dem"], "unknown config preset or file 'dem'"),
+    (["doctor", "--train-steps", "-1"], "argument --train-steps: -1 is out of range; give 0 or more"),
+    (["doctor", "--train-steps", "x"], "argument --train-steps: 'x' is not an integer"),
+    (["demo", "--out", "."], "--out . exists and is not an earlier demo's folder"),
+    (["train", "demo", "--resume", "nosuchrun"], "--resume nosuchrun does not exist"),
+    (["train", "demo", "--quiet", "--bogus"], "unrecognized arguments: --bogus (see attnlab train --help)"),
+    (["results", "--readme", "NOPE.md"], "--readme NOPE.md is not a file"),
+    (["generat", "runs/x"], "argument command: invalid choice: 'generat'"),
 ]
 
 
@@ -32,6 +60,7 @@ BAD_INPUT = [
 def test_bad_input_gets_one_clear_line(argv, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # nothing may be written, but if it were, not into the checkout
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "placeholder").write_text("")  # the working folder is not empty (demo --out .)
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err, err
@@ -52,6 +81,36 @@ def test_decoding_past_a_window_is_refused_in_one_line(positions, message, tmp_p
     assert main(["generate", str(tmp_path / "b"), "--tokens", "30", "--context", "0"]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and err.count("\n") == 1
+
+
+@pytest.fixture(scope="module")
+def text_run(tmp_path_factory) -> str:
+    """A 2-step character model on a little text (no '?', no capital 'W': needle prompts cannot be written)."""
+    folder = tmp_path_factory.mktemp("run")
+    (folder / "text.txt").write_text("".join(f"Line {i}: the quick brown fox, {i % 7} times.\n" for i in range(300)))
+    overrides = ["name=t", f"out_dir={folder}", "data.source=text", f"data.path={folder / 'text.txt'}",
+                 f"data.cache_dir={folder / 'cache'}", "model.d_model=16", "model.n_layers=1", "model.n_heads=2",
+                 "train.steps=2", "train.batch_size=2", "train.seq_len=16", "train.eval_batches=1"]
+    assert main(["train", "demo", *overrides, "--quiet"]) == 0
+    return str(folder / "t")
+
+
+RUN_BAD_INPUT = [
+    (["generate", "{run}", "--prompt", "Zürich"], "--prompt: characters ['Z', 'ü'] are not in this model's vocabulary"),
+    (["eval", "{run}", "--task", "mqar"], "--task mqar needs a run trained on data.source=mqar"),
+    (["eval", "{run}", "--task", "niah"], "--task niah --kind passkey: characters ['H', 'T', "),
+    (["eval", "{run}", "--seq-len", "100000"], "--seq-len 100000: the val split of"),
+    (["eval", "{run}", "--task", "extrapolation", "--lengths", "100000"], "give --lengths up to"),
+    (["couplings", "{run}"], "has no Boltzmann layer with couplings J"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), RUN_BAD_INPUT, ids=[" ".join(a[::2]) for a, _ in RUN_BAD_INPUT])
+def test_bad_input_for_a_run_gets_one_clear_line(argv, message, text_run, capsys):
+    assert main([a.replace("{run}", text_run) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err, err
+    assert "Traceback" not in err and err.count("\n") == 1
 
 
 def test_debug_adds_the_traceback(capsys):

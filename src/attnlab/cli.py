@@ -1,5 +1,10 @@
 """The ``attnlab`` command: train | eval | generate | list | couplings | demo | reproduce | report | results |
-bench."""
+bench | doctor.
+
+Arguments are checked in one layer before any work starts (``attnlab.arguments``), and against the
+loaded run (its vocabulary, its data) where a value depends on the run. Every mistake is one line naming
+the argument and the fix, and exits with code 2.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +12,34 @@ import argparse
 import os
 import sys
 import traceback
+from dataclasses import MISSING, fields
 from pathlib import Path
 
+from .arguments import (
+    Parser,
+    check_bench,
+    check_couplings,
+    check_demo,
+    check_doctor,
+    check_eval,
+    check_list,
+    check_reproduce,
+    check_results,
+    check_train,
+    context_size,
+    mixer_name,
+    non_empty,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    seed_count,
+    seed_value,
+    temperature,
+)
 from .errors import UserError
+
+# ---------------------------------------------------------------------------------------------------
+# subcommands
 
 
 def cmd_train(args) -> None:
@@ -17,46 +47,101 @@ def cmd_train(args) -> None:
     from .train import train
 
     cfg = load_config(args.config, args.overrides)
-    summary = train(cfg, resume=args.resume, progress=not args.quiet)
+    # a bar redraws in place on a terminal; written to a file or a pipe it would be one line per refresh
+    progress = not args.quiet and sys.stderr.isatty()
+    summary = train(cfg, resume=args.resume, progress=progress)
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, rank 0 speaks for all
         print(f"done: val loss {summary['val_loss']:.4f}, perplexity {summary['val_ppl']:.2f}, "
               f"checkpoints in {summary['run_dir']}")
 
 
 def cmd_eval(args) -> None:
-    from . import evaluate
     from .inference import load_run
 
     run = load_run(args.checkpoint)
-    t = run.config.train
-    if args.task is None:
-        loss = evaluate.split_loss(run.model, run.corpus(), args.split, args.batches, t.batch_size // t.grad_accum,
-                                   args.seq_len or t.seq_len, run.device)
-        print(f"{run.folder}: {args.split} loss {loss:.4f} nats/token, perplexity {evaluate.perplexity(loss):.2f}")
-    elif args.task in ("mqar", "brackets"):
-        if run.config.data.source != args.task:
-            raise UserError(f"{run.folder} was trained on data.source={run.config.data.source}, not {args.task}")
-        for name, value in evaluate.task_accuracy(run.model, run.corpus(), run.device).items():
-            print(f"{args.task} test {name}: {100 * value:.2f}%")
-    elif args.task == "niah":
-        from .data import niah
+    _check_task_fits(run, args.task)
+    measure = {None: _eval_loss, "mqar": _eval_task, "brackets": _eval_task, "niah": _eval_niah,
+               "extrapolation": _eval_extrapolation}
+    measure[args.task](run, args)
 
-        lengths = [int(n) for n in (args.lengths or [t.seq_len, 2 * t.seq_len])]
-        data = run.corpus() if run.config.data.source == "niah" else None
-        haystack = data.haystacks["val"] if data else _heldout_text(run)
-        results = niah.accuracy_by_length(run.model, run.tokenizer.encode, haystack, args.kind, lengths, args.samples,
-                                          niah.NIAHConfig().depths, run.device)
-        for length, by_depth in results.items():
-            cells = "  ".join(f"{d:.2f}: {100 * a:5.1f}%" for d, a in by_depth.items())
-            print(f"S-NIAH {args.kind} at {length} tokens, accuracy by depth  {cells}")
-    else:  # extrapolation
-        lengths = [int(n) for n in (args.lengths or [t.seq_len * f for f in (1, 2, 3.5, 5)])]
-        curve = evaluate.perplexity_by_length(run.model, run.corpus(), lengths, device=run.device)
-        for length, ppl in curve.items():
-            print(f"context {length:>6} ({length / t.seq_len:.1f}x training): perplexity {ppl:.3f}")
-        path = Path(args.out or run.folder.parent) / "extrapolation.png"
-        evaluate.plot_perplexity_by_length({run.config.model.mixer: curve}, path, t.seq_len)
-        print(f"figure: {path}")
+
+def _trained_on_text(run) -> bool:
+    from .config import TEXT_SOURCES
+
+    source = run.config.data.source
+    return source in TEXT_SOURCES or source.startswith("hf:")
+
+
+def _check_task_fits(run, task: str | None) -> None:
+    """A task measures what the run's data taught: its own synthetic task, or text for the others."""
+    source = run.config.data.source
+    needs = {"mqar": (source == "mqar", "a run trained on data.source=mqar (e.g. attnlab train mqar)"),
+             "brackets": (source == "brackets", "a run trained on data.source=brackets (attnlab train brackets)"),
+             "niah": (_trained_on_text(run) or source == "niah", "a run trained on text or on data.source=niah"),
+             "extrapolation": (_trained_on_text(run), "a run trained on text")}
+    if task is not None and not needs[task][0]:
+        raise UserError(f"--task {task} needs {needs[task][1]}; {run.folder} was trained on data.source={source}")
+
+
+def _check_window(run, corpus, split: str, length: int, option: str) -> None:
+    """A window of `length` tokens reads length + 1 of the split (its targets are shifted by one)."""
+    tokens = len(corpus.split(split))
+    if length + 1 > tokens:
+        raise UserError(f"{option} {length}: the {split} split of {run.folder} holds {tokens:,} tokens, too few for "
+                        f"one window; give {option} up to {tokens - 1}")
+
+
+def _eval_loss(run, args) -> None:
+    from . import evaluate
+
+    t = run.config.train
+    split, seq_len = args.split or "val", args.seq_len or t.seq_len
+    # training's validation loss reads train.eval_batches windows: by default eval reads the same ones
+    batches = args.batches or t.eval_batches
+    corpus = run.corpus()
+    if args.seq_len is not None and not _trained_on_text(run):
+        raise UserError(f"--seq-len applies to runs trained on text; {run.folder} has the fixed-length examples "
+                        f"of data.source={run.config.data.source}")
+    if _trained_on_text(run):
+        _check_window(run, corpus, split, seq_len, "--seq-len")
+    micro_batch = t.batch_size // t.grad_accum
+    loss = evaluate.split_loss(run.model, corpus, split, batches, micro_batch, seq_len, run.device)
+    source = "--batches" if args.batches else "train.eval_batches, as in training"
+    print(f"{run.folder}: {split} loss {loss:.4f} nats/token, perplexity {evaluate.perplexity(loss):.2f} "
+          f"({batches} batch{'es' if batches > 1 else ''} of {micro_batch} x {seq_len} tokens, {source})")
+
+
+def _eval_task(run, args) -> None:
+    from . import evaluate
+
+    for name, value in evaluate.task_accuracy(run.model, run.corpus(), run.device).items():
+        print(f"{args.task} test {name}: {100 * value:.2f}%")
+
+
+def _eval_niah(run, args) -> None:
+    from .data import niah
+
+    kind, seq_len = args.kind or "passkey", run.config.train.seq_len
+    try:  # encoding the needle and question also checks that the vocabulary has their characters
+        shortest = niah.shortest_prompt(kind, run.tokenizer.encode)
+    except UserError as err:
+        raise UserError(f"--task niah --kind {kind}: {err}; its prompts need a run trained on text that has them "
+                        "(e.g. data.source=shakespeare) or on data.source=niah") from None
+    lengths = args.lengths or niah.default_lengths(seq_len, shortest)
+    if args.lengths is None and lengths[0] != seq_len:
+        print(f"note: a {kind} prompt needs at least {shortest} tokens, more than train.seq_len={seq_len}; "
+              f"measuring at {lengths[0]} and {lengths[1]} tokens")
+    for length in lengths:
+        if length < shortest:
+            raise UserError(f"--lengths {length}: a {kind} prompt needs at least {shortest} tokens for its needle "
+                            "and question; give longer --lengths")
+    data = run.corpus() if run.config.data.source == "niah" else None
+    haystack = data.haystacks["val"] if data else _heldout_text(run)
+    results = niah.accuracy_by_length(run.model, run.tokenizer.encode, haystack, kind, lengths, args.samples or 10,
+                                      niah.NIAHConfig().depths, run.device)
+    for length, by_depth in results.items():
+        cells = "  ".join(f"{d:.2f}: {100 * a:5.1f}%" for d, a in by_depth.items())
+        print(f"S-NIAH {kind} at {length} tokens, accuracy by depth  {cells}")
 
 
 def _heldout_text(run) -> str:
@@ -65,31 +150,85 @@ def _heldout_text(run) -> str:
     return corpus.tokenizer.decode(corpus.split("val"))
 
 
+def _eval_extrapolation(run, args) -> None:
+    from . import evaluate
+
+    t = run.config.train
+    lengths = args.lengths or [round(t.seq_len * f) for f in (1, 2, 3.5, 5)]
+    corpus = run.corpus()
+    for length in lengths:
+        _check_window(run, corpus, "val", length, "--lengths")
+    curve = evaluate.perplexity_by_length(run.model, corpus, lengths, device=run.device)
+    for length, ppl in curve.items():
+        print(f"context {length:>6} ({length / t.seq_len:.1f}x training): perplexity {ppl:.3f}")
+    folder = Path(args.out or run.folder.parent)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = evaluate.plot_perplexity_by_length({run.config.model.mixer: curve}, folder / "extrapolation.png", t.seq_len)
+    print(f"figure: {path}")
+
+
 def cmd_generate(args) -> None:
     from .inference import load_run
 
     run = load_run(args.checkpoint)
+    _check_prompt(run, args.prompt)
     context = -1 if args.context is None else (args.context or None)
     print(run.complete(args.prompt, args.tokens, args.temperature, args.top_k, args.seed, context))
 
 
-def cmd_list(args) -> None:
-    from .config import list_presets, load_config
-    from .mixers import list_mixers, mixer_fields
+def _check_prompt(run, prompt: str) -> None:
+    """The prompt must be text the run's tokenizer can encode, into at least one token."""
+    try:
+        ids = run.tokenizer.encode(prompt)
+    except UserError as err:
+        raise UserError(f"--prompt: {err}; write the prompt without them") from None
+    if len(ids) == 0:
+        raise UserError("--prompt encodes to no tokens; give at least one")
 
-    if not args.params:
-        print("mixers:")
-        for name in list_mixers():
-            print(f"  {name:<22} fields: {', '.join(mixer_fields(name))}")
-        print("presets:", ", ".join(list_presets()))
+
+def cmd_list(args) -> None:
+    from .config import list_presets
+    from .mixers import list_mixers
+
+    if args.params:
+        _list_params(args.name, args.overrides)
         return
+    print("mixers: set a field with model.mixer_options.<mixer>.<field>=<value> (d_model and n_heads come from "
+          "model.*)")
+    for name in [args.name] if args.name else list_mixers():
+        _list_fields(name)
+    if not args.name:
+        print("presets:", ", ".join(list_presets()))
+
+
+def _list_fields(name: str) -> None:
+    """A mixer's own config fields: name, type, default and the comment that documents it in the source."""
+    from .config import field_docs
+    from .mixers import MixerConfig, mixer_class
+
+    cls = mixer_class(name)
+    doc = (cls.__doc__ or "").strip()
+    print(f"  {name}: {doc.splitlines()[0]}" if doc else f"  {name}")
+    shared = {f.name for f in fields(MixerConfig)}  # set by the model for every layer
+    docs = field_docs(cls.config_class)
+    for f in fields(cls.config_class):
+        if f.name in shared:
+            continue
+        default = f.default if f.default is not MISSING else f.default_factory()
+        kind = f.type if isinstance(f.type, str) else f.type.__name__
+        print(f"    {f.name:<22} {kind:<6} {default!r:<12} {docs[f.name]}".rstrip())
+
+
+def _list_params(config: str | None, overrides: list[str]) -> None:
     import torch
 
+    from .config import load_config
+    from .mixers import list_mixers
     from .model import Decoder
 
-    cfg = load_config(args.config, args.overrides)
+    cfg = load_config(config, overrides)
     cfg.model.vocab_size = cfg.model.vocab_size or 256
-    print(f"{args.config or 'default'} model, vocab {cfg.model.vocab_size}, state at T={cfg.train.seq_len}:")
+    print(f"{config or 'default'} model, vocab {cfg.model.vocab_size}, state at T={cfg.train.seq_len}:")
     print(f"  {'mixer':<22} {'parameters':>12} {'vs softmax':>11} {'state numbers':>14}")
     baseline = None
     for name in ["softmax"] + [m for m in list_mixers() if m != "softmax"]:
@@ -139,8 +278,6 @@ def cmd_reproduce(args) -> None:
     from .experiments.report import write_report
     from .experiments.runner import run_suite
 
-    if (args.seeds is not None and args.seeds < 1) or args.scale <= 0:
-        raise UserError(f"--seeds {args.seeds} --scale {args.scale}: need at least one seed and a positive scale")
     names = [n for n in PAPERS if args.tier in PAPERS[n].TIERS] if args.suite == "all" else [args.suite]
     if not names:
         raise UserError(f"no suite has a tier '{args.tier}'; see attnlab reproduce --help")
@@ -208,78 +345,107 @@ def cmd_bench(args) -> None:
 def cmd_doctor(args) -> None:
     from .doctor import run_doctor
 
-    if args.train_steps < 0:
-        raise UserError(f"--train-steps={args.train_steps} must be 0 (no training) or more")
     run_doctor(args.out, args.train_steps)
+
+
+# ---------------------------------------------------------------------------------------------------
+# the parser
+
+RUN = "a run folder (its best or newest checkpoint) or a step-XXXXXXXX checkpoint folder"
+TRAIN_EPILOG = """\
+overrides set any field of the config's dataclasses (attnlab/config.py: model, data, train), e.g.
+  attnlab train demo model.mixer=sigmoid train.steps=500
+  attnlab train demo model.layers=[softmax,gla,softmax,gla]            (a hybrid: one mixer per layer)
+and a mixer's own fields with model.mixer_options.<mixer>.<field>=<value>, e.g.
+  attnlab train demo model.mixer=gla model.mixer_options.gla.chunk_size=32
+attnlab list <mixer> shows a mixer's fields with their types, defaults and meaning."""
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("attnlab")
+    except PackageNotFoundError:  # run from a source tree without installing it
+        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
     from .experiments import PAPERS
 
-    parser = argparse.ArgumentParser(prog="attnlab", description=__doc__)
+    parser = Parser(prog="attnlab", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"attnlab {_version()}")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks for user errors too")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("train", help="train a model from a preset or YAML file plus dotted overrides")
+    p = sub.add_parser("train", help="train a model from a preset or YAML file plus dotted overrides",
+                       epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config", nargs="?", help="preset name (attnlab list) or path to a YAML file")
     p.add_argument("overrides", nargs="*", help="section.field=value, e.g. model.mixer=sigmoid train.steps=500")
-    p.add_argument("--resume", help="'auto' (newest intact checkpoint of the run) or a checkpoint folder")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_train)
+    p.add_argument("--resume", type=non_empty,
+                   help="'auto' (newest intact checkpoint of the run) or a checkpoint folder")
+    p.add_argument("--quiet", action="store_true", help="no progress bar (there is none when stderr is not a "
+                   "terminal: logs get the validation lines only)")
+    p.set_defaults(func=cmd_train, check=check_train)
 
-    p = sub.add_parser("eval", help="loss and perplexity of a checkpoint on its corpus")
-    p.add_argument("checkpoint", help="a run folder (its newest checkpoint) or a step-XXXXXXXX folder")
-    p.add_argument("--split", default="val", choices=["train", "val"])
-    p.add_argument("--batches", type=int, default=50)
-    p.add_argument("--seq-len", type=int, default=None, help="context length (default: the training one)")
+    p = sub.add_parser("eval", help="loss and perplexity of a checkpoint on its data, or a task's accuracy")
+    p.add_argument("checkpoint", help=RUN)
+    p.add_argument("--split", choices=["train", "val"], help="the split the loss is measured on (default: val)")
+    p.add_argument("--batches", type=positive_int,
+                   help="batches the loss averages (default: the run's train.eval_batches, as in training)")
+    p.add_argument("--seq-len", type=positive_int, help="context length of the loss (default: the training one)")
     p.add_argument("--task", choices=["mqar", "brackets", "niah", "extrapolation"],
                    help="task accuracy, needle-in-a-haystack retrieval, or perplexity against context length")
-    p.add_argument("--kind", default="passkey", choices=["passkey", "number", "uuid"], help="--task niah")
-    p.add_argument("--samples", type=int, default=10, help="--task niah: prompts per depth")
-    p.add_argument("--lengths", type=float, nargs="+", help="--task niah/extrapolation: context lengths")
+    p.add_argument("--kind", choices=["passkey", "number", "uuid"], help="--task niah: the needle (default: passkey)")
+    p.add_argument("--samples", type=positive_int, help="--task niah: prompts per depth (default: 10)")
+    p.add_argument("--lengths", type=positive_int, nargs="+",
+                   help="--task niah/extrapolation: context lengths in tokens (default: multiples of the training one)")
     p.add_argument("--out", help="--task extrapolation: folder for the figure (default: the run folder)")
-    p.set_defaults(func=cmd_eval)
+    p.set_defaults(func=cmd_eval, check=check_eval)
 
     p = sub.add_parser("generate", help="sample text from a checkpoint")
-    p.add_argument("checkpoint", help="a run folder (its newest checkpoint) or a step-XXXXXXXX folder")
-    p.add_argument("--prompt", default="\n")
-    p.add_argument("--tokens", type=int, default=300)
-    p.add_argument("--temperature", type=float, default=0.8)
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--context", type=int, default=None,
+    p.add_argument("checkpoint", help=RUN)
+    p.add_argument("--prompt", default="\n", type=non_empty, help="text to continue (default: a newline)")
+    p.add_argument("--tokens", type=positive_int, default=300, help="tokens to sample (default: %(default)s)")
+    p.add_argument("--temperature", type=temperature, default=0.8,
+                   help="softmax temperature; 0 picks the most likely token (default: %(default)s)")
+    p.add_argument("--top-k", type=positive_int, help="sample among the k most likely tokens (default: all)")
+    p.add_argument("--seed", type=seed_value, default=0, help="random seed of the sampling (default: %(default)s)")
+    p.add_argument("--context", type=context_size,
                    help="most tokens the model sees at once (default: its training length; 0: unbounded)")
     p.set_defaults(func=cmd_generate)
 
-    p = sub.add_parser("list", help="registered mixers and presets; --params compares parameter counts")
+    p = sub.add_parser("list", help="mixers with their fields, and presets; --params compares parameter counts")
     p.add_argument("--params", action="store_true", help="parameters and state of every mixer on a model")
-    p.add_argument("config", nargs="?", help="preset or YAML file for --params (default: the default model)")
-    p.add_argument("overrides", nargs="*")
-    p.set_defaults(func=cmd_list)
+    p.add_argument("name", nargs="?", help="a mixer: only its fields; with --params, a preset or YAML file "
+                   "(default: the default model)")
+    p.add_argument("overrides", nargs="*", help="with --params: section.field=value changes to the model")
+    p.set_defaults(func=cmd_list, check=check_list)
 
     p = sub.add_parser("couplings", help="a Boltzmann model's learned J: profile over distance and heat map")
-    p.add_argument("checkpoint", help="a run folder (its newest checkpoint) or a step-XXXXXXXX folder")
+    p.add_argument("checkpoint", help=RUN)
     p.add_argument("--out", help="folder for the PNG files (default: the run folder)")
-    p.set_defaults(func=cmd_couplings)
+    p.set_defaults(func=cmd_couplings, check=check_couplings)
 
     p = sub.add_parser("demo", help="every mechanism on a language-modelling and a retrieval task (CPU, minutes)")
-    p.add_argument("--out", default="runs/demo")
+    p.add_argument("--out", default="runs/demo", help="folder for the runs and report, replaced if it holds an "
+                   "earlier demo (default: %(default)s)")
     p.add_argument("--quick", action="store_true", help="a few steps per model: a smoke test")
-    p.set_defaults(func=cmd_demo)
+    p.set_defaults(func=cmd_demo, check=check_demo)
 
     p = sub.add_parser("reproduce", help="a paper's claims in miniature over seeds, with a report")
-    p.add_argument("suite", choices=[*PAPERS, "all"])
+    p.add_argument("suite", choices=[*PAPERS, "all"], help="the paper's suite, or all of them")
     p.add_argument("--tier", default="default", help="default (about 45 minutes on 2 CPU cores each), converged "
                    "(trained until validation stops improving) or paper (the paper's protocol or scale); reports "
                    "of other tiers go to <out>/<suite>-<tier>/")
-    p.add_argument("--seeds", type=int, default=None, help="seeds per run (default: the tier's own)")
+    p.add_argument("--seeds", type=seed_count, help="seeds per run, 1 to 1000 (default: the tier's own)")
     p.add_argument("--only", nargs="+", metavar="EXPERIMENT", help="run only these experiments (shell patterns, "
                    "e.g. 'mqar-*'); the report still lists them all")
     p.add_argument("--estimate", action="store_true", help="print the tier's training FLOPs as GPU-hours and stop")
     p.add_argument("--quick", action="store_true", help="the smoke version: a few steps per run")
-    p.add_argument("--scale", type=float, default=1.0, help="multiply every run's training steps")
+    p.add_argument("--scale", type=positive_float, default=1.0, help="multiply every run's training steps")
     p.add_argument("--out", default="results", help="reports go to <out>/<suite>/")
-    p.set_defaults(func=cmd_reproduce)
+    p.set_defaults(func=cmd_reproduce, check=check_reproduce)
 
     p = sub.add_parser("report", help="rebuild a suite's report and figures from its results.json alone")
     p.add_argument("folder", help="the folder attnlab reproduce wrote, e.g. results/boltzmann")
@@ -288,39 +454,65 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("results", help="the main tables of every reproduced suite, for the README")
     p.add_argument("--root", default="results", help="the folder attnlab reproduce wrote to")
     p.add_argument("--readme", help="write them between the results markers of this file instead of printing")
-    p.set_defaults(func=cmd_results)
+    p.set_defaults(func=cmd_results, check=check_results)
 
     p = sub.add_parser("bench", help="every mixer and op form timed side by side, against peers and goals")
-    p.add_argument("--quick", action="store_true", help="the smoke preset (seconds) instead of the default (~10 min)")
+    view = p.add_mutually_exclusive_group()  # each picks what the run measures: one at a time
+    view.add_argument("--quick", action="store_true",
+                      help="the smoke preset (seconds) instead of the default (~10 min)")
     p.add_argument("--out", default="runs/bench", help="folder for bench.json and the PNG plots")
-    p.add_argument("--lengths", type=int, nargs="+", help="only the mixers alone, at these sequence lengths")
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--repeats", type=int, help="timed repeats per contender (default 3; --model 10)")
-    p.add_argument("--model", help="only training steps of this preset with each of --mixers (and softmax)")
-    p.add_argument("--mixers", nargs="+", help="mixers for --model, or 'all' (default: the preset's)")
-    p.add_argument("--boltzmann", action="store_true",
-                   help="only Boltzmann attention: exact enumeration at T=8,12,16 and banded inference at T=256..4096")
-    p.add_argument("--interdomain", action="store_true",
-                   help="only interdomain's chunked vs FFT form at T=1K..16K (time, memory) and decode latency")
-    p.add_argument("--ops", action="store_true",
-                   help="only the op forms vs their references and peers (T=4096, or the last of --lengths)")
-    p.set_defaults(func=cmd_bench)
+    p.add_argument("--lengths", type=positive_int, nargs="+", help="only the mixers alone, at these sequence lengths")
+    p.add_argument("--batch", type=positive_int, default=1, help="--lengths: sequences per batch (default: 1)")
+    p.add_argument("--repeats", type=positive_int, help="timed repeats per contender (default 3; --model 10)")
+    view.add_argument("--model", type=non_empty,
+                      help="only training steps of this preset with each of --mixers (and softmax)")
+    p.add_argument("--mixers", nargs="+", type=mixer_name, help="mixers for --model, or 'all' (default: the preset's)")
+    view.add_argument("--boltzmann", action="store_true",
+                      help="only Boltzmann attention: exact enumeration at T=8,12,16 and banded inference at "
+                      "T=256..4096")
+    view.add_argument("--interdomain", action="store_true",
+                      help="only interdomain's chunked vs FFT form at T=1K..16K (time, memory) and decode latency")
+    view.add_argument("--ops", action="store_true",
+                      help="only the op forms vs their references and peers (T=4096, or the last of --lengths)")
+    p.set_defaults(func=cmd_bench, check=check_bench)
 
     p = sub.add_parser("doctor", help="every mixer on this machine's GPU against fp64, timings, fla, a short training")
     p.add_argument("--out", default="runs/doctor", help="folder for doctor.json")
-    p.add_argument("--train-steps", type=int, default=200, help="steps of the demo model (0: no training)")
-    p.set_defaults(func=cmd_doctor)
+    p.add_argument("--train-steps", type=non_negative_int, default=200,
+                   help="steps of the demo model (0: no training)")
+    p.set_defaults(func=cmd_doctor, check=check_doctor)
     return parser
 
 
+def parse_args(argv=None) -> argparse.Namespace:
+    """The parsed command line. Dotted overrides may also follow options (train demo --quiet train.steps=5),
+    which argparse alone leaves unparsed."""
+    args, extra = build_parser().parse_known_args(argv)
+    stray = [a for a in extra if a.startswith("-") or "=" not in a or not hasattr(args, "overrides")]
+    if stray:
+        raise UserError(f"unrecognized arguments: {' '.join(stray)} (see attnlab {args.command} --help)")
+    if extra:
+        args.overrides = [*args.overrides, *extra]
+    return args
+
+
+def _one_line(message: str) -> str:
+    return " ".join(part.strip() for part in message.splitlines())
+
+
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    debug = False
     try:
+        args = parse_args(argv)
+        debug = args.debug
+        if hasattr(args, "check"):
+            args.check(args)
         args.func(args)
-    except UserError as err:
-        if args.debug:
+    # an OSError is a file or folder that cannot be read or written: the user's to fix, like a bad argument
+    except (UserError, OSError) as err:
+        if debug:
             traceback.print_exc()
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {_one_line(str(err))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -4,6 +4,9 @@ dotted command-line overrides (``model.mixer=sigmoid train.steps=500``) change s
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import logging
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -17,6 +20,9 @@ from .data.niah import NIAHConfig
 from .errors import ConfigError, unknown_name
 
 PRESET_DIR = Path(__file__).parent / "configs"
+log = logging.getLogger(__name__)
+# warmup takes at most this fraction of train.steps, so that a shortened run still decays its learning rate
+MAX_WARMUP_FRACTION = 0.5
 
 
 @dataclass
@@ -81,7 +87,7 @@ class DataConfig:
     # shakespeare | text (data.path) | mixed (plays + Python source + docs) | mqar | brackets | niah |
     # hf:<dataset>[/<config>] (Hugging Face datasets; hf:text with data.path reads local text files)
     source: str = "shakespeare"
-    path: str | None = None  # a text file or a folder of .txt files, for source=text or hf:text
+    path: str | None = None  # a UTF-8 text file or a folder of them (any name), for source=text or hf:text
     tokenizer: str = "char"  # char (vocabulary of the corpus) | byte (256 symbols) | bpe (trained locally)
     bpe_vocab: int = 4096
     max_chars: int | None = None  # keep only the first max_chars characters (e.g. 100_000)
@@ -102,7 +108,7 @@ class DataConfig:
             raise ConfigError(unknown_name("data.tokenizer", self.tokenizer, ["char", "byte", "bpe"]))
         if self.source == "text" or self.source == "hf:text":
             if not self.path:
-                raise ConfigError(f"data.source={self.source} needs data.path=<a .txt file or a folder of them>")
+                raise ConfigError(f"data.source={self.source} needs data.path=<a text file or a folder of them>")
             if not Path(self.path).expanduser().exists():
                 raise ConfigError(f"data.path={self.path} does not exist; give an existing file or folder")
         if self.source == "mixed":
@@ -115,6 +121,8 @@ class DataConfig:
                 raise ConfigError("data.mix weights must be >= 0 and not all zero")
         if self.source == "niah":
             self.niah.validate()
+        if self.source == "brackets":
+            self.brackets.validate()
         if self.bpe_vocab < 260:
             raise ConfigError(f"data.bpe_vocab={self.bpe_vocab} must be at least 260 (the bytes and a few merges)")
         if self.max_chars is not None and self.max_chars <= 0:
@@ -172,6 +180,15 @@ class TrainConfig:
             raise ConfigError(unknown_name("train.precision", self.precision, ["fp32", "bf16"]))
         if self.device != "auto" and self.device.split(":")[0] not in ("cpu", "cuda"):
             raise ConfigError(f"train.device={self.device} is not one of auto, cpu, cuda, cuda:N")
+
+    def cap_warmup(self) -> None:
+        """A preset's warmup would fill a run shortened with train.steps: cap it, and say so. Done where a
+        config is made from a preset and overrides, not when a trained run's config is read back."""
+        cap = int(self.steps * MAX_WARMUP_FRACTION)
+        if self.warmup_steps > cap:
+            log.warning(f"note: train.warmup_steps={self.warmup_steps} is more than half of train.steps={self.steps}; "
+                        f"warming up for {cap} steps (set train.warmup_steps={cap} or less to choose)")
+            self.warmup_steps = cap
 
 
 @dataclass
@@ -254,6 +271,36 @@ def _coerce(hint, value, path: str):
     return value
 
 
+def field_docs(cls) -> dict[str, str]:
+    """{field: its documentation} for a dataclass: the comment on the field's line in the source, else the
+    comment lines just above it, taken from the class that declares it or, if that has none, a base."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):  # subclasses last, so that their comments win
+        if dataclasses.is_dataclass(klass):
+            docs.update({name: doc for name, doc in _source_comments(klass).items() if doc})
+    return {f.name: docs.get(f.name, "") for f in dataclasses.fields(cls)}
+
+
+FIELD_LINE = re.compile(r"^    (\w+)\s*:[^#]*(?:#\s*(.*))?$")
+
+
+def _source_comments(klass) -> dict[str, str]:
+    try:
+        lines = inspect.getsource(klass).splitlines()
+    except (OSError, TypeError):  # no source to read (e.g. a frozen application)
+        return {}
+    comments, above = {}, []
+    for line in lines:
+        if line.startswith("    #"):
+            above.append(line.strip().lstrip("#").strip())
+            continue
+        match = FIELD_LINE.match(line)
+        if match:
+            comments[match[1]] = match[2] or " ".join(above)
+        above = []
+    return comments
+
+
 # ---------------------------------------------------------------------------------------------------
 # presets and overrides
 
@@ -300,4 +347,6 @@ def apply_overrides(values: dict, overrides: list[str]) -> dict:
 
 def load_config(preset_or_path: str | None = None, overrides: list[str] = ()) -> RunConfig:
     values = load_yaml(preset_or_path) if preset_or_path else {}
-    return from_dict(RunConfig, apply_overrides(values, list(overrides))).validate()
+    cfg = from_dict(RunConfig, apply_overrides(values, list(overrides))).validate()
+    cfg.train.cap_warmup()
+    return cfg

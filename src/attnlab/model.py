@@ -170,7 +170,7 @@ def _sample(logits: torch.Tensor, temperature: float, top_k: int | None, generat
     """One token id per row of logits [B, vocab]."""
     if temperature == 0:
         return logits.argmax(-1, keepdim=True)
-    logits = logits / temperature
+    logits = (logits - logits.amax(-1, keepdim=True)) / temperature  # shifted first: no overflow when small
     if top_k is not None and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))

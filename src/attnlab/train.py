@@ -224,7 +224,7 @@ def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distr
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         log(f"resuming {run_dir} from {ckpt.name}")
     where = f"{ranks.world} ranks ({'FSDP' if ranks.sharded else 'DDP'})" if ranks.world > 1 else f"device {device}"
-    log(f"{cfg.name}: {model.num_params():,} parameters, mixers {sorted(set(cfg.model.layer_mixers()))}, "
+    log(f"{cfg.name}: {model.num_params():,} parameters, mixers {', '.join(cfg.model.layer_mixers())}, "
         f"{where}; {corpus.describe()}")
 
     metrics = None  # rank 0 alone writes the log
@@ -288,6 +288,8 @@ def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distr
                 metrics.write(step=done, loss=loss_value, lr=optimizer.param_groups[0]["lr"],
                               tokens_per_s=tokens_per_s)
                 summary.update(train_loss=loss_value, tokens_per_s=tokens_per_s)
+                if not progress:  # no bar to show the loss: one line per log_every steps instead
+                    log(f"step {done}: loss {loss_value:.3f}, {tokens_per_s:,.0f} tokens/s")
             best = False
             if done % t.eval_every == 0 or done == t.steps:
                 val = evaluate()  # every rank evaluates the same batches (a sharded model needs them all)

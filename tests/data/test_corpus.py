@@ -5,6 +5,7 @@ import torch
 from attnlab.config import DataConfig
 from attnlab.data import ByteTokenizer, CharTokenizer, load_corpus
 from attnlab.data.corpus import strip_licence
+from attnlab.data.tokenizer import IdTokenizer
 from attnlab.errors import UserError
 
 
@@ -15,12 +16,23 @@ def test_char_tokenizer_round_trip_and_unknown_characters():
     assert ids.tolist() == [3, 5, 4, 1] and tok.decode(ids) == "hold"
     with pytest.raises(UserError, match=r"\['z'\] are not in this model's vocabulary"):
         tok.encode("zoo")
+    with pytest.raises(UserError, match=r"\['\\udce9'\] are not in"):  # a command-line byte that was not UTF-8
+        tok.encode("h\udce9")
+
+
+def test_id_tokenizer_refuses_text_and_ids_outside_the_vocabulary():
+    tok = IdTokenizer(20)
+    assert tok.encode(" 3 1\t19 ").tolist() == [3, 1, 19]
+    for text in ("hello", "3 20", "-1", "٣"):
+        with pytest.raises(UserError, match="this model reads token ids, not text: give integers from 0 to 19"):
+            tok.encode(text)
 
 
 def test_byte_tokenizer_round_trip():
     tok = ByteTokenizer()
     text = "naïve — ok"
     assert tok.decode(tok.encode(text)) == text and tok.encode(text).max() < 256
+    assert tok.encode("caf\udce9").tolist() == list(b"caf\xe9")  # command-line bytes that were not UTF-8
 
 
 def test_strip_licence_keeps_the_body():
@@ -63,6 +75,19 @@ def test_folder_of_files_and_bad_encoding(tmp_path):
     assert corpus.tokenizer.decode(corpus.tokens) == "first document\n\nsecond one"
     (folder / "c.txt").write_bytes(b"caf\xe9")
     with pytest.raises(UserError, match="c.txt is not UTF-8 text"):
+        load_corpus(DataConfig(source="text", path=str(folder), cache_dir=str(tmp_path / "d")))
+
+
+def test_any_text_file_is_read_and_a_binary_one_refused(tmp_path):
+    folder = tmp_path / "notes"
+    (folder / ".git").mkdir(parents=True)
+    (folder / "README.md").write_text("# notes")
+    (folder / "script.py").write_text("print(1)")
+    (folder / ".git" / "index").write_bytes(b"DIRC\0\0\0\2")  # hidden: never read
+    corpus = load_corpus(DataConfig(source="text", path=str(folder), cache_dir=str(tmp_path / "c")))
+    assert corpus.tokenizer.decode(corpus.tokens) == "# notes\n\nprint(1)"
+    (folder / "photo.jpg").write_bytes(b"\xff\xd8\xff\xe0\0\x10JFIF\0")
+    with pytest.raises(UserError, match="photo.jpg is a binary file, not UTF-8 text; point data.path at text"):
         load_corpus(DataConfig(source="text", path=str(folder), cache_dir=str(tmp_path / "d")))
 
 

@@ -6,7 +6,7 @@ import torch
 
 from attnlab.data import brackets, mqar, niah
 from attnlab.data.tokenizer import CharTokenizer
-from attnlab.errors import ConfigError
+from attnlab.errors import ConfigError, UserError
 
 
 def mqar_data(**options):
@@ -133,6 +133,25 @@ def test_niah_is_deterministic_and_too_short_prompts_are_refused():
     assert a == b
     with pytest.raises(ConfigError, match="needs at least"):
         niah.make_sample("passkey", 20, 0.5, np.random.default_rng(0), HAYSTACK, TOKENIZER.encode)
+
+
+def test_niah_shortest_prompt_sets_the_default_lengths_and_checks_the_vocabulary():
+    shortest = {kind: niah.shortest_prompt(kind, TOKENIZER.encode) for kind in niah.KINDS}
+    assert shortest == {"passkey": 122, "number": 122, "uuid": 147}
+    for kind in niah.KINDS:  # the shortest prompt fits; one token less cannot hold every key
+        niah.make_sample(kind, shortest[kind], 0.5, np.random.default_rng(0), HAYSTACK, TOKENIZER.encode)
+    assert niah.default_lengths(128, 122) == [128, 256] and niah.default_lengths(128, 147) == [160, 320]
+    needle_only = CharTokenizer(HAYSTACK + "0123456789-:Tbfmp\nA")  # the needle's characters, not the question's
+    with pytest.raises(UserError, match=r"characters \['\?', 'W'\] are not in"):
+        niah.shortest_prompt("number", needle_only.encode)
+
+
+def test_niah_training_length_must_hold_a_prompt_and_its_answer():
+    cfg = niah.NIAHConfig(kind="uuid", train_examples=2, test_per_depth=1)
+    with pytest.raises(ConfigError, match="train.seq_len=128 is too short for data.niah.kind=uuid: its sequences "
+                                          "need at least 182 tokens"):
+        niah.NIAHData(cfg, 128, {"train": HAYSTACK, "val": HAYSTACK}, TOKENIZER)
+    assert niah.NIAHData(cfg, 182, {"train": HAYSTACK, "val": HAYSTACK}, TOKENIZER).train[0].shape == (2, 182)
 
 
 def test_niah_training_data_scores_only_the_answer():

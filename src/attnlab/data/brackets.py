@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .examples import TEST_SEED_OFFSET, VAL_SEED_OFFSET, FixedExamples
+from .examples import TEST_SEED_OFFSET, VAL_SEED_OFFSET, FixedExamples, check_counts
 
 OPEN, CLOSE, FILLERS = 0, 1, 10
 VOCAB_SIZE = 2 + FILLERS
@@ -25,6 +25,9 @@ class BracketsConfig:
     test_examples: int = 2_000
     balanced: bool = False  # always T/2 pairs and no fillers
     seed: int = 0
+
+    def validate(self) -> None:
+        check_counts("brackets", self, "train_examples", "test_examples")
 
 
 def dyck_word(pairs: int, rng: np.random.Generator) -> list[int]:

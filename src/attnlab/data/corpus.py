@@ -64,13 +64,29 @@ def shakespeare_files() -> list[Path]:
 
 
 def text_files(path: str) -> list[Path]:
+    """The file, or every file under the folder but hidden ones (.git, .DS_Store), whatever its name: each must
+    be UTF-8 text."""
     root = Path(path).expanduser()
     if root.is_file():
-        return [root]
-    files = sorted(p for p in root.rglob("*.txt") if p.is_file())
+        files = [root]
+    else:
+        files = sorted(p for p in root.rglob("*") if p.is_file() and not _hidden(p.relative_to(root)))
     if not files:
-        raise UserError(f"data.path={path} holds no .txt files; point it at a text file or a folder of them")
+        raise UserError(f"data.path={path} holds no files; point it at a text file or a folder of them")
+    for file in files:
+        _check_text(file)
     return files
+
+
+def _hidden(relative: Path) -> bool:
+    return any(part.startswith(".") for part in relative.parts)
+
+
+def _check_text(path: Path) -> None:
+    """Refuse a binary file at once, not after a long first pass (a NUL byte never occurs in text)."""
+    with open(path, "rb") as f:
+        if b"\0" in f.read(8192):
+            raise UserError(f"{path} is a binary file, not UTF-8 text; point data.path at text files only")
 
 
 def source_files(cfg: DataConfig) -> list[Path]:

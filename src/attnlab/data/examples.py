@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import ConfigError
+
 # seeds of the held-out sets, far from the training seed: validation (early stopping and learning-rate
 # choice) and test (the reported accuracy) are drawn apart, so choices made on one do not fit the other
 VAL_SEED_OFFSET, TEST_SEED_OFFSET = 2**30, 2**31
@@ -25,3 +27,10 @@ class FixedExamples:
         inputs, targets = self.examples(split)
         index = torch.randint(len(inputs), (batch_size,), generator=generator)
         return inputs[index], targets[index]
+
+
+def check_counts(section: str, cfg, *names: str) -> None:
+    """Each named example count of a task's config is at least 1: an empty split has no batch to draw."""
+    for name in names:
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"data.{section}.{name}={getattr(cfg, name)} must be at least 1")

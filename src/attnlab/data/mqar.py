@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from .examples import TEST_SEED_OFFSET, VAL_SEED_OFFSET, FixedExamples
+from .examples import TEST_SEED_OFFSET, VAL_SEED_OFFSET, FixedExamples, check_counts
 
 
 @dataclass
@@ -32,6 +32,7 @@ class MQARConfig:
     seed: int = 0
 
     def validate(self, seq_len: int) -> None:
+        check_counts("mqar", self, "train_examples", "test_examples")
         if seq_len % 2:
             raise ConfigError(f"MQAR needs an even train.seq_len, got {seq_len}")
         if self.vocab_size <= seq_len:

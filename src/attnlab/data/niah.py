@@ -15,12 +15,13 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from .examples import TEST_SEED_OFFSET, VAL_SEED_OFFSET, FixedExamples
+from .examples import TEST_SEED_OFFSET, VAL_SEED_OFFSET, FixedExamples, check_counts
 
 KINDS = ("passkey", "number", "uuid")
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
 ADJECTIVES = ["quiet", "bright", "hollow", "amber", "gentle", "wild", "silver", "crooked", "ancient", "swift"]
 NOUNS = ["river", "lantern", "meadow", "falcon", "harbor", "orchard", "thistle", "compass", "ember", "willow"]
+VALUE_SHAPES = {"passkey": "0123456", "number": "0123456", "uuid": "01234567-89ab-cdef-0123-456789abcdef"}  # lengths
 
 
 @dataclass
@@ -33,6 +34,7 @@ class NIAHConfig:
     seed: int = 0
 
     def validate(self) -> None:
+        check_counts("niah", self, "train_examples", "test_per_depth")
         if self.kind not in KINDS:
             raise ConfigError(f"data.niah.kind={self.kind!r} must be one of {', '.join(KINDS)}")
         if self.prose not in ("plays", "docs"):
@@ -49,16 +51,38 @@ class Sample:
     depth: float
 
 
+def _needle_and_question(kind: str, key: str, value: str, encode) -> tuple[list[int], list[int]]:
+    noun = "uuid" if kind == "uuid" else "number"
+    needle = list(encode(f" The special magic {noun} for {key} is: {value}. "))
+    question = list(encode(f"\nWhat is the special magic {noun} for {key}? Answer: "))
+    return needle, question
+
+
+def shortest_prompt(kind: str, encode) -> int:
+    """Tokens of the longest needle and question of this kind: a prompt needs at least as many. Encoding them,
+    every digit a value may hold and the passkey's noise also checks that the vocabulary has their characters."""
+    key = f"{max(ADJECTIVES, key=len)}-{max(NOUNS, key=len)}"
+    encode("0123456789" + (NOISE if kind == "passkey" else ""))  # the uuid's shape has the other hex digits
+    needle, question = _needle_and_question(kind, key, VALUE_SHAPES[kind], encode)
+    return len(needle) + len(question)
+
+
+def default_lengths(seq_len: int, shortest: int) -> list[int]:
+    """The training length and twice it; when that cannot hold the needle and question (shortest tokens), the
+    shortest prompt rounded up to a multiple of 32 and twice that."""
+    first = seq_len if seq_len >= shortest else -(-shortest // 32) * 32
+    return [first, 2 * first]
+
+
 def make_sample(kind: str, length: int, depth: float, rng: np.random.Generator, haystack: str, encode) -> Sample:
     """One prompt of exactly `length` tokens with the needle nearest to `depth` of the haystack."""
     key = f"{ADJECTIVES[rng.integers(len(ADJECTIVES))]}-{NOUNS[rng.integers(len(NOUNS))]}"
     if kind == "uuid":
         digits = "".join(f"{x:x}" for x in rng.integers(16, size=32))
-        value, noun = f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}", "uuid"
+        value = f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
     else:
-        value, noun = str(rng.integers(1_000_000, 10_000_000)), "number"
-    needle = list(encode(f" The special magic {noun} for {key} is: {value}. "))
-    question = list(encode(f"\nWhat is the special magic {noun} for {key}? Answer: "))
+        value = str(rng.integers(1_000_000, 10_000_000))
+    needle, question = _needle_and_question(kind, key, value, encode)
     room = length - len(needle) - len(question)
     if room < 0:
         raise ConfigError(f"a needle-in-a-haystack prompt needs at least {len(needle) + len(question)} tokens; "
@@ -95,6 +119,11 @@ class NIAHData(FixedExamples):
 
     def __init__(self, cfg: NIAHConfig, seq_len: int, haystacks: dict[str, str], tokenizer):
         cfg.validate()
+        # a training sequence is a prompt and its answer but the answer's last token
+        need = shortest_prompt(cfg.kind, tokenizer.encode) + len(tokenizer.encode(VALUE_SHAPES[cfg.kind])) - 1
+        if seq_len < need:
+            raise ConfigError(f"train.seq_len={seq_len} is too short for data.niah.kind={cfg.kind}: its sequences "
+                              f"need at least {need} tokens; raise train.seq_len")
         self.cfg, self.seq_len, self.tokenizer = cfg, seq_len, tokenizer
         self.vocab_size = tokenizer.vocab_size
         self.haystacks = haystacks  # {"train": text, "val": text}

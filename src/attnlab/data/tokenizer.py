@@ -8,7 +8,9 @@ from ..errors import UserError
 
 
 def _code_points(text: str) -> np.ndarray:
-    return np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    # surrogatepass: command-line text may hold lone surrogates (bytes that were not UTF-8), which are then
+    # simply characters outside the vocabulary
+    return np.frombuffer(text.encode("utf-32-le", errors="surrogatepass"), dtype=np.uint32)
 
 
 class CharTokenizer:
@@ -30,7 +32,8 @@ class CharTokenizer:
         unknown = (ids >= len(self._codes)) | (self._codes[np.minimum(ids, len(self._codes) - 1)] != codes)
         if unknown.any():
             bad = sorted({chr(c) for c in codes[unknown]})
-            raise UserError(f"characters {bad!r} are not in this model's vocabulary of {self.vocab_size} characters")
+            raise UserError(f"characters {bad!r} are not in this model's vocabulary of {self.vocab_size} characters "
+                            "(those of its training text)")
         return ids.astype(np.int64)
 
     def decode(self, ids) -> str:
@@ -47,7 +50,8 @@ class ByteTokenizer:
     vocab_size = 256
 
     def encode(self, text: str) -> np.ndarray:
-        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
+        # surrogateescape gives back the original bytes of command-line text that was not UTF-8
+        return np.frombuffer(text.encode("utf-8", errors="surrogateescape"), dtype=np.uint8).astype(np.int64)
 
     def decode(self, ids) -> str:
         return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
@@ -101,7 +105,11 @@ class IdTokenizer:
         self.vocab_size = vocab_size
 
     def encode(self, text: str) -> np.ndarray:
-        return np.asarray([int(t) for t in text.split()], dtype=np.int64)
+        words = text.split()
+        if not all(w.isascii() and w.isdigit() and int(w) < self.vocab_size for w in words):
+            raise UserError(f"this model reads token ids, not text: give integers from 0 to {self.vocab_size - 1} "
+                            "separated by spaces, e.g. '3 1 4'")
+        return np.asarray([int(w) for w in words], dtype=np.int64)
 
     def decode(self, ids) -> str:
         return " ".join(str(int(i)) for i in ids)

@@ -1,0 +1,178 @@
+"""The command line's arguments, checked before any work starts: argparse types for values that stand alone
+(counts, lengths, temperatures) and a ``check_<subcommand>`` for arguments that depend on each other or on
+the file system. Every mistake is one line naming the argument and the fix (a UserError: exit code 2).
+Checks against a loaded run (its vocabulary, its data) live with the subcommands that load it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+from .errors import UserError, unknown_name
+
+# ---------------------------------------------------------------------------------------------------
+# argument types: each parses one value or says, in one line, what is wrong with it
+
+
+def _number(text: str, kind: type):
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+    if not math.isfinite(value):  # nan would slip through every comparison below
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def int_between(low: int, high: int | None = None):
+    """An argparse type: an integer from low to high (no upper bound when high is None)."""
+
+    def parse(text: str) -> int:
+        value = _number(text, int)
+        if value < low or (high is not None and value > high):
+            wanted = f"{low} or more" if high is None else f"from {low} to {high}"
+            raise argparse.ArgumentTypeError(f"{value} is out of range; give {wanted}")
+        return value
+
+    return parse
+
+
+positive_int = int_between(1)
+non_negative_int = int_between(0)
+seed_value = int_between(0, 2**64 - 1)  # what torch.Generator.manual_seed accepts
+seed_count = int_between(1, 1000)  # each seed trains every arm of a suite once more
+
+
+def positive_float(text: str) -> float:
+    value = _number(text, float)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value:g} must be above 0")
+    return value
+
+
+MIN_TEMPERATURE = 1e-6  # below it sampling is greedy in effect, and the scaled logits overflow float32 early
+
+
+def temperature(text: str) -> float:
+    value = _number(text, float)
+    if value != 0 and not value >= MIN_TEMPERATURE:
+        raise argparse.ArgumentTypeError(f"{value:g} is not a temperature; give 0 (the most likely token) or "
+                                         f"{MIN_TEMPERATURE:g} or more")
+    return value
+
+
+def context_size(text: str) -> int:
+    value = non_negative_int(text)
+    if value == 1:  # the view re-reads its newest half when full, so it must hold two tokens
+        raise argparse.ArgumentTypeError("1 is too few; give 0 (unbounded) or 2 or more")
+    return value
+
+
+def non_empty(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("is empty; give at least one character")
+    return text
+
+
+def mixer_name(text: str) -> str:
+    from .mixers import list_mixers
+
+    if text != "all" and text not in list_mixers():
+        raise argparse.ArgumentTypeError(unknown_name("mixer", text, [*list_mixers(), "all"]))
+    return text
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors are UserErrors: one line and exit code 2, like every other mistake."""
+
+    def error(self, message: str):
+        raise UserError(f"{message} (see {self.prog} --help)")
+
+
+# ---------------------------------------------------------------------------------------------------
+# checks of arguments that depend on each other or on the file system, run before any work
+
+
+def _check_folder(path: str | None, option: str) -> None:
+    if path is not None and Path(path).expanduser().exists() and not Path(path).expanduser().is_dir():
+        raise UserError(f"{option} {path} is a file; give a folder")
+
+
+def check_train(args) -> None:
+    if args.resume not in (None, "auto") and not Path(args.resume).expanduser().exists():
+        raise UserError(f"--resume {args.resume} does not exist; give auto or a run or checkpoint folder")
+
+
+# the eval options each measurement reads (None: loss and perplexity); one given to another would be ignored
+EVAL_OPTIONS = {"split": (None,), "batches": (None,), "seq_len": (None,), "kind": ("niah",), "samples": ("niah",),
+                "lengths": ("niah", "extrapolation"), "out": ("extrapolation",)}
+
+
+def _measurement(task: str | None) -> str:
+    return f"--task {task}" if task else "the loss (no --task)"
+
+
+def check_eval(args) -> None:
+    for name, tasks in EVAL_OPTIONS.items():
+        if getattr(args, name) is not None and args.task not in tasks:
+            flag = "--" + name.replace("_", "-")
+            raise UserError(f"{flag} applies to {' and '.join(map(_measurement, tasks))}, not to "
+                            f"{_measurement(args.task)}; drop it")
+    _check_folder(args.out, "--out")
+
+
+def check_list(args) -> None:
+    from .config import list_presets
+    from .mixers import list_mixers
+
+    if args.params:
+        return
+    if args.overrides:
+        raise UserError(f"overrides ({' '.join(args.overrides)}) apply to --params, e.g. "
+                        "attnlab list --params demo model.d_model=64")
+    if args.name is None or args.name in list_mixers():
+        return
+    if args.name in list_presets() or Path(args.name).expanduser().is_file():
+        raise UserError(f"{args.name} is a config, not a mixer; attnlab list --params {args.name} compares the "
+                        "mixers on it")
+    raise UserError(unknown_name("mixer", args.name, list_mixers()) + "; or give --params and a preset")
+
+
+def check_couplings(args) -> None:
+    _check_folder(args.out, "--out")
+
+
+def check_demo(args) -> None:
+    out = Path(args.out).expanduser()
+    # the demo deletes its folder before it starts: only an empty folder or an earlier demo's may be replaced
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "demo").is_dir())):
+        raise UserError(f"--out {args.out} exists and is not an earlier demo's folder (no demo/ inside), and the "
+                        "demo replaces its folder; give a new folder")
+
+
+def check_reproduce(args) -> None:
+    _check_folder(args.out, "--out")
+
+
+def check_results(args) -> None:
+    if args.readme is not None and not Path(args.readme).is_file():
+        raise UserError(f"--readme {args.readme} is not a file; give the README whose results section to update")
+
+
+def check_bench(args) -> None:
+    from .config import load_config
+
+    if args.mixers and not args.model:
+        raise UserError("--mixers applies to --model; add --model <preset>, e.g. --model coupled-qk-char")
+    if args.model:
+        try:
+            load_config(args.model)
+        except UserError as err:
+            raise UserError(f"--model: {err}") from None
+    _check_folder(args.out, "--out")
+
+
+def check_doctor(args) -> None:
+    _check_folder(args.out, "--out")
