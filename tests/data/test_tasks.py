@@ -183,3 +183,15 @@ def test_niah_accuracy_is_exact_match_by_depth():
             return torch.tensor([prompt[0].tolist() + ([0] * n if at_end else answer)])
 
     assert niah.niah_accuracy(Oracle(), samples) == {0.0: 1.0, 1.0: 0.0}
+
+
+@pytest.mark.parametrize("count", ["mqar.train_examples", "mqar.test_examples", "brackets.train_examples",
+                                   "brackets.test_examples", "niah.train_examples", "niah.test_per_depth"])
+def test_an_empty_task_split_is_refused_before_training(count, tmp_path, capsys):
+    from attnlab.cli import main
+
+    source = count.split(".")[0]
+    assert main(["train", "demo", f"data.source={source}", f"data.{count}=0", "train.steps=1",
+                 f"out_dir={tmp_path}"]) == 2
+    assert f"data.{count}=0 must be at least 1" in capsys.readouterr().err
+    assert not any(tmp_path.rglob("step-*"))
