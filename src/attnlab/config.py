@@ -18,6 +18,7 @@ from .data.brackets import BracketsConfig
 from .data.mqar import MQARConfig
 from .data.niah import NIAHConfig
 from .errors import ConfigError, unknown_name
+from .loggers import SINKS
 
 PRESET_DIR = Path(__file__).parent / "configs"
 log = logging.getLogger(__name__)
@@ -160,6 +161,7 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     fsdp: bool = False  # under torchrun: shard the model with FSDP instead of replicating it with DDP
     compile: bool = False  # torch.compile each block whose mixer compiles (the others are logged and run eagerly)
+    log_to: list[str] = field(default_factory=list)  # also stream metrics.jsonl's scalars to: tensorboard, wandb
 
     def validate(self) -> None:
         _positive(self, "train", "steps", "batch_size", "seq_len", "grad_accum", "eval_every",
@@ -180,6 +182,11 @@ class TrainConfig:
             raise ConfigError(unknown_name("train.precision", self.precision, ["fp32", "bf16"]))
         if self.device != "auto" and self.device.split(":")[0] not in ("cpu", "cuda"):
             raise ConfigError(f"train.device={self.device} is not one of auto, cpu, cuda, cuda:N")
+        for sink in self.log_to:
+            if sink not in SINKS:
+                raise ConfigError(unknown_name("train.log_to sink", sink, SINKS))
+            if self.log_to.count(sink) > 1:
+                raise ConfigError(f"train.log_to lists {sink} twice; list each sink once")
 
     def cap_warmup(self) -> None:
         """A preset's warmup would fill a run shortened with train.steps: cap it, and say so. Done where a

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from . import checkpoint, cost, distributed
+from . import checkpoint, cost, distributed, loggers
 from .config import RunConfig, TrainConfig, from_dict
 from .data import TokenCorpus, load_data
 from .errors import ConfigError, UserError
@@ -62,10 +62,11 @@ def lr_multiplier(step: int, cfg: TrainConfig) -> float:
 
 class MetricsLog:
     """metrics.jsonl in the run folder; on resume, records after the checkpoint's step are dropped so
-    the log reads as one uninterrupted run."""
+    the log reads as one uninterrupted run. Its scalars also go to the sinks of train.log_to (see
+    ``attnlab.loggers``), which it closes on leaving its ``with`` block."""
 
-    def __init__(self, path: Path, resume_step: int | None):
-        self.path = path
+    def __init__(self, path: Path, resume_step: int | None, sinks: list = ()):
+        self.path, self.sinks = path, sinks
         path.parent.mkdir(parents=True, exist_ok=True)
         kept = []
         if resume_step is not None and path.exists():
@@ -75,6 +76,17 @@ class MetricsLog:
     def write(self, **record) -> None:
         with open(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")
+        scalars = {k: v for k, v in record.items() if k in loggers.SCALARS}
+        if scalars:  # a note such as the early-stopping record carries none
+            for sink in self.sinks:
+                sink.write(record["step"], scalars)
+
+    def __enter__(self) -> MetricsLog:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sink in self.sinks:  # flushes what they buffer, also when training fails or is interrupted
+            sink.close()
 
 
 class EarlyStopping:
@@ -229,7 +241,9 @@ def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distr
 
     metrics = None  # rank 0 alone writes the log
     if ranks.main:
-        metrics = MetricsLog(run_dir / "metrics.jsonl", resume_step=start if ckpt is not None else None)
+        resume_step = start if ckpt is not None else None
+        sinks = loggers.open_sinks(t.log_to, run_dir, cfg.to_dict(), resume_step)
+        metrics = MetricsLog(run_dir / "metrics.jsonl", resume_step, sinks)
     autocast = partial(torch.autocast, device.type, dtype=torch.bfloat16) if t.precision == "bf16" else nullcontext
     tokens_per_step = t.batch_size * t.seq_len
     evaluate = partial(split_loss, model, corpus, "val", t.eval_batches, micro_batch, t.seq_len, device, autocast)
@@ -242,7 +256,7 @@ def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distr
     clock, window_tokens = time.perf_counter(), 0
     train_start, skipped, done = clock, 0, start
     interrupted = False
-    with StopSignals() as stop:
+    with StopSignals() as stop, metrics or nullcontext():  # only rank 0 has a log to close
         for step in bar:
             multiplier = lr_multiplier(step, t)
             for group in optimizer.param_groups:
@@ -286,7 +300,7 @@ def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distr
                 clock, window_tokens = now, 0
                 bar.set_postfix(loss=f"{loss_value:.3f}", tok_s=f"{tokens_per_s:,.0f}")
                 metrics.write(step=done, loss=loss_value, lr=optimizer.param_groups[0]["lr"],
-                              tokens_per_s=tokens_per_s)
+                              tokens_per_s=tokens_per_s, grad_norm=norm_value)
                 summary.update(train_loss=loss_value, tokens_per_s=tokens_per_s)
                 if not progress:  # no bar to show the loss: one line per log_every steps instead
                     log(f"step {done}: loss {loss_value:.3f}, {tokens_per_s:,.0f} tokens/s")

@@ -212,13 +212,15 @@ def _cpu_name() -> str:
 
 def _fingerprint(cfg) -> str:
     """What decides the trained weights: the config fields that differ from their defaults, except the
-    run's name and folder and train.compile (how the same arithmetic runs). A field added later at its
+    run's name and folder, train.compile (how the same arithmetic runs) and train.log_to (where its numbers
+    are also sent). A field added later at its
     default leaves earlier runs valid (like the code, a changed default is not seen: delete results.json
     to train everything again)."""
     settings = _changed(cfg.to_dict(), type(cfg)().to_dict())
     for where in ("name", "out_dir"):
         settings.pop(where, None)
-    settings.get("train", {}).pop("compile", None)
+    for how in ("compile", "log_to"):
+        settings.get("train", {}).pop(how, None)
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
