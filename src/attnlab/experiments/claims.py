@@ -199,6 +199,8 @@ def _what(claim: Claim) -> str:
         delta = f"{claim.arm} / {claim.baseline} − 1" if claim.relative else f"{claim.arm} − {claim.baseline}"
     if claim.scale != 1:
         delta = f"{claim.scale:g} × ({delta})"
+    if claim.baseline is None and claim.reference:
+        delta = f"{delta} − {claim.reference:g}"
     where = f"on {claim.experiment}" + (f" minus the same on {claim.contrast}" if claim.contrast else "")
     return f"Δ = {delta} in {claim.metric} {where}"
 
