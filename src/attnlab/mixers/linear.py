@@ -200,8 +200,10 @@ class PlainLinearAttention(LinearAttention):
         B, T, _ = x.shape
         return {"log_decay": x.new_zeros(B, self.cfg.n_heads, T, self.head_k)}
 
+    fla_form = staticmethod(_linear_fla)  # fla's kernel for sequences (backend fla or auto)
+
     def recur(self, q, k, v, gates, memory):
-        chunk = self.chunk_form(gla_chunk, _linear_fla, q)
+        chunk = self.chunk_form(gla_chunk, self.fla_form, q)
         return _run(chunk, gla_step, self.cfg.chunk_size, q, k, v, gates["log_decay"], state=memory)
 
 
@@ -210,6 +212,7 @@ class GatedLinearAttention(PlainLinearAttention):
     """GLA (Yang et al. 2024): per-key-channel forget gates exp(g_t), g_t = logsigmoid(W2 W1 x) / 16."""
 
     config_class = GLAConfig
+    fla_form = staticmethod(fla_ops.gla_fla)
 
     def __init__(self, cfg: GLAConfig):
         super().__init__(cfg)
@@ -219,10 +222,6 @@ class GatedLinearAttention(PlainLinearAttention):
     def gates(self, x):
         log_decay = F.logsigmoid(at_least_fp32(self.forget_gate(x))) / self.cfg.gate_normalizer  # fp32 decays
         return {"log_decay": self.split_heads(log_decay)}
-
-    def recur(self, q, k, v, gates, memory):
-        chunk = self.chunk_form(gla_chunk, fla_ops.gla_fla, q)
-        return _run(chunk, gla_step, self.cfg.chunk_size, q, k, v, gates["log_decay"], state=memory)
 
 
 @register_mixer("gdn")
