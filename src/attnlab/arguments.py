@@ -107,20 +107,26 @@ def check_train(args) -> None:
 
 # the eval options each measurement reads (None: loss and perplexity); one given to another would be ignored
 EVAL_OPTIONS = {"split": (None,), "batches": (None,), "seq_len": (None,), "kind": ("niah",), "samples": ("niah",),
-                "lengths": ("niah", "extrapolation"), "out": ("extrapolation",)}
+                "lengths": ("niah", "extrapolation"), "out": ("extrapolation",), "include_path": ("lm-eval",),
+                "limit": ("lm-eval",)}
 
 
 def _measurement(task: str | None) -> str:
-    return f"--task {task}" if task else "the loss (no --task)"
+    return {None: "the loss (no --task)", "lm-eval": "--lm-eval"}.get(task, f"--task {task}")
 
 
 def check_eval(args) -> None:
+    if args.lm_eval and args.task:
+        raise UserError(f"--task {args.task} and --lm-eval are two measurements; give one of them")
+    measurement = "lm-eval" if args.lm_eval else args.task
     for name, tasks in EVAL_OPTIONS.items():
-        if getattr(args, name) is not None and args.task not in tasks:
+        if getattr(args, name) is not None and measurement not in tasks:
             flag = "--" + name.replace("_", "-")
             raise UserError(f"{flag} applies to {' and '.join(map(_measurement, tasks))}, not to "
-                            f"{_measurement(args.task)}; drop it")
+                            f"{_measurement(measurement)}; drop it")
     _check_folder(args.out, "--out")
+    if args.include_path is not None and not Path(args.include_path).expanduser().is_dir():
+        raise UserError(f"--include-path {args.include_path} is not a folder; give the folder of your task YAML files")
 
 
 def check_list(args) -> None:

@@ -1,5 +1,5 @@
-"""The ``attnlab`` command: train | eval | generate | list | couplings | demo | reproduce | report | results |
-bench | doctor.
+"""The ``attnlab`` command: train | eval | generate | export | list | couplings | demo | reproduce | report |
+results | bench | doctor.
 
 Arguments are checked in one layer before any work starts (``attnlab.arguments``), and against the
 loaded run (its vocabulary, its data) where a value depends on the run. Every mistake is one line naming
@@ -9,6 +9,8 @@ the argument and the fix, and exits with code 2.
 from __future__ import annotations
 
 import argparse
+import difflib
+import importlib.util
 import os
 import sys
 import traceback
@@ -58,6 +60,9 @@ def cmd_train(args) -> None:
 def cmd_eval(args) -> None:
     from .inference import load_run
 
+    if args.lm_eval:
+        _eval_lm_eval(args)
+        return
     run = load_run(args.checkpoint)
     _check_task_fits(run, args.task)
     measure = {None: _eval_loss, "mqar": _eval_task, "brackets": _eval_task, "niah": _eval_niah,
@@ -165,6 +170,42 @@ def _eval_extrapolation(run, args) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     path = evaluate.plot_perplexity_by_length({run.config.model.mixer: curve}, folder / "extrapolation.png", t.seq_len)
     print(f"figure: {path}")
+
+
+def _eval_lm_eval(args) -> None:
+    """lm-evaluation-harness tasks on the run, through attnlab's model type (attnlab.harness)."""
+    _needs("lm_eval", "--lm-eval", "eval")
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+    from lm_eval.utils import make_table
+
+    from .harness import AttnlabLM
+
+    tasks = TaskManager(include_path=args.include_path)
+    for task in args.lm_eval:
+        if task not in tasks.all_tasks:
+            close = difflib.get_close_matches(task, tasks.all_tasks, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise UserError(f"--lm-eval: unknown task '{task}'{hint} (lm-eval ls tasks lists them; your own task "
+                            "YAML files: --include-path DIR)")
+    results = simple_evaluate(model=AttnlabLM(args.checkpoint), tasks=args.lm_eval, task_manager=tasks,
+                              limit=args.limit, log_samples=False)
+    print(make_table(results))
+
+
+def cmd_export(args) -> None:
+    _needs("transformers", "attnlab export", "hf")
+    from .hf.export import export
+
+    folder = export(args.checkpoint, args.folder)
+    print(f"{folder}: AutoModelForCausalLM.from_pretrained and AutoTokenizer.from_pretrained load it after "
+          "import attnlab, or with trust_remote_code=True without it")
+
+
+def _needs(package: str, what: str, extra: str) -> None:
+    """One line naming the extra to install, instead of an ImportError from deep inside."""
+    if importlib.util.find_spec(package) is None:
+        raise UserError(f"{what} needs {package}: pip install 'attnlab[{extra}]'")
 
 
 def cmd_generate(args) -> None:
@@ -401,6 +442,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lengths", type=positive_int, nargs="+",
                    help="--task niah/extrapolation: context lengths in tokens (default: multiples of the training one)")
     p.add_argument("--out", help="--task extrapolation: folder for the figure (default: the run folder)")
+    p.add_argument("--lm-eval", nargs="+", metavar="TASK", help="lm-evaluation-harness tasks instead "
+                   "(pip install 'attnlab[eval]')")
+    p.add_argument("--include-path", help="--lm-eval: a folder of your own task YAML files")
+    p.add_argument("--limit", type=positive_int, help="--lm-eval: at most this many examples per task")
     p.set_defaults(func=cmd_eval, check=check_eval)
 
     p = sub.add_parser("generate", help="sample text from a checkpoint")
@@ -414,6 +459,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--context", type=context_size,
                    help="most tokens the model sees at once (default: its training length; 0: unbounded)")
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("export", help="a run as a Hugging Face transformers folder (AutoModelForCausalLM)")
+    p.add_argument("checkpoint", help=RUN)
+    p.add_argument("folder", help="a new or empty folder for config.json, the weights and the tokenizer")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("list", help="mixers with their fields, and presets; --params compares parameter counts")
     p.add_argument("--params", action="store_true", help="parameters and state of every mixer on a model")

@@ -44,8 +44,18 @@ class Rotary(nn.Module):
         super().__init__()
         if head_dim % 2:
             raise ValueError(f"RoPE needs an even head dimension, got {head_dim}")
-        inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
-        self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
+        self.head_dim, self.base = head_dim, base
+        self.register_buffer("inv_freq", self._frequencies(), persistent=False)
+
+    def _frequencies(self, device=None) -> torch.Tensor:
+        exponents = torch.arange(0, self.head_dim, 2, dtype=torch.float64, device=device) / self.head_dim
+        return (self.base ** -exponents).float()
+
+    def reset_buffers(self) -> None:
+        """Recompute the frequencies in place: they are not saved with the weights (for loaders that build
+        the model on the meta device, such as transformers')."""
+        device = None if self.inv_freq.is_meta else self.inv_freq.device
+        self.inv_freq = self._frequencies(device)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """x: [B, H, T, D] holding positions offset .. offset + T - 1."""

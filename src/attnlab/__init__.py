@@ -1,0 +1,34 @@
+"""attnlab: four new attention mechanisms and their baselines, with a lab to train and compare them.
+
+Importing attnlab registers its models with Hugging Face transformers' Auto classes, at once if transformers
+is loaded and otherwise the moment it is: importing transformers here would add seconds to every command.
+"""
+
+import importlib.abc
+import importlib.util
+import sys
+
+
+class _RegisterWithTransformers(importlib.abc.MetaPathFinder):
+    """Finds nothing itself; when transformers is first imported, runs attnlab.hf's registration after it."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "transformers":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            run_module = spec.loader.exec_module
+
+            def run_then_register(module):
+                run_module(module)
+                importlib.import_module("attnlab.hf")
+
+            spec.loader.exec_module = run_then_register
+        return spec
+
+
+if "transformers" in sys.modules:
+    importlib.import_module("attnlab.hf")
+elif importlib.util.find_spec("transformers") is not None:
+    sys.meta_path.insert(0, _RegisterWithTransformers())

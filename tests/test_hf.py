@@ -1,0 +1,125 @@
+"""Trained attnlab runs in Hugging Face transformers: export, Auto classes, logits, generate, tokenizers."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import attnlab  # noqa: F401  (registers the Auto classes once transformers is imported)
+from attnlab.cli import main
+from attnlab.data.tokenizer import BPETokenizer, ByteTokenizer, CharTokenizer, IdTokenizer
+from attnlab.errors import UserError
+from attnlab.hf import AttnlabForCausalLM, hf_tokenizer
+from attnlab.hf.export import export
+from attnlab.inference import load_run
+from attnlab.mixers import list_mixers
+from attnlab.train import train
+from test_train import tiny_config
+
+SEQ_LEN = 16  # within exact Boltzmann attention's window, so every mixer reads whole training windows
+PROMPT = "Line 12: "
+NEW_TOKENS = SEQ_LEN - len(PROMPT)
+FAMILIES = [[name, name] for name in list_mixers()] + [["softmax", "gla"], ["interdomain", "boltzmann"]]
+
+
+def trained_run(text_file, tmp_path, layers, extra=()):
+    overrides = [f"model.layers=[{', '.join(layers)}]", *extra]
+    cfg = tiny_config(text_file, tmp_path, name="-".join(layers), steps=2, warmup_steps=1, seq_len=SEQ_LEN,
+                      eval_every=2, ckpt_every=2, extra=overrides)
+    return train(cfg, progress=False, log=lambda *_: None)["run_dir"]
+
+
+@pytest.fixture
+def exported(text_file, tmp_path):
+    def make(layers, extra=()):
+        run_dir = trained_run(text_file, tmp_path, layers, extra)
+        return run_dir, export(run_dir, tmp_path / "hf")
+    return make
+
+
+def decode_lengths(model):
+    """Records the number of tokens of every forward call of model."""
+    lengths = []
+    model.register_forward_pre_hook(lambda _, args, kwargs: lengths.append(kwargs["input_ids"].shape[1]),
+                                    with_kwargs=True)
+    return lengths
+
+
+@pytest.mark.parametrize("layers", FAMILIES, ids=lambda layers: "+".join(dict.fromkeys(layers)))
+def test_an_exported_run_loads_with_the_auto_classes_and_matches_attnlab(exported, layers):
+    run_dir, folder = exported(layers)
+    run = load_run(run_dir, device="cpu")
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    assert isinstance(model, AttnlabForCausalLM)
+
+    ids = tokenizer(PROMPT, return_tensors="pt").input_ids
+    assert ids[0].tolist() == run.tokenizer.encode(PROMPT).tolist()
+    text = tokenizer("Line 3: the quic", return_tensors="pt").input_ids  # SEQ_LEN characters
+    torch.testing.assert_close(model(text).logits, run.model(text)[0], rtol=0, atol=1e-6)
+
+    lengths = decode_lengths(model)
+    greedy = model.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False)
+    assert greedy.tolist() == run.model.generate(ids, NEW_TOKENS, temperature=0).tolist()
+    assert lengths == [len(PROMPT)] + [1] * (NEW_TOKENS - 1)  # one prefill, then one token per step: the states
+    assert tokenizer.decode(greedy[0]) == run.tokenizer.decode(greedy[0].tolist())
+
+
+def test_save_pretrained_round_trips_and_trust_remote_code_loads_without_importing_attnlab(exported, tmp_path):
+    run_dir, folder = exported(["gdn", "gdn"])
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    model.save_pretrained(tmp_path / "again")
+    AutoTokenizer.from_pretrained(folder).save_pretrained(tmp_path / "again")
+    again = AutoModelForCausalLM.from_pretrained(tmp_path / "again")
+    for (name, a), b in zip(model.state_dict().items(), again.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    assert again.model.head.weight is again.model.embed.weight  # still tied
+
+    # a process that never imports attnlab: the folder's module imports the classes from the installed attnlab
+    script = ("from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+              f"m = AutoModelForCausalLM.from_pretrained({str(tmp_path / 'again')!r}, trust_remote_code=True)\n"
+              f"t = AutoTokenizer.from_pretrained({str(tmp_path / 'again')!r}, trust_remote_code=True)\n"
+              f"ids = t({PROMPT!r}, return_tensors='pt').input_ids\n"
+              "print(m.generate(ids, max_new_tokens=4, do_sample=False)[0].tolist())")
+    env = dict(os.environ, HF_MODULES_CACHE=str(tmp_path / "modules"))
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
+    ids = AutoTokenizer.from_pretrained(folder)(PROMPT, return_tensors="pt").input_ids
+    expected = load_run(run_dir, device="cpu").model.generate(ids, 4, temperature=0)[0].tolist()
+    assert out.stdout.strip().splitlines()[-1] == str(expected)
+
+
+@pytest.mark.parametrize("tokenizer", [CharTokenizer("abc \n"), ByteTokenizer(), IdTokenizer(10),
+                                       BPETokenizer.train(["the cat sat on the mat"] * 20, 280)],
+                         ids=["char", "byte", "ids", "bpe"])
+def test_tokenizers_encode_and_decode_as_attnlab_does_after_a_round_trip(tokenizer, tmp_path):
+    text = "3 1 4" if tokenizer.kind == "ids" else "a cab\nbc" if tokenizer.kind == "char" else "the cat é"
+    hf_tokenizer(tokenizer).save_pretrained(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    ids = tokenizer.encode(text).tolist()
+    assert loaded(text).input_ids == ids
+    assert loaded.decode(ids) == tokenizer.decode(ids)
+    assert len(loaded) == tokenizer.vocab_size
+
+
+def test_right_padding_leaves_logits_alone_and_left_padding_is_refused(exported):
+    _, folder = exported(["gla", "gla"])
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    ids = torch.tensor([[5, 6, 7, 8], [5, 6, 0, 0]])
+    right = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
+    logits = model(ids, attention_mask=right).logits
+    torch.testing.assert_close(logits[1, :2], model(ids[1:, :2]).logits[0], rtol=0, atol=1e-6)
+    with pytest.raises(UserError, match="padding only on the right"):
+        model(ids.flip(1), attention_mask=right.flip(1))
+
+
+def test_the_export_command_writes_a_folder_once(text_file, tmp_path, capsys):
+    run_dir = trained_run(text_file, tmp_path, ["softmax", "softmax"])
+    assert main(["export", str(run_dir), str(tmp_path / "hf")]) == 0
+    assert isinstance(AutoModelForCausalLM.from_pretrained(tmp_path / "hf"), AttnlabForCausalLM)
+    capsys.readouterr()
+    assert main(["export", str(run_dir), str(tmp_path / "hf")]) == 2  # never over an earlier export
+    err = capsys.readouterr().err.strip()
+    assert "already exists and is not an empty folder" in err and len(err.splitlines()) == 1
