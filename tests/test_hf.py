@@ -115,6 +115,22 @@ def test_right_padding_leaves_logits_alone_and_left_padding_is_refused(exported)
         model(ids.flip(1), attention_mask=right.flip(1))
 
 
+def test_beam_search_is_refused_rather_than_run_on_unordered_states(exported):
+    _, folder = exported(["gla", "gla"])
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    with pytest.raises(UserError, match="beam search"):
+        model.generate(torch.tensor([[5, 6, 7]]), max_new_tokens=3, num_beams=2)
+
+
+def test_importing_attnlab_registers_once_transformers_is_imported_and_not_before():
+    script = ("import sys, attnlab\n"
+              "assert 'transformers' not in sys.modules  # the command line stays fast\n"
+              "from transformers import AutoConfig\n"
+              "print(type(AutoConfig.for_model('attnlab', attnlab={'vocab_size': 8})).__name__)")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "AttnlabConfig"
+
+
 def test_the_export_command_writes_a_folder_once(text_file, tmp_path, capsys):
     run_dir = trained_run(text_file, tmp_path, ["softmax", "softmax"])
     assert main(["export", str(run_dir), str(tmp_path / "hf")]) == 0

@@ -110,6 +110,15 @@ class AttnlabForCausalLM(SavesRemoteModule, PreTrainedModel, GenerationMixin):
 
     # generate: the mixer states are the cache, under their own name (not a transformers Cache)
 
+    def generate(self, *args, **kwargs):
+        """transformers' generate: greedy search and sampling. Beam search is refused: it would have to
+        reorder every mixer's state between steps, which transformers does only for its own caches."""
+        config = kwargs.get("generation_config") or self.generation_config
+        if max(kwargs.get("num_beams") or 1, config.num_beams or 1) > 1:
+            raise UserError("attnlab models generate by greedy search or sampling; beam search (num_beams > 1) is "
+                            "not supported: drop num_beams")
+        return super().generate(*args, **kwargs)
+
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
         return False
