@@ -1,3 +1,4 @@
+import ema_mixer  # noqa: F401  (examples/: a mixer added from one file, so every registry test covers it)
 import pytest
 import torch
 

@@ -1,4 +1,5 @@
 import logging
+import re
 
 import pytest
 
@@ -95,3 +96,19 @@ def test_field_docs_are_the_source_comments():
     assert docs["ffn_hidden"].startswith("SwiGLU width; None: 8/3 * d_model")  # on the field's line
     assert docs["positions"].startswith("learned absolute position embeddings for this many positions")  # above it
     assert docs["d_model"] == ""
+
+
+@pytest.mark.parametrize("override, message", [
+    ("model.mixer_options.boltzmann.windw=8", "unknown field 'model.mixer_options.boltzmann.windw'; did you mean"),
+    ("model.mixer_options.gla.chunk_size=0", "chunk_size=0 must be positive"),
+    ("model.mixer_options.gla.chunk_size=big", "model.mixer_options.gla.chunk_size='big' must be of type int"),
+])
+def test_every_mixer_options_entry_is_typed_at_load_even_for_mixers_not_in_use(override, message, monkeypatch):
+    """The model is softmax: a mistake in another mixer's options still fails when the config loads,
+    before any data is read."""
+    def no_data(*_):
+        raise AssertionError("data was read")
+
+    monkeypatch.setattr("attnlab.data.load_corpus", no_data)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config("demo", ["model.mixer=softmax", override])

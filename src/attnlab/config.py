@@ -4,11 +4,7 @@ dotted command-line overrides (``model.mixer=sigmoid train.steps=500``) change s
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
-import re
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,8 +13,11 @@ import yaml
 from .data.brackets import BracketsConfig
 from .data.mqar import MQARConfig
 from .data.niah import NIAHConfig
+from .data.texts import SOURCES
 from .errors import ConfigError, unknown_name
 from .loggers import SINKS
+from .mixers import MixerConfig, list_mixers, mixer_config
+from .typed import field_docs, from_dict  # noqa: F401  (field_docs: re-exported for the command line)
 
 PRESET_DIR = Path(__file__).parent / "configs"
 log = logging.getLogger(__name__)
@@ -48,9 +47,18 @@ class ModelConfig:
     def layer_mixers(self) -> list[str]:
         return list(self.layers) if self.layers is not None else [self.mixer] * self.n_layers
 
-    def validate(self) -> None:
-        from .mixers import list_mixers
+    def mixer_config(self, name: str, layer_idx: int = 0) -> MixerConfig:
+        """The typed config of mixer `name` at depth layer_idx: its model.mixer_options entry, with the
+        model's d_model, and its n_heads unless the entry sets them."""
+        options = dict(self.mixer_options.get(name, {}))
+        for reserved in ("d_model", "layer_idx"):
+            if reserved in options:
+                raise ConfigError(f"model.mixer_options.{name}.{reserved} is set by the decoder; remove it")
+        options.setdefault("n_heads", self.n_heads)
+        return mixer_config(name, where=f"model.mixer_options.{name}", d_model=self.d_model, layer_idx=layer_idx,
+                            **options)
 
+    def validate(self) -> None:
         _positive(self, "model", "d_model", "n_layers", "n_heads")
         if self.vocab_size < 0:
             raise ConfigError(f"model.vocab_size={self.vocab_size} must be >= 0 (0 takes it from the tokenizer)")
@@ -77,6 +85,11 @@ class ModelConfig:
             raise ConfigError(f"model.ffn_hidden={self.ffn_hidden} must be positive (or null for 8/3*d_model)")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout={self.dropout} must be in [0, 1)")
+        # every layer's mixer and every mixer_options entry, typed now: a mistake fails before any data loads
+        for i, name in enumerate(self.layer_mixers()):
+            self.mixer_config(name, i)
+        for name in self.mixer_options:
+            self.mixer_config(name)
 
 
 TEXT_SOURCES = ("shakespeare", "text", "mixed")
@@ -113,8 +126,6 @@ class DataConfig:
             if not Path(self.path).expanduser().exists():
                 raise ConfigError(f"data.path={self.path} does not exist; give an existing file or folder")
         if self.source == "mixed":
-            from .data.texts import SOURCES
-
             for name in self.mix:
                 if name not in SOURCES:
                     raise ConfigError(unknown_name("data.mix source", name, SOURCES))
@@ -226,86 +237,6 @@ def _positive(cfg, section: str, *names: str) -> None:
         value = getattr(cfg, name)
         if value <= 0:
             raise ConfigError(f"{section}.{name}={value} must be a positive integer")
-
-
-# ---------------------------------------------------------------------------------------------------
-# dict <-> dataclass with clear errors
-
-
-def from_dict(cls, values: dict, where: str = ""):
-    """Build dataclass ``cls`` from a plain dict, rejecting unknown fields and values of the wrong type."""
-    if not isinstance(values, dict):
-        raise ConfigError(f"{where or 'config'} must be a mapping of fields, got {values!r}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    hints = typing.get_type_hints(cls)
-    kwargs = {}
-    for key, value in values.items():
-        path = f"{where}.{key}" if where else key
-        if key not in fields:
-            raise ConfigError(unknown_name("field", path, [f"{where}.{f}" if where else f for f in fields]))
-        kwargs[key] = _coerce(hints[key], value, path)
-    return cls(**kwargs)
-
-
-def _coerce(hint, value, path: str):
-    if dataclasses.is_dataclass(hint):
-        return from_dict(hint, value or {}, path)
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _coerce(inner, value, path)
-    if origin is list:
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{path} must be a list, e.g. {path}=[a,b], got {value!r}")
-        return [_coerce(args[0], v, f"{path}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{path} must be a mapping, got {value!r}")
-        return {k: _coerce(args[1], v, f"{path}.{k}") for k, v in value.items()}
-    if hint is typing.Any:
-        return value
-    if hint is float and isinstance(value, (int, str)) and not isinstance(value, bool):
-        try:  # YAML 1.1 reads 3e-4 (no dot) as a string
-            return float(value)
-        except ValueError:
-            pass
-    if hint is str and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)
-    if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
-        raise ConfigError(f"{path}={value!r} must be of type {hint.__name__}")
-    return value
-
-
-def field_docs(cls) -> dict[str, str]:
-    """{field: its documentation} for a dataclass: the comment on the field's line in the source, else the
-    comment lines just above it, taken from the class that declares it or, if that has none, a base."""
-    docs: dict[str, str] = {}
-    for klass in reversed(cls.__mro__):  # subclasses last, so that their comments win
-        if dataclasses.is_dataclass(klass):
-            docs.update({name: doc for name, doc in _source_comments(klass).items() if doc})
-    return {f.name: docs.get(f.name, "") for f in dataclasses.fields(cls)}
-
-
-FIELD_LINE = re.compile(r"^    (\w+)\s*:[^#]*(?:#\s*(.*))?$")
-
-
-def _source_comments(klass) -> dict[str, str]:
-    try:
-        lines = inspect.getsource(klass).splitlines()
-    except (OSError, TypeError):  # no source to read (e.g. a frozen application)
-        return {}
-    comments, above = {}, []
-    for line in lines:
-        if line.startswith("    #"):
-            above.append(line.strip().lstrip("#").strip())
-            continue
-        match = FIELD_LINE.match(line)
-        if match:
-            comments[match[1]] = match[2] or " ".join(above)
-        above = []
-    return comments
 
 
 # ---------------------------------------------------------------------------------------------------

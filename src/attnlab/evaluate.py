@@ -7,6 +7,8 @@ from contextlib import nullcontext
 
 import torch
 
+from .plots import new_figure, save_figure
+
 EVAL_SEED = 20240531  # every evaluation of a run reads the same windows
 
 
@@ -81,19 +83,11 @@ def perplexity_by_length(model, corpus, lengths, max_tokens: int = 65_536, devic
 
 def plot_perplexity_by_length(curves: dict, path, train_length: int | None = None):
     """curves: {label: {length: perplexity}} -> a PNG of perplexity against context length."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = new_figure(figsize=(6, 4))
     for label, curve in curves.items():
         ax.plot(list(curve), list(curve.values()), marker="o", label=label)
     if train_length:
         ax.axvline(train_length, color="gray", linestyle="--", linewidth=0.8, label="training length")
     ax.set(xscale="log", xlabel="context length (tokens)", ylabel="perplexity", title="length extrapolation")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)

@@ -10,7 +10,7 @@ from torch import nn
 
 from .config import ModelConfig
 from .errors import ConfigError
-from .mixers import Mixer, build_mixer
+from .mixers import Mixer, mixer_class
 from .nn import SwiGLU
 
 
@@ -41,12 +41,8 @@ class Block(nn.Module):
 
 
 def build_layer_mixer(cfg: ModelConfig, name: str, layer_idx: int) -> Mixer:
-    options = dict(cfg.mixer_options.get(name, {}))
-    for reserved in ("d_model", "layer_idx"):
-        if reserved in options:
-            raise ConfigError(f"model.mixer_options.{name}.{reserved} is set by the decoder; remove it")
-    options.setdefault("n_heads", cfg.n_heads)
-    return build_mixer(name, d_model=cfg.d_model, layer_idx=layer_idx, **options)
+    """The mixer of layer layer_idx, built but not yet initialised (the decoder initialises every layer)."""
+    return mixer_class(name)(cfg.mixer_config(name, layer_idx))
 
 
 class Decoder(nn.Module):
@@ -71,16 +67,18 @@ class Decoder(nn.Module):
             self.head.weight = self.embed.weight
 
     def _init_weights(self) -> None:
-        """N(0, 0.02) for embeddings and linear maps; the projections that write into the residual
-        stream get 0.02 / sqrt(2 n_layers) so its variance does not grow with depth (GPT-2).
-        Parameters that are not inside an nn.Linear or nn.Embedding keep the mixer's own init."""
-        residual_std = 0.02 / math.sqrt(2 * self.cfg.n_layers)
-        for name, module in self.named_modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
-                is_residual_out = name.endswith(("mixer.out_proj", "mlp.down"))
-                nn.init.normal_(module.weight, std=residual_std if is_residual_out else 0.02)
-                if getattr(module, "bias", None) is not None:
-                    nn.init.zeros_(module.bias)
+        """N(0, 0.02) for the embeddings and the head; each mixer initialises itself for this depth
+        (Mixer.reset_parameters), and the feed-forward blocks alike: their down projection, which writes into
+        the residual stream, gets 0.02 / sqrt(2 n_layers) (GPT-2). In module order, so that a seed gives the
+        same weights it always has."""
+        nn.init.normal_(self.embed.weight, std=0.02)
+        if self.position is not None:
+            nn.init.normal_(self.position.weight, std=0.02)
+        for block in self.blocks:
+            block.mixer.reset_parameters(self.cfg.n_layers)
+            if block.mlp is not None:
+                block.mlp.reset_parameters(self.cfg.n_layers)
+        nn.init.normal_(self.head.weight, std=0.02)
 
     def forward(self, tokens: torch.Tensor, states: list | None = None, start: int = 0):
         """tokens [B, T] -> (logits [B, T, vocab], per-layer states to continue from).

@@ -1,5 +1,6 @@
 """Small building blocks shared by the decoder and the mixers."""
 
+import math
 from contextlib import nullcontext
 
 import torch
@@ -10,6 +11,33 @@ from torch import nn
 def at_least_fp32(x: torch.Tensor) -> torch.Tensor:
     """x in fp32, or wider if it already is (the numerics policy for states, sums and partition functions)."""
     return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
+def inverse_softplus(y):
+    """softplus^-1(y) = log(exp(y) - 1), written y + log(-expm1(-y)) so that it is exact for small y and does
+    not overflow for large y: of a float (in Python floats) or of a tensor."""
+    if isinstance(y, torch.Tensor):
+        return y + torch.log(-torch.expm1(-y))
+    return y + math.log(-math.expm1(-y))
+
+
+def log_uniform_dt(n: int, dt_min: float, dt_max: float) -> torch.Tensor:
+    """n SSM time steps drawn log-uniformly in [dt_min, dt_max] (S4, Mamba), from one torch.rand(n)."""
+    return torch.exp(torch.rand(n) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
+
+
+def causal_mask(n_queries: int, n_keys: int, device=None, window: int | None = None) -> torch.Tensor:
+    """Boolean [n_queries, n_keys] mask (True = attend) for queries that are the last n_queries keys.
+
+    The diagonal offset matters when a cache holds earlier keys: query i sits at key position
+    n_keys - n_queries + i and may see every key up to and including that one. With a window, each query
+    sees only its last `window` keys (itself included).
+    """
+    full = torch.ones(n_queries, n_keys, dtype=torch.bool, device=device)
+    mask = full.tril(diagonal=n_keys - n_queries)
+    if window is not None:
+        mask = mask & ~full.tril(diagonal=n_keys - n_queries - window)
+    return mask
 
 
 def no_autocast(device: torch.device):
@@ -27,6 +55,12 @@ class SwiGLU(nn.Module):
         self.gate = nn.Linear(dim, hidden, bias=False)
         self.up = nn.Linear(dim, hidden, bias=False)
         self.down = nn.Linear(hidden, dim, bias=False)
+
+    def reset_parameters(self, n_layers: int = 1) -> None:
+        """N(0, 0.02), and 0.02 / sqrt(2 n_layers) for down, which writes into the residual stream (GPT-2)."""
+        nn.init.normal_(self.gate.weight, std=0.02)
+        nn.init.normal_(self.up.weight, std=0.02)
+        nn.init.normal_(self.down.weight, std=0.02 / math.sqrt(2 * n_layers))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(F.silu(self.gate(x)) * self.up(x))

@@ -1,10 +1,31 @@
-"""Figures: the learned Boltzmann couplings as a heat map and as a profile over distance."""
+"""Figures: creating and saving them (shared by every plot), and the learned Boltzmann couplings as a heat map
+and as a profile over distance."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import torch
+
+
+def new_figure(*args, **kwargs):
+    """``plt.subplots(*args, **kwargs)`` on matplotlib's Agg backend (files only, no display): (fig, axes)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(*args, **kwargs)
+
+
+def save_figure(fig, path, dpi: int, rect=None):
+    """Lay fig out tightly (within rect, if given), write it to path and close it; returns path."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout(rect=rect)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
 
 
 def coupling_profile(J: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -23,17 +44,12 @@ def coupling_profile(J: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def plot_couplings(J: torch.Tensor, path: str | Path, title: str = "learned couplings J") -> Path:
     """Write a PNG with the (pooled) coupling matrix and its profile over distance; returns the path."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     J = J.detach().float().cpu()
     J = J.reshape(-1, *J.shape[-2:])
     matrix = J.mean(0).triu(1)
     matrix = matrix + matrix.T  # J_jk for j < k, shown on both sides
     mean, std = coupling_profile(J)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (left, right) = new_figure(1, 2, figsize=(10, 4))
     limit = float(matrix.abs().max()) or 1.0
     image = left.imshow(matrix.numpy(), cmap="RdBu_r", vmin=-limit, vmax=limit)
     left.set(title=title, xlabel="key position k", ylabel="key position j")
@@ -42,9 +58,6 @@ def plot_couplings(J: torch.Tensor, path: str | Path, title: str = "learned coup
     right.errorbar(distance.numpy(), mean.numpy(), yerr=std.numpy(), marker="o", capsize=3)
     right.axhline(0, color="gray", linewidth=0.8)
     right.set(title="mean J by distance", xlabel="|j - k|", ylabel="J (ferromagnetic > 0)")
-    fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)

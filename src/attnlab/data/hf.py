@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..errors import UserError
+from .files import text_files
 
 
 def parse_source(source: str) -> tuple[str, str | None]:
@@ -27,8 +28,6 @@ def hf_documents(cfg) -> Iterator[str]:
         import datasets
     except ImportError:
         raise UserError("data.source=hf:... needs the datasets package: pip install datasets") from None
-    from .corpus import text_files
-
     name, config = parse_source(cfg.source)
     try:
         if name == "text":

@@ -8,6 +8,7 @@ import sysconfig
 from pathlib import Path
 
 from ..errors import ConfigError
+from .files import shakespeare_files, strip_licence
 
 SOURCES = ("plays", "python", "docs")
 DEFAULT_MIXED_CHARS = 3_000_000  # asked for when data.max_chars is unset; cut to what the sources hold
@@ -32,8 +33,6 @@ def source_text(name: str, limit: int) -> str:
     if name == "docs":
         return python_docs_text()[:limit]
     if name == "plays":
-        from .corpus import shakespeare_files, strip_licence
-
         files = shakespeare_files()
     else:
         files = python_source_files()

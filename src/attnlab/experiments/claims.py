@@ -8,6 +8,7 @@ import textwrap
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..plots import new_figure, save_figure
 from .spec import split_key
 from .stats import MAX_SEEDS, detectable_effect, mean_interval, mean_std, seeds_needed
 
@@ -280,15 +281,11 @@ def plot_claims(claims: list[Claim], results: dict, path: str | Path) -> Path:
     """One row per claim, each with its own Δ axis since claims come in different units (%, perplexity,
     percentage points): the mean Δ with its 95% interval, 0, the paper's effect and, for equal claims, the
     ±margin band, coloured by verdict. Headline claims are labelled in bold."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     judged = evaluate(claims, results)
-    fig, axes = plt.subplots(len(judged), 1, figsize=(9, 0.4 + 0.75 * len(judged)), squeeze=False)
+    fig, axes = new_figure(len(judged), 1, figsize=(9, 0.4 + 0.75 * len(judged)), squeeze=False)
     for ax, (claim, v) in zip(axes[:, 0], judged, strict=True):
         _plot_row(ax, claim, v)
     legend = [Line2D([], [], marker="o", color="gray", label="ours: Δ, 95% interval"),
@@ -296,8 +293,5 @@ def plot_claims(claims: list[Claim], results: dict, path: str | Path) -> Path:
               Patch(color="tab:blue", alpha=0.12, label="±margin"),
               *[Patch(color=c, label=verdict) for verdict, c in COLOURS.items()]]
     fig.legend(handles=legend, loc="upper center", ncol=len(legend), fontsize=7, frameon=False)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / fig.get_figheight()))  # leave the top for the legend
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    # leave the top for the legend
+    return save_figure(fig, Path(path), dpi=110, rect=(0, 0, 1, 1 - 0.3 / fig.get_figheight()))

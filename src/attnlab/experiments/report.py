@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import UserError
+from ..plots import new_figure, save_figure
 from .claims import RULES, plot_claims, verdict_table
 from .runner import describe_setting, load_results, setting_of, sweep_key
 from .spec import Experiment, Suite, split_key
@@ -182,12 +183,7 @@ def _extent(record: dict) -> str:
 
 
 def _plot(experiment: Experiment, results: dict, keys: list[str], out: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    fig, ax = new_figure(figsize=(6.5, 3.8))
     labels = [arm.label for arm in experiment.arms]
     scale, _ = _scale(experiment)
     if experiment.metric in ("extrapolation", "niah", "couplings"):  # a curve over the number after "@"
@@ -206,11 +202,7 @@ def _plot(experiment: Experiment, results: dict, keys: list[str], out: Path) -> 
     else:
         _plot_differences(ax, experiment, results, keys[0])
     ax.set_title(experiment.title, fontsize=9)
-    fig.tight_layout()
-    path = out / f"{experiment.name}.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, out / f"{experiment.name}.png", dpi=110)
 
 
 def _plot_differences(ax, experiment: Experiment, results: dict, key: str) -> None:

@@ -2,9 +2,18 @@
 
 from . import boltzmann, coupled_qk, differential, linear, softmax, ssm  # noqa: F401  (registration)
 from .attention import AttentionConfig, AttentionMixer, KVCache
-from .registry import Mixer, MixerConfig, build_mixer, list_mixers, mixer_class, mixer_fields, register_mixer
+from .registry import (
+    Mixer,
+    MixerConfig,
+    build_mixer,
+    list_mixers,
+    mixer_class,
+    mixer_config,
+    mixer_fields,
+    register_mixer,
+)
 
 __all__ = [
     "AttentionConfig", "AttentionMixer", "KVCache", "Mixer", "MixerConfig", "build_mixer", "list_mixers",
-    "mixer_class", "mixer_fields", "register_mixer",
+    "mixer_class", "mixer_config", "mixer_fields", "register_mixer",
 ]

@@ -32,22 +32,6 @@ class KVCache:
         return KVCache(torch.cat((self.k, k), dim=2), torch.cat((self.v, v), dim=2))
 
 
-def causal_mask(n_queries: int, n_keys: int, device) -> torch.Tensor:
-    """Boolean [n_queries, n_keys] mask (True = attend) for queries that are the last n_queries keys.
-
-    The diagonal offset matters when a cache holds earlier keys: query i sits at key position
-    n_keys - n_queries + i and may see every key up to and including that one.
-    """
-    full = torch.ones(n_queries, n_keys, dtype=torch.bool, device=device)
-    return full.tril(diagonal=n_keys - n_queries)
-
-
-def window_mask(n_queries: int, n_keys: int, window: int, device) -> torch.Tensor:
-    """causal_mask restricted to each query's last `window` keys (itself included)."""
-    full = torch.ones(n_queries, n_keys, dtype=torch.bool, device=device)
-    return full.tril(diagonal=n_keys - n_queries) & ~full.tril(diagonal=n_keys - n_queries - window)
-
-
 class AttentionMixer(Mixer):
     """q, k, v projections split into heads, RoPE on q and k, a KV cache, and an output projection.
 

@@ -17,9 +17,9 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..errors import ConfigError, UserError, unknown_name
-from ..nn import at_least_fp32, no_autocast, set_optim
+from ..nn import at_least_fp32, causal_mask, no_autocast, set_optim
 from ..ops import annealing, ising
-from .attention import AttentionConfig, AttentionMixer, window_mask
+from .attention import AttentionConfig, AttentionMixer
 from .registry import register_mixer
 
 # which terms of the energy each mode keeps: (fields h, pair couplings J, three-body couplings K)
@@ -148,7 +148,7 @@ class BoltzmannAttention(AttentionMixer):
                             f"positions, but this call reaches {S}; {self.length_advice(S)}")
         if self.cfg.inference == "banded":
             return self.attend_banded(q, k, v)
-        visible = window_mask(Tq, S, self.cfg.window, q.device)
+        visible = causal_mask(Tq, S, q.device, window=self.cfg.window)
         with no_autocast(q.device):  # fields and partition functions in fp32
             q, k = at_least_fp32(q), at_least_fp32(k)
             h = q @ k.transpose(-1, -2) / math.sqrt(D) if self.uses_h else q.new_zeros(B, H, Tq, S)

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError, unknown_name
+from ..nn import inverse_softplus
 from ..ops.coupled_qk import INTEGRATORS, head_mlp
 from .attention import AttentionConfig
 from .differential import DifferentialAttention, DifferentialConfig
@@ -71,10 +72,6 @@ class CoupledDifferentialConfig(CouplingOptions, IntegratorOption, DifferentialC
         self.validate_integrator()
 
 
-def inverse_softplus(y: float) -> float:
-    return y + math.log(-math.expm1(-y))
-
-
 class QKCoupling(nn.Module):
     """Integrates (q, k) [B, H, T, D] with a learned force network and a learned per-head step size."""
 
@@ -84,8 +81,8 @@ class QKCoupling(nn.Module):
         self.integrate = INTEGRATORS[integrator]
         self.steps = steps
         shape = (n_heads, head_dim, head_dim) if per_head_mlp else (head_dim, head_dim)
-        # nn.Linear's default init, kept by the decoder (which re-initialises only Linear modules):
-        # the output layer is not zero, so the force carries gradient from the first step.
+        # nn.Linear's default init (these are not nn.Linear, so reset_parameters keeps them): the output
+        # layer is not zero, so the force carries gradient from the first step.
         bound = 1 / math.sqrt(head_dim)
         self.w_in = nn.Parameter(torch.empty(shape).uniform_(-bound, bound))
         self.w_out = nn.Parameter(torch.empty(shape).uniform_(-bound, bound))

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError
-from ..nn import ShortConv, at_least_fp32, set_optim
+from ..nn import ShortConv, at_least_fp32, inverse_softplus, log_uniform_dt, set_optim
 from ..ops import fla as fla_ops
 from ..ops.ccq import CCQStats, ccq_chunk, ccq_step
 from ..ops.delta_rule import delta_rule_chunk, delta_rule_step
@@ -238,11 +238,11 @@ class GatedDeltaNet(LinearAttention):
         self.decay_proj = nn.Linear(cfg.d_model, H, bias=False)
         self.beta_proj = nn.Linear(cfg.d_model, H, bias=False)
         # Mamba-2's time constants: A ~ U(0, 16) stored as a log, dt log-uniform in [1e-3, 0.1] (floor 1e-4)
-        # stored as softplus^-1(dt). Neither is an nn.Linear, so the decoder's generic re-init leaves
-        # them alone, and neither gets weight decay.
+        # stored as softplus^-1(dt). Neither is an nn.Linear, so reset_parameters keeps them, and neither gets
+        # weight decay.
         self.A_log = set_optim(nn.Parameter(torch.empty(H).uniform_(0, 16).clamp_min(1e-4).log()), weight_decay=0.0)
-        dt = torch.exp(torch.rand(H) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3)).clamp_min(1e-4)
-        self.dt_bias = set_optim(nn.Parameter(dt + torch.log(-torch.expm1(-dt))), weight_decay=0.0)
+        dt = log_uniform_dt(H, 1e-3, 0.1).clamp_min(1e-4)
+        self.dt_bias = set_optim(nn.Parameter(inverse_softplus(dt)), weight_decay=0.0)
 
     def gates(self, x):
         # gates in fp32 or wider (fp64 stays fp64)

@@ -7,13 +7,14 @@ steps. The decoder only ever talks to mixers through this protocol.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 
 import torch
 from torch import nn
 
-from ..config import from_dict
 from ..errors import ConfigError, unknown_name
+from ..typed import from_dict
 
 
 @dataclass
@@ -49,6 +50,19 @@ class Mixer(nn.Module):
     def forward(self, x: torch.Tensor, state=None):
         """x [B, T, d_model], state from ``init_state`` or a previous call -> (y [B, T, d_model], state)."""
         raise NotImplementedError
+
+    def reset_parameters(self, n_layers: int = 1) -> None:
+        """Initialise the linear maps for a model n_layers deep: N(0, 0.02) weights and zero biases, except
+        the output projection, which writes into the residual stream and gets std 0.02 / sqrt(2 n_layers)
+        so that the stream's variance does not grow with depth (GPT-2). The decoder calls this with its
+        depth; ``build_mixer`` with 1. Parameters that are not in an nn.Linear (time constants, couplings,
+        per-head weights) keep what the mixer's constructor drew."""
+        residual_std = 0.02 / math.sqrt(2 * n_layers)
+        for name, module in self.named_modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, std=residual_std if name == "out_proj" else 0.02)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
 
     def init_state(self, batch: int, device=None, dtype=None):
         """The state before the first token."""
@@ -89,9 +103,16 @@ def mixer_fields(name: str) -> list[str]:
     return [f.name for f in fields(mixer_class(name).config_class)]
 
 
-def build_mixer(name: str, **config) -> Mixer:
-    """Build a registered mixer, e.g. ``build_mixer("softmax", d_model=256, n_heads=4, rope=False)``."""
-    cls = mixer_class(name)
-    cfg = from_dict(cls.config_class, config, where=name)
+def mixer_config(name: str, where: str | None = None, **options) -> MixerConfig:
+    """The validated, typed config of a registered mixer; `where` names its place in error messages."""
+    cfg = from_dict(mixer_class(name).config_class, options, where=where or name)
     cfg.validate()
-    return cls(cfg)
+    return cfg
+
+
+def build_mixer(name: str, **config) -> Mixer:
+    """Build a registered mixer, initialised as one layer, e.g.
+    ``build_mixer("softmax", d_model=256, n_heads=4, rope=False)``."""
+    mixer = mixer_class(name)(mixer_config(name, **config))
+    mixer.reset_parameters()
+    return mixer

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .attention import AttentionConfig, AttentionMixer, causal_mask
+from ..nn import causal_mask
+from .attention import AttentionConfig, AttentionMixer
 from .registry import register_mixer
 
 

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError, unknown_name
-from ..nn import Rotary, ShortConv, at_least_fp32, no_autocast, set_optim
+from ..nn import Rotary, ShortConv, at_least_fp32, log_uniform_dt, no_autocast, set_optim
 from ..ops import interdomain as ops
 from ..ops import s4d
 from .registry import Mixer, MixerConfig, register_mixer
@@ -109,7 +109,7 @@ class InterdomainAttention(Mixer):
         self.gate_proj = nn.Linear(d, d * (1 if conditioned else 2), bias=False) if cfg.gate else None
         self.out_proj = nn.Linear(d * (1 if conditioned else 2), d, bias=False)
 
-        dt = torch.exp(torch.rand(H) * (math.log(cfg.dt_max) - math.log(cfg.dt_min)) + math.log(cfg.dt_min))
+        dt = log_uniform_dt(H, cfg.dt_min, cfg.dt_max)
         imag = s4d.s4d_inv_imag(M, cfg.inv_uses_2M) if cfg.init == "inv" else s4d.s4d_lin_imag(M)
         C = torch.randn(H, M, M, dtype=torch.complex64) / math.sqrt(M)  # CN(0, 1/M)
         ssm = {"log_dt": dt.log(), "log_A_real": torch.full((H, M), math.log(0.5)),

@@ -1,4 +1,4 @@
-"""Helpers shared by the chunkwise forms: padding to whole chunks and splitting time into chunks."""
+"""Helpers shared by the chunkwise forms: casting inputs, padding to whole chunks and splitting time into chunks."""
 
 from __future__ import annotations
 
@@ -7,16 +7,11 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from ..nn import no_autocast
-
-
-def compute_dtype(x: torch.Tensor) -> torch.dtype:
-    """States and decay sums are accumulated in at least fp32 (fp64 stays fp64)."""
-    return torch.promote_types(x.dtype, torch.float32)
+from ..nn import at_least_fp32, causal_mask, no_autocast
 
 
 def autocast_off(op):
-    """Run op with autocast disabled on its inputs' device. The op casts its inputs to `compute_dtype`
+    """Run op with autocast disabled on its inputs' device. The op casts its inputs to `at_least_fp32`
     itself; without this, autocast would still run its products in bf16 and round the states, decay sums
     and statistics they produce."""
 
@@ -28,6 +23,18 @@ def autocast_off(op):
     return run
 
 
+def prepare_memory_inputs(q, k, v, *gates, scale=None, state=None):
+    """The inputs of a linear-attention recurrence in q's compute dtype (`at_least_fp32`): (q * scale, k, v,
+    *gates, state). q, k [..., D_k], v [..., D_v] with leading [B, H]; scale defaults to D_k^-1/2; a missing
+    state is zeros [B, H, D_k, D_v]."""
+    q = at_least_fp32(q)
+    dtype = q.dtype
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    if state is None:
+        state = q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1])
+    return q * scale, k.to(dtype), v.to(dtype), *(x.to(dtype) for x in gates), state.to(dtype)
+
+
 def pad_time(x: torch.Tensor, length: int, dim: int = 2) -> torch.Tensor:
     """Zero-pad dimension `dim` (time) of x up to `length`."""
     missing = length - x.shape[dim]
@@ -37,15 +44,17 @@ def pad_time(x: torch.Tensor, length: int, dim: int = 2) -> torch.Tensor:
     return F.pad(x, pad)
 
 
-def to_chunks(x: torch.Tensor, chunk: int) -> torch.Tensor:
-    """[B, H, T, ...] with T a multiple of chunk -> [B, H, T/chunk, chunk, ...]."""
-    B, H, T = x.shape[:3]
-    return x.reshape(B, H, T // chunk, chunk, *x.shape[3:])
+def chunk_layout(length: int, chunk_size: int) -> tuple[int, int]:
+    """(C, padded) for a time axis of `length`: the chunk length (chunk_size, or the whole sequence when it is
+    shorter; at least 1) and the length rounded up to whole chunks."""
+    C = min(chunk_size, max(length, 1))
+    return C, -(-length // C) * C
 
 
-def causal_mask(size: int, device) -> torch.Tensor:
-    """Boolean lower-triangular [size, size] mask: True where key j <= query i."""
-    return torch.ones(size, size, dtype=torch.bool, device=device).tril()
+def to_chunks(x: torch.Tensor, chunk: int, padded: int) -> torch.Tensor:
+    """[B, H, T, ...] zero-padded in time to `padded` (a multiple of chunk) -> [B, H, padded/chunk, chunk, ...]."""
+    x = pad_time(x, padded)
+    return x.reshape(*x.shape[:2], padded // chunk, chunk, *x.shape[3:])
 
 
 def decay_matrix(b: torch.Tensor) -> torch.Tensor:
@@ -54,5 +63,5 @@ def decay_matrix(b: torch.Tensor) -> torch.Tensor:
     The exponent is masked before exp, so no overflow however strong the decay.
     """
     C = b.shape[-1]
-    mask = causal_mask(C, b.device)
+    mask = causal_mask(C, C, b.device)
     return (b[..., :, None] - b[..., None, :]).masked_fill(~mask, float("-inf")).exp()

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ._chunks import autocast_off, compute_dtype, decay_matrix, pad_time, to_chunks
+from ..nn import at_least_fp32
+from ._chunks import autocast_off, chunk_layout, decay_matrix, to_chunks
 
 
 @dataclass
@@ -53,10 +54,11 @@ def covariance_times(q, second, total, count):
 
 def _prepare(q, k, lam, stats, log_decay):
     B, H, T, D = q.shape
-    dtype = compute_dtype(q)
+    q = at_least_fp32(q)
+    dtype = q.dtype
     stats = (stats or CCQStats.empty(B, H, D, q.device, dtype)).to(dtype)
-    g = log_decay.to(dtype) if log_decay is not None else q.new_zeros(B, H, T, dtype=dtype)
-    return q.to(dtype), k.to(dtype), lam.to(dtype), stats, g
+    g = log_decay.to(dtype) if log_decay is not None else q.new_zeros(B, H, T)
+    return q, k.to(dtype), lam.to(dtype), stats, g
 
 
 @autocast_off
@@ -96,10 +98,9 @@ def ccq_chunk(q, k, lam, stats: CCQStats | None = None, log_decay=None, chunk_si
     out_dtype = q.dtype
     q, k, lam, stats, g = _prepare(q, k, lam, stats, log_decay)
     B, H, T, D = q.shape
-    C = min(chunk_size, max(T, 1))
-    padded = -(-T // C) * C
-    qc, kc = (to_chunks(pad_time(x, padded), C) for x in (q, k))
-    b = to_chunks(pad_time(g, padded), C).cumsum(dim=-1)  # [B, H, N, C]
+    C, padded = chunk_layout(T, chunk_size)
+    qc, kc = (to_chunks(x, C, padded) for x in (q, k))
+    b = to_chunks(g, C, padded).cumsum(dim=-1)  # [B, H, N, C]
     gamma = decay_matrix(b)
     start = b.exp()[..., None]  # decay from the chunk start to each position
     to_end = (b[..., -1:] - b).exp()[..., None]  # weight of each key at the end of its chunk
@@ -113,7 +114,7 @@ def ccq_chunk(q, k, lam, stats: CCQStats | None = None, log_decay=None, chunk_si
         count_i = (stats.count[..., None] + torch.arange(1, T + 1, device=q.device, dtype=q.dtype))[..., None]
         total, count = (total_i[:, :, -1], count_i[:, :, -1, 0]) if T else (stats.total, stats.count)
     else:
-        real = to_chunks(pad_time(torch.ones_like(q[..., 0]), padded), C)  # padded keys must not count
+        real = to_chunks(torch.ones_like(q[..., 0]), C, padded)  # padded keys must not count
         total_prev, total = _scan(stats.total, (kc * to_end).sum(-2).unbind(2), chunk_decay)
         count_prev, count = _scan(stats.count, (to_end.squeeze(-1) * real).sum(-1).unbind(2), chunk_decay)
         total_i = (start * total_prev[..., None, :] + gamma @ kc).reshape(B, H, padded, D)[:, :, :T]

@@ -12,22 +12,14 @@ from __future__ import annotations
 
 import torch
 
-from ._chunks import autocast_off, compute_dtype, decay_matrix, pad_time, to_chunks
-
-
-def _prepare(q, k, v, g, beta, scale, initial_state):
-    B, H, T, K = q.shape
-    dtype = compute_dtype(q)
-    scale = K**-0.5 if scale is None else scale
-    h0 = initial_state if initial_state is not None else q.new_zeros(B, H, K, v.shape[-1], dtype=dtype)
-    return q.to(dtype) * scale, k.to(dtype), v.to(dtype), g.to(dtype), beta.to(dtype), h0.to(dtype)
+from ._chunks import autocast_off, chunk_layout, decay_matrix, prepare_memory_inputs, to_chunks
 
 
 @autocast_off
 def delta_rule_reference(q, k, v, g, beta, scale=None, initial_state=None):
     """Loop over time with S = h^T: S_t = exp(g_t) S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T."""
     out_dtype = v.dtype
-    q, k, v, g, beta, h0 = _prepare(q, k, v, g, beta, scale, initial_state)
+    q, k, v, g, beta, h0 = prepare_memory_inputs(q, k, v, g, beta, scale=scale, state=initial_state)
     S = h0.transpose(-1, -2)
     eye = torch.eye(q.shape[-1], dtype=q.dtype, device=q.device)
     outputs = []
@@ -43,13 +35,11 @@ def delta_rule_reference(q, k, v, g, beta, scale=None, initial_state=None):
 @autocast_off
 def delta_rule_step(q, k, v, g, beta, state, scale=None):
     """One token: q, k [B, H, D_k], v [B, H, D_v], g, beta [B, H] -> (o [B, H, D_v], state)."""
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
-    dtype = compute_dtype(q)
-    q, k, v, g, beta = (x.to(dtype) for x in (q, k, v, g, beta))
-    state = g.exp()[..., None, None] * state.to(dtype)
+    q, k, v, g, beta, state = prepare_memory_inputs(q, k, v, g, beta, scale=scale, state=state)
+    state = g.exp()[..., None, None] * state
     u = beta[..., None] * (v - torch.einsum("bhkv,bhk->bhv", state, k))
     state = state + k[..., :, None] * u[..., None, :]
-    o = torch.einsum("bhk,bhkv->bhv", q * scale, state)
+    o = torch.einsum("bhk,bhkv->bhv", q, state)
     return o.to(v.dtype), state
 
 
@@ -63,12 +53,10 @@ def delta_rule_chunk(q, k, v, g, beta, scale=None, initial_state=None, chunk_siz
     the only part that runs chunk after chunk. Padding uses k = 0, beta = 0, g = 0 (no effect).
     """
     out_dtype = v.dtype
-    q, k, v, g, beta, h = _prepare(q, k, v, g, beta, scale, initial_state)
+    q, k, v, g, beta, h = prepare_memory_inputs(q, k, v, g, beta, scale=scale, state=initial_state)
     T, D_v = q.shape[2], v.shape[-1]
-    C = min(chunk_size, max(T, 1))
-    padded = -(-T // C) * C
-    q, k, v = (to_chunks(pad_time(x, padded), C) for x in (q, k, v))
-    g, beta = (to_chunks(pad_time(x, padded), C) for x in (g, beta))
+    C, padded = chunk_layout(T, chunk_size)
+    q, k, v, g, beta = (to_chunks(x, C, padded) for x in (q, k, v, g, beta))
     b = g.cumsum(dim=-1)  # [B, H, N, C]
     gamma = decay_matrix(b)  # [B, H, N, C, C], lower triangle including the diagonal
     k_beta = k * beta[..., None]

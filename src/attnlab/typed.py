@@ -1,0 +1,91 @@
+"""Dataclasses from plain dicts (YAML, JSON) with one-line errors, and their fields' documentation.
+
+The typed configs of runs, data, tasks and mixers are all built here. This module imports nothing else of
+attnlab but its errors, so any module can use it without an import cycle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+import types
+import typing
+
+from .errors import ConfigError, unknown_name
+
+
+def from_dict(cls, values: dict, where: str = ""):
+    """Build dataclass ``cls`` from a plain dict, rejecting unknown fields and values of the wrong type."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"{where or 'config'} must be a mapping of fields, got {values!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for key, value in values.items():
+        path = f"{where}.{key}" if where else key
+        if key not in fields:
+            raise ConfigError(unknown_name("field", path, [f"{where}.{f}" if where else f for f in fields]))
+        kwargs[key] = _coerce(hints[key], value, path)
+    return cls(**kwargs)
+
+
+def _coerce(hint, value, path: str):
+    if dataclasses.is_dataclass(hint):
+        return from_dict(hint, value or {}, path)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _coerce(inner, value, path)
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{path} must be a list, e.g. {path}=[a,b], got {value!r}")
+        return [_coerce(args[0], v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path} must be a mapping, got {value!r}")
+        return {k: _coerce(args[1], v, f"{path}.{k}") for k, v in value.items()}
+    if hint is typing.Any:
+        return value
+    if hint is float and isinstance(value, (int, str)) and not isinstance(value, bool):
+        try:  # YAML 1.1 reads 3e-4 (no dot) as a string
+            return float(value)
+        except ValueError:
+            pass
+    if hint is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
+        raise ConfigError(f"{path}={value!r} must be of type {hint.__name__}")
+    return value
+
+
+def field_docs(cls) -> dict[str, str]:
+    """{field: its documentation} for a dataclass: the comment on the field's line in the source, else the
+    comment lines just above it, taken from the class that declares it or, if that has none, a base."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):  # subclasses last, so that their comments win
+        if dataclasses.is_dataclass(klass):
+            docs.update({name: doc for name, doc in _source_comments(klass).items() if doc})
+    return {f.name: docs.get(f.name, "") for f in dataclasses.fields(cls)}
+
+
+FIELD_LINE = re.compile(r"^    (\w+)\s*:[^#]*(?:#\s*(.*))?$")
+
+
+def _source_comments(klass) -> dict[str, str]:
+    try:
+        lines = inspect.getsource(klass).splitlines()
+    except (OSError, TypeError):  # no source to read (e.g. a frozen application)
+        return {}
+    comments, above = {}, []
+    for line in lines:
+        if line.startswith("    #"):
+            above.append(line.strip().lstrip("#").strip())
+            continue
+        match = FIELD_LINE.match(line)
+        if match:
+            comments[match[1]] = match[2] or " ".join(above)
+        above = []
+    return comments
