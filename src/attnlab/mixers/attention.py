@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -19,17 +20,67 @@ class AttentionConfig(MixerConfig):
 
 @dataclass
 class KVCache:
-    """Keys and values of every token seen so far: k [B, H, S, D_k], v [B, H, S, D_v]."""
+    """The keys and values a layer keeps, k [B, H, S, D_k] and v [B, H, S, D_v]: views into buffers that grow
+    geometrically, so that appending a token writes only that token. (torch.cat would copy the whole cache
+    at every token, reading and writing it twice more per step than attention itself reads it.)
 
-    k: torch.Tensor
-    v: torch.Tensor
+    Several caches may share buffers: a cache extends them in place only at their written end, and a cache
+    further back (a branch, e.g. two continuations of one prompt) copies itself out first. Under autograd the
+    cache is concatenated instead, since an in-place write would change tensors saved for the backward pass.
+    `position` counts every token seen (RoPE's offset); it exceeds S once a sliding window drops old keys.
+    """
+
+    k_buffer: torch.Tensor  # [B, H, capacity, D_k]; the cache is k_buffer[:, :, start:start + length]
+    v_buffer: torch.Tensor
+    start: int
+    length: int
+    position: int
+    written: list[int]  # [end of the data written into the buffers], shared by every cache on them
+
+    @classmethod
+    def holding(cls, k: torch.Tensor, v: torch.Tensor, position: int | None = None) -> KVCache:
+        """A cache of exactly these keys and values (no copy)."""
+        n = k.shape[2]
+        return cls(k, v, 0, n, n if position is None else position, [n])
 
     @property
-    def length(self) -> int:
-        return self.k.shape[2]
+    def k(self) -> torch.Tensor:
+        return self.k_buffer[:, :, self.start : self.start + self.length]
+
+    @property
+    def v(self) -> torch.Tensor:
+        return self.v_buffer[:, :, self.start : self.start + self.length]
+
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """What the cache holds (its buffers may have room beyond it)."""
+        return self.k, self.v
 
     def extend(self, k: torch.Tensor, v: torch.Tensor) -> KVCache:
-        return KVCache(torch.cat((self.k, k), dim=2), torch.cat((self.v, v), dim=2))
+        T, end = k.shape[2], self.start + self.length
+        if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad or self.k_buffer.requires_grad):
+            return KVCache.holding(torch.cat((self.k, k), 2), torch.cat((self.v, v), 2), self.position + T)
+        if end != self.written[0] or end + T > self.k_buffer.shape[2] or k.dtype != self.k_buffer.dtype:
+            return self._moved(T, k.dtype).extend(k, v)
+        self.k_buffer[:, :, end : end + T] = k
+        self.v_buffer[:, :, end : end + T] = v
+        self.written[0] = end + T
+        return KVCache(self.k_buffer, self.v_buffer, self.start, self.length + T, self.position + T, self.written)
+
+    def _moved(self, room: int, dtype: torch.dtype) -> KVCache:
+        """The cache copied to the front of new buffers with space for `room` more tokens and as many again,
+        so that n appended tokens cause O(log n) moves (O(n / window) under a sliding window)."""
+        dtype = torch.promote_types(self.k_buffer.dtype, dtype)  # what concatenating would have given
+        capacity = 2 * (self.length + room)
+        k_buffer = self.k_buffer.new_empty(*self.k_buffer.shape[:2], capacity, self.k_buffer.shape[3], dtype=dtype)
+        v_buffer = self.v_buffer.new_empty(*self.v_buffer.shape[:2], capacity, self.v_buffer.shape[3], dtype=dtype)
+        k_buffer[:, :, : self.length] = self.k
+        v_buffer[:, :, : self.length] = self.v
+        return KVCache(k_buffer, v_buffer, 0, self.length, self.position, [self.length])
+
+    def keep_last(self, n: int) -> KVCache:
+        """The cache without all but its last n keys and values (a sliding window's)."""
+        drop = max(0, self.length - n)
+        return dataclasses.replace(self, start=self.start + drop, length=self.length - drop)
 
 
 class AttentionMixer(Mixer):
@@ -51,11 +102,11 @@ class AttentionMixer(Mixer):
     def forward(self, x: torch.Tensor, state: KVCache | None = None):
         B, T, _ = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.cfg.n_heads, self.cfg.head_dim).permute(2, 0, 3, 1, 4)
-        past = 0 if state is None else state.length
+        past = 0 if state is None else state.position
         q, k = self.prepare_qk(q, k)
         if self.rotary is not None:
             q, k = self.rotary(q, offset=past), self.rotary(k, offset=past)
-        state = KVCache(k, v) if state is None else state.extend(k, v)
+        state = KVCache.holding(k, v) if state is None else state.extend(k, v)
         y = self.attend(q, state.k, state.v)  # [B, H', T, D']
         return self.out_proj(y.transpose(1, 2).reshape(B, T, -1)), state
 
@@ -68,7 +119,7 @@ class AttentionMixer(Mixer):
 
     def init_state(self, batch: int, device=None, dtype=None) -> KVCache:
         empty = torch.zeros(batch, self.cfg.n_heads, 0, self.cfg.head_dim, device=device, dtype=dtype)
-        return KVCache(empty, empty.clone())
+        return KVCache.holding(empty, empty.clone())
 
     def state_size(self, seq_len: int) -> int:
         return 2 * self.cfg.d_model * seq_len  # one key and one value of width d_model per token

@@ -19,7 +19,7 @@ from torch.utils.checkpoint import checkpoint
 from ..errors import ConfigError, UserError, unknown_name
 from ..nn import at_least_fp32, causal_mask, no_autocast, set_optim
 from ..ops import annealing, ising
-from .attention import AttentionConfig, AttentionMixer
+from .attention import AttentionConfig, AttentionMixer, KVCache
 from .registry import register_mixer
 
 # which terms of the energy each mode keeps: (fields h, pair couplings J, three-body couplings K)
@@ -139,6 +139,16 @@ class BoltzmannAttention(AttentionMixer):
         """Whether contexts past the window are allowed (each query then sees its last `window` keys)."""
         cfg = self.cfg
         return cfg.couplings == "distance" and not cfg.bias_field and cfg.inference in ("banded", "mean-field")
+
+    def forward(self, x: torch.Tensor, state: KVCache | None = None):
+        y, state = super().forward(x, state)
+        if self.sliding():  # the next token sees at most the last window - 1 of these keys: keep only those
+            state = state.keep_last(self.cfg.window - 1)
+        return y, state
+
+    def state_size(self, seq_len: int) -> int:
+        kept = min(seq_len, self.cfg.window - 1) if self.sliding() else seq_len
+        return 2 * self.cfg.d_model * kept
 
     def attend(self, q, k, v):
         B, H, Tq, D = q.shape
