@@ -3,13 +3,15 @@ evaluation with optional early stopping, a JSONL metrics log and checkpoints tha
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import signal
 import threading
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
-from functools import partial
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -18,7 +20,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from . import checkpoint, cost, distributed, loggers
-from .config import RunConfig, TrainConfig, from_dict
+from .config import ModelConfig, RunConfig, TrainConfig, from_dict
 from .data import TokenCorpus, load_data
 from .errors import ConfigError, UserError
 from .evaluate import perplexity, split_loss, to_device
@@ -157,19 +159,25 @@ class StopSignals:
         raise SystemExit(128 + (self.received or signal.SIGTERM))
 
 
-def build_model(cfg: RunConfig, data) -> Decoder:
-    """The decoder for cfg.model, its vocabulary (and pointer-head size) taken from the data when unset."""
+def fit_to_data(model: ModelConfig, data) -> ModelConfig:
+    """model with its vocabulary (and pointer-head size) taken from the data where it leaves them unset: a
+    new config, the given one stays as it is."""
     vocab_size = data.vocab_size
-    if cfg.model.vocab_size == 0:
-        cfg.model.vocab_size = vocab_size
-    elif cfg.model.vocab_size < vocab_size:
-        raise ConfigError(f"model.vocab_size={cfg.model.vocab_size} is smaller than the data's {vocab_size}; "
+    if model.vocab_size == 0:
+        model = dataclasses.replace(model, vocab_size=vocab_size)
+    elif model.vocab_size < vocab_size:
+        raise ConfigError(f"model.vocab_size={model.vocab_size} is smaller than the data's {vocab_size}; "
                           "set it to 0 to take the data's")
     output_size = getattr(data, "output_size", None)
-    if output_size is not None and cfg.model.output_size == 0:
-        cfg.model.output_size = output_size
-        cfg.model.tie_embeddings = False  # a pointer head scores positions, not tokens
-    return Decoder(cfg.model)
+    if output_size is not None and model.output_size == 0:
+        # a pointer head scores positions, not tokens
+        model = dataclasses.replace(model, output_size=output_size, tie_embeddings=False)
+    return model
+
+
+def build_model(cfg: RunConfig, data) -> Decoder:
+    """The decoder for cfg.model, its vocabulary (and pointer-head size) taken from the data when unset."""
+    return Decoder(fit_to_data(cfg.model, data))
 
 
 def train(cfg: RunConfig, resume: str | None = None, progress: bool = True, log=print) -> dict:
@@ -177,32 +185,104 @@ def train(cfg: RunConfig, resume: str | None = None, progress: bool = True, log=
     that checkpoint. Under torchrun every rank calls this; see ``attnlab.distributed``. Returns a summary
     (final losses, tokens/s, run folder) with the trained model under "model": the model at the last step;
     with early stopping the losses are the best checkpoint's, which ``load_run`` loads. SIGINT and SIGTERM end it
-    after the current step, which is checkpointed (see ``StopSignals``)."""
+    after the current step, which is checkpointed (see ``StopSignals``). cfg itself is left unchanged."""
     ranks = distributed.setup(cfg.train.device)
     try:
-        return _train(cfg, resume, progress, log, ranks)
+        return _train(cfg, resume, progress, log if ranks.main else (lambda *_: None), ranks)
     finally:
         distributed.teardown(ranks)
 
 
+@dataclass
+class Run:
+    """The state of one training run, from its set-up through its steps, evaluations and checkpoints."""
+
+    cfg: RunConfig  # the given config with the checkpoint's model on resume, sized to the data
+    ranks: distributed.Ranks
+    device: torch.device
+    run_dir: Path
+    corpus: object
+    model: Decoder  # the model itself, whose weights the checkpoints hold
+    trained: nn.Module  # what the steps run through: the model, or DDP around it, or the model sharded by FSDP
+    optimizer: torch.optim.Optimizer
+    log: Callable
+    progress: bool  # a progress bar rather than a line per train.log_every steps
+    data_rng: torch.Generator  # draws the training batches
+    stopping: EarlyStopping
+    step: int = 0  # steps done: the checkpoint's on resume
+    skipped: int = 0  # steps skipped for a non-finite loss or gradient
+    metrics: MetricsLog | None = None  # rank 0 alone writes the log
+    summary: dict = field(default_factory=dict)
+    bar: tqdm | None = None
+    started: float = 0.0  # when the first step began (time.perf_counter)
+    clock: float = 0.0  # tokens/s is measured over the steps since the last log line, from this time ...
+    window_tokens: int = 0  # ... and this count of tokens
+
+    @property
+    def micro_batch(self) -> int:
+        return self.cfg.train.batch_size // self.cfg.train.grad_accum
+
+    def autocast(self):
+        if self.cfg.train.precision == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return nullcontext()
+
+    def twin(self) -> tuple[Decoder, torch.optim.Optimizer]:
+        """A plain copy of the model and optimizer, for checkpoints of a sharded model."""
+        plain = build_model(self.cfg, self.corpus)
+        return plain, _adamw(param_groups(plain, self.cfg.train), self.cfg.train, self.device)
+
+    def say(self, line: str) -> None:
+        """A line below the progress bar, or to the log when there is none."""
+        (self.bar.write if self.progress else self.log)(line)
+
+
 def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distributed.Ranks) -> dict:
-    t = cfg.train
-    log = log if ranks.main else (lambda *_: None)
+    run = _set_up(cfg, resume, progress, log, ranks)
+    t, interrupted = run.cfg.train, False
+    with StopSignals() as stop, run.metrics or nullcontext():  # only rank 0 has a log to close
+        for step in run.bar:
+            loss, grad_norm, interrupted = _train_step(run, step, stop)
+            _log_progress(run, loss, grad_norm)
+            best = _evaluate_if_due(run)
+            if run.step % t.ckpt_every == 0 or run.step == t.steps or best or run.stopping.stop or interrupted:
+                _save_checkpoint(run, best)
+            if run.stopping.stop:
+                _report_early_stop(run)
+                break
+            if interrupted:
+                break
+        run.bar.close()
+        if stop.received is not None or interrupted:  # each way out of the loop above wrote a checkpoint
+            run.log(f"step {run.step}: stopped by {stop.name}; checkpoint {checkpoint.step_dir_name(run.step)} "
+                    "written, continue with --resume auto")
+            stop.exit()
+    return _summarize(run)
+
+
+# ---------------------------------------------------------------------------------------------------
+# set-up and resume
+
+
+def _set_up(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distributed.Ranks) -> Run:
+    """The run's data, model and optimizer, restored from the checkpoint when resuming; its metrics log and
+    progress bar open. The seeding and the order of these steps make a resumed run continue bit for bit."""
     run_dir = Path(cfg.out_dir) / cfg.name
     ckpt = _resume_point(run_dir, resume, log)
     if ckpt is not None:  # the model and data must be the checkpoint's; train settings may change
         saved = from_dict(RunConfig, checkpoint.load_config(ckpt)).validate()
         _check_same_run(saved, cfg, ckpt)
-        cfg.model = saved.model
+        cfg = dataclasses.replace(cfg, model=saved.model)
+    t = cfg.train
     micro_batch = t.batch_size // t.grad_accum  # drawn alike on every rank, which trains on its slice
     if micro_batch % ranks.world:
         raise ConfigError(f"train.batch_size / train.grad_accum = {micro_batch} must be divisible by the "
                           f"{ranks.world} ranks; change train.batch_size or the number of processes")
-
     device = ranks.device or pick_device(t.device)
     torch.manual_seed(t.seed)
     corpus = load_data(cfg.data, t.seq_len)
     _check_splits(corpus, t)
+    cfg = dataclasses.replace(cfg, model=fit_to_data(cfg.model, corpus))  # as the checkpoints record it
     model = build_model(cfg, corpus).to(device)
     cost.warn_if_expensive(model, cfg, device, log)  # an expensive configuration is reported before its first step
     if ckpt is not None:
@@ -212,145 +292,192 @@ def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distr
     groups = param_groups(model, t)
     names = {id(p): n for n, p in model.named_parameters()}
     trained = distributed.wrap(model, ranks, t.fsdp)
-
-    def new_optimizer(groups):
-        return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), fused=device.type == "cuda")
-
-    def twin():  # a plain copy of the model and optimizer, for checkpoints of a sharded model
-        plain = build_model(cfg, corpus)
-        return plain, new_optimizer(param_groups(plain, t))
-
-    optimizer = new_optimizer(distributed.rebind(groups, model, names))
-    data_rng = torch.Generator().manual_seed(t.seed)
-    start, stopping = 0, EarlyStopping(t.patience, t.min_delta)
+    optimizer = _adamw(distributed.rebind(groups, model, names), t, device)
+    run = Run(cfg, ranks, device, run_dir, corpus, model, trained, optimizer, log, progress,
+              data_rng=torch.Generator().manual_seed(t.seed), stopping=EarlyStopping(t.patience, t.min_delta))
     if ckpt is not None:
-        distributed.load_optimizer(model, optimizer, checkpoint.load_state(ckpt / "optimizer.pt", device), ranks,
-                                   twin)
-        state = checkpoint.load_state(ckpt / "train_state.pt")
-        start = state["step"]
-        data_rng.set_state(state["data_rng"])
-        torch.set_rng_state(state["torch_rng"])
-        stopping = EarlyStopping(t.patience, t.min_delta, state.get("early_stopping"))
-        _reconcile_best(run_dir, stopping if t.patience > 0 else None)
-        if device.type == "cuda" and state.get("cuda_rng") is not None and ranks.world == 1:
-            torch.cuda.set_rng_state_all(state["cuda_rng"])
-        log(f"resuming {run_dir} from {ckpt.name}")
-    where = f"{ranks.world} ranks ({'FSDP' if ranks.sharded else 'DDP'})" if ranks.world > 1 else f"device {device}"
-    log(f"{cfg.name}: {model.num_params():,} parameters, mixers {', '.join(cfg.model.layer_mixers())}, "
-        f"{where}; {corpus.describe()}")
+        _restore(run, ckpt)
+    _open_log(run, resumed=ckpt is not None)
+    return run
 
-    metrics = None  # rank 0 alone writes the log
+
+def _adamw(groups: list[dict], t: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+    return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), fused=device.type == "cuda")
+
+
+def _restore(run: Run, ckpt: Path) -> None:
+    """The optimizer, step, random streams and early-stopping count of the checkpoint resumed from."""
+    t = run.cfg.train
+    optimizer_state = checkpoint.load_state(ckpt / "optimizer.pt", run.device)
+    distributed.load_optimizer(run.model, run.optimizer, optimizer_state, run.ranks, run.twin)
+    state = checkpoint.load_state(ckpt / "train_state.pt")
+    run.step = state["step"]
+    run.data_rng.set_state(state["data_rng"])
+    torch.set_rng_state(state["torch_rng"])
+    run.stopping = EarlyStopping(t.patience, t.min_delta, state.get("early_stopping"))
+    _reconcile_best(run.run_dir, run.stopping if t.patience > 0 else None)
+    if run.device.type == "cuda" and state.get("cuda_rng") is not None and run.ranks.world == 1:
+        torch.cuda.set_rng_state_all(state["cuda_rng"])
+    run.log(f"resuming {run.run_dir} from {ckpt.name}")
+
+
+def _open_log(run: Run, resumed: bool) -> None:
+    """The line describing the run, then (on rank 0) its metrics log and sinks, and the progress bar."""
+    cfg, ranks = run.cfg, run.ranks
+    where = f"{ranks.world} ranks ({'FSDP' if ranks.sharded else 'DDP'})" if ranks.world > 1 else f"device {run.device}"
+    run.log(f"{cfg.name}: {run.model.num_params():,} parameters, mixers {', '.join(cfg.model.layer_mixers())}, "
+            f"{where}; {run.corpus.describe()}")
     if ranks.main:
-        resume_step = start if ckpt is not None else None
-        sinks = loggers.open_sinks(t.log_to, run_dir, cfg.to_dict(), resume_step)
-        metrics = MetricsLog(run_dir / "metrics.jsonl", resume_step, sinks)
-    autocast = partial(torch.autocast, device.type, dtype=torch.bfloat16) if t.precision == "bf16" else nullcontext
-    tokens_per_step = t.batch_size * t.seq_len
-    evaluate = partial(split_loss, model, corpus, "val", t.eval_batches, micro_batch, t.seq_len, device, autocast)
+        resume_step = run.step if resumed else None
+        sinks = loggers.open_sinks(cfg.train.log_to, run.run_dir, cfg.to_dict(), resume_step)
+        run.metrics = MetricsLog(run.run_dir / "metrics.jsonl", resume_step, sinks)
+    run.summary = {"run_dir": str(run.run_dir), "params": run.model.num_params(), "model": run.model}
+    run.trained.train()
+    last = run.step if run.stopping.stop else cfg.train.steps  # a run that stopped early stays stopped
+    run.bar = tqdm(range(run.step, last), initial=run.step, total=cfg.train.steps,
+                   disable=not (run.progress and ranks.main), desc=cfg.name, dynamic_ncols=True)
+    run.started = run.clock = time.perf_counter()
 
-    summary = {"run_dir": str(run_dir), "params": model.num_params(), "model": model}
-    trained.train()
-    last = start if stopping.stop else t.steps  # a run that stopped early stays stopped
-    bar = tqdm(range(start, last), initial=start, total=t.steps, disable=not (progress and ranks.main),
-               desc=cfg.name, dynamic_ncols=True)
-    clock, window_tokens = time.perf_counter(), 0
-    train_start, skipped, done = clock, 0, start
-    interrupted = False
-    with StopSignals() as stop, metrics or nullcontext():  # only rank 0 has a log to close
-        for step in bar:
-            multiplier = lr_multiplier(step, t)
-            for group in optimizer.param_groups:
-                group["lr"] = group["peak_lr"] * multiplier
-            loss_sum = torch.zeros((), device=device)
-            for micro in range(t.grad_accum):
-                batch = corpus.batch("train", micro_batch, t.seq_len, data_rng)
-                x, y = (distributed.my_share(b, ranks) for b in batch)
-                last = micro == t.grad_accum - 1  # DDP averages gradients over the ranks once, at the last one
-                with nullcontext() if last or ranks.sharded or ranks.world == 1 else trained.no_sync():
-                    with autocast():
-                        loss = _loss(trained, to_device(x, device), to_device(y, device))
-                    (loss / t.grad_accum).backward()
-                loss_sum += loss.detach().float()
-            # a signal at any rank stops them all after this step: its vote travels in the loss's one reduction
-            asked = torch.full((), float(stop.received is not None), device=device)
-            loss_mean, votes = distributed.mean(torch.stack((loss_sum / t.grad_accum, asked)), ranks)
-            grad_norm = nn.utils.get_total_norm([p.grad for p in trained.parameters() if p.grad is not None])
-            full_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # FSDP: DTensor
-            loss_value, norm_value, votes = torch.stack((loss_mean, full_norm.float(), votes)).tolist()  # 1 host sync
-            interrupted = votes > 0
-            bad = _first_non_finite(loss_value, norm_value, model)  # before clipping, which would spread a nan
-            done = step + 1
-            if bad is None and t.grad_clip > 0:
-                nn.utils.clip_grads_with_norm_(trained.parameters(), t.grad_clip, grad_norm)
-            if bad is not None:
-                if skipped >= t.skip_non_finite:
-                    raise UserError(f"training diverged at step {done}: {bad} is not finite (nan or inf); the last "
-                                    f"good checkpoint is kept. Lower train.lr (now {t.lr}), check the data, or let "
-                                    "train.skip_non_finite=N skip up to N such steps")
-                skipped += 1
-                log(f"step {done}: {bad} is not finite; step skipped ({skipped} of at most {t.skip_non_finite})")
-            else:
-                optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            window_tokens += tokens_per_step
 
-            if (done % t.log_every == 0 or done == t.steps) and ranks.main:
-                now = time.perf_counter()
-                tokens_per_s = window_tokens / (now - clock)
-                clock, window_tokens = now, 0
-                bar.set_postfix(loss=f"{loss_value:.3f}", tok_s=f"{tokens_per_s:,.0f}")
-                metrics.write(step=done, loss=loss_value, lr=optimizer.param_groups[0]["lr"],
-                              tokens_per_s=tokens_per_s, grad_norm=norm_value)
-                summary.update(train_loss=loss_value, tokens_per_s=tokens_per_s)
-                if not progress:  # no bar to show the loss: one line per log_every steps instead
-                    log(f"step {done}: loss {loss_value:.3f}, {tokens_per_s:,.0f} tokens/s")
-            best = False
-            if done % t.eval_every == 0 or done == t.steps:
-                val = evaluate()  # every rank evaluates the same batches (a sharded model needs them all)
-                best = stopping.update(done, val) and t.patience > 0
-                if ranks.main:
-                    metrics.write(step=done, val_loss=val, val_ppl=perplexity(val))
-                    (bar.write if progress else log)(f"step {done}: val loss {val:.4f} "
-                                                     f"(perplexity {perplexity(val):.2f})")
-                summary.update(val_loss=val, val_ppl=perplexity(val))
-            if done % t.ckpt_every == 0 or done == t.steps or best or stopping.stop or interrupted:
-                train_state = {
-                    "step": done,
-                    "data_rng": data_rng.get_state(),
-                    "torch_rng": torch.get_rng_state(),
-                    "cuda_rng": torch.cuda.get_rng_state_all() if device.type == "cuda" else None,
-                    "early_stopping": stopping.state(),
-                }
-                full_model, full_optimizer = distributed.full_state(model, optimizer, ranks, twin)
-                if ranks.main:
-                    checkpoint.save_checkpoint(run_dir, done, full_model, full_optimizer, train_state,
-                                               cfg.to_dict(), corpus.tokenizer.to_dict())
-                    if best:
-                        checkpoint.mark_best(run_dir, done, val)
-                    checkpoint.prune_checkpoints(run_dir, t.keep_last)
-            if stopping.stop:
-                if ranks.main:
-                    metrics.write(step=done, stopped="patience", best_step=stopping.best_step)
-                    (bar.write if progress else log)(f"step {done}: no significant gain in validation loss in "
-                                                     f"{t.patience} evaluations; stopping (the best checkpoint is "
-                                                     f"step {stopping.best_step})")
-                break
-            if interrupted:
-                break
-        bar.close()
-        if stop.received is not None or interrupted:  # each way out of the loop above wrote a checkpoint at `done`
-            log(f"step {done}: stopped by {stop.name}; checkpoint {checkpoint.step_dir_name(done)} written, continue "
-                "with --resume auto")
-            stop.exit()
-    summary["train_seconds"] = time.perf_counter() - train_start
-    summary["steps"] = done
-    if t.patience > 0 and stopping.best_step > 0:  # the run's result is its best checkpoint, which load_run picks
+# ---------------------------------------------------------------------------------------------------
+# one training step
+
+
+def _train_step(run: Run, step: int, stop: StopSignals) -> tuple[float, float, bool]:
+    """One optimizer step over train.grad_accum micro-batches. Returns the batch's mean loss, the gradient
+    norm before clipping, and whether a signal at any rank asked training to stop."""
+    t = run.cfg.train
+    multiplier = lr_multiplier(step, t)
+    for group in run.optimizer.param_groups:
+        group["lr"] = group["peak_lr"] * multiplier
+    loss_sum = _accumulate_gradients(run)
+    # a signal at any rank stops them all after this step: its vote travels in the loss's one reduction
+    asked = torch.full((), float(stop.received is not None), device=run.device)
+    loss_mean, votes = distributed.mean(torch.stack((loss_sum / t.grad_accum, asked)), run.ranks)
+    grad_norm = nn.utils.get_total_norm([p.grad for p in run.trained.parameters() if p.grad is not None])
+    full_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # FSDP: DTensor
+    loss, norm, votes = torch.stack((loss_mean, full_norm.float(), votes)).tolist()  # 1 host sync
+    run.step = step + 1
+    _apply_gradients(run, loss, norm, grad_norm)
+    run.window_tokens += t.batch_size * t.seq_len
+    return loss, norm, votes > 0
+
+
+def _accumulate_gradients(run: Run) -> torch.Tensor:
+    """The forward and backward passes of the step's micro-batches; the sum of their losses, on the device."""
+    t, ranks = run.cfg.train, run.ranks
+    loss_sum = torch.zeros((), device=run.device)
+    for micro in range(t.grad_accum):
+        batch = run.corpus.batch("train", run.micro_batch, t.seq_len, run.data_rng)
+        x, y = (distributed.my_share(b, ranks) for b in batch)
+        last = micro == t.grad_accum - 1  # DDP averages gradients over the ranks once, at the last one
+        with nullcontext() if last or ranks.sharded or ranks.world == 1 else run.trained.no_sync():
+            with run.autocast():
+                loss = _loss(run.trained, to_device(x, run.device), to_device(y, run.device))
+            (loss / t.grad_accum).backward()
+        loss_sum += loss.detach().float()
+    return loss_sum
+
+
+def _apply_gradients(run: Run, loss: float, norm: float, grad_norm: torch.Tensor) -> None:
+    """The optimizer step on the clipped gradients; a step whose loss or gradient is not finite is skipped
+    (at most train.skip_non_finite of them) or ends training, keeping the last good checkpoint."""
+    t = run.cfg.train
+    bad = _first_non_finite(loss, norm, run.model)  # before clipping, which would spread a nan
+    if bad is None:
+        if t.grad_clip > 0:
+            nn.utils.clip_grads_with_norm_(run.trained.parameters(), t.grad_clip, grad_norm)
+        run.optimizer.step()
+    elif run.skipped >= t.skip_non_finite:
+        raise UserError(f"training diverged at step {run.step}: {bad} is not finite (nan or inf); the last good "
+                        f"checkpoint is kept. Lower train.lr (now {t.lr}), check the data, or let "
+                        "train.skip_non_finite=N skip up to N such steps")
+    else:
+        run.skipped += 1
+        run.log(f"step {run.step}: {bad} is not finite; step skipped ({run.skipped} of at most "
+                f"{t.skip_non_finite})")
+    run.optimizer.zero_grad(set_to_none=True)
+
+
+def _log_progress(run: Run, loss: float, grad_norm: float) -> None:
+    """Every train.log_every steps and at the last, rank 0 logs the training loss and the tokens/s since."""
+    t = run.cfg.train
+    if not (run.step % t.log_every == 0 or run.step == t.steps) or not run.ranks.main:
+        return
+    now = time.perf_counter()
+    tokens_per_s = run.window_tokens / (now - run.clock)
+    run.clock, run.window_tokens = now, 0
+    run.bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_per_s:,.0f}")
+    run.metrics.write(step=run.step, loss=loss, lr=run.optimizer.param_groups[0]["lr"], tokens_per_s=tokens_per_s,
+                      grad_norm=grad_norm)
+    run.summary.update(train_loss=loss, tokens_per_s=tokens_per_s)
+    if not run.progress:  # no bar to show the loss: one line per log_every steps instead
+        run.log(f"step {run.step}: loss {loss:.3f}, {tokens_per_s:,.0f} tokens/s")
+
+
+# ---------------------------------------------------------------------------------------------------
+# evaluation, checkpoints and the summary
+
+
+def _evaluate_if_due(run: Run) -> bool:
+    """Every train.eval_every steps and at the last: the validation loss, logged and counted by early
+    stopping. True when it is the lowest so far and early stopping keeps the best checkpoint."""
+    t = run.cfg.train
+    if not (run.step % t.eval_every == 0 or run.step == t.steps):
+        return False
+    val = _validation_loss(run)  # every rank evaluates the same batches (a sharded model needs them all)
+    best = run.stopping.update(run.step, val) and t.patience > 0
+    if run.ranks.main:
+        run.metrics.write(step=run.step, val_loss=val, val_ppl=perplexity(val))
+        run.say(f"step {run.step}: val loss {val:.4f} (perplexity {perplexity(val):.2f})")
+    run.summary.update(val_loss=val, val_ppl=perplexity(val))
+    return best
+
+
+def _validation_loss(run: Run) -> float:
+    t = run.cfg.train
+    return split_loss(run.model, run.corpus, "val", t.eval_batches, run.micro_batch, t.seq_len, run.device,
+                      run.autocast)
+
+
+def _save_checkpoint(run: Run, best: bool) -> None:
+    """The checkpoint of the current step (every rank takes part: FSDP gathers the shards); rank 0 writes it,
+    marks it as the best if it is, and deletes the ones beyond train.keep_last."""
+    train_state = {
+        "step": run.step,
+        "data_rng": run.data_rng.get_state(),
+        "torch_rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state_all() if run.device.type == "cuda" else None,
+        "early_stopping": run.stopping.state(),
+    }
+    full_model, full_optimizer = distributed.full_state(run.model, run.optimizer, run.ranks, run.twin)
+    if run.ranks.main:
+        checkpoint.save_checkpoint(run.run_dir, run.step, full_model, full_optimizer, train_state, run.cfg.to_dict(),
+                                   run.corpus.tokenizer.to_dict())
+        if best:
+            checkpoint.mark_best(run.run_dir, run.step, run.stopping.best_loss)
+        checkpoint.prune_checkpoints(run.run_dir, run.cfg.train.keep_last)
+
+
+def _report_early_stop(run: Run) -> None:
+    if run.ranks.main:
+        run.metrics.write(step=run.step, stopped="patience", best_step=run.stopping.best_step)
+        run.say(f"step {run.step}: no significant gain in validation loss in {run.cfg.train.patience} evaluations; "
+                f"stopping (the best checkpoint is step {run.stopping.best_step})")
+
+
+def _summarize(run: Run) -> dict:
+    """The run's summary: its last losses and throughput, or with early stopping its best checkpoint's losses."""
+    summary, stopping = run.summary, run.stopping
+    summary["train_seconds"] = time.perf_counter() - run.started
+    summary["steps"] = run.step
+    if run.cfg.train.patience > 0 and stopping.best_step > 0:  # the run's result is its best checkpoint (load_run)
         summary.update(best_step=stopping.best_step, val_loss=stopping.best_loss,
                        val_ppl=perplexity(stopping.best_loss))
     if "val_loss" not in summary:  # resumed at the last step: nothing left to train
-        summary.update(val_loss=evaluate())
+        summary.update(val_loss=_validation_loss(run))
         summary["val_ppl"] = perplexity(summary["val_loss"])
-    summary["skipped_steps"] = skipped
+    summary["skipped_steps"] = run.skipped
     return summary
 
 
