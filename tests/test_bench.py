@@ -156,3 +156,25 @@ def test_interdomain_bench_measures_every_form_in_its_own_process():
     assert set(results) == {("chunk", 32), ("fft", 32), ("decode", 32)}
     assert all(seconds > 0 and rss > 0 for seconds, rss in results.values())
     assert not any("failed" in line for line in lines)
+
+
+def test_attention_decode_and_precision_goals_are_judged_from_the_run():
+    def row(mixer, seq_len, x_softmax, mib):
+        return {"mixer": mixer, "seq_len": seq_len, "x_softmax": x_softmax, "activation_mib": mib}
+
+    results = {"ops": {"ratios": {}}, "training": {"coupled-qk": {"x_softmax": 1.0}}, "x_transformers": None,
+               "config": {"decode": {"contexts": [8, 16]}, "mixers": {"lengths": [1024, 4096]}}, "decode": [],
+               "boltzmann": {},
+               "mixers": [row("differential", 1024, 2.0, 10), row("differential", 4096, 2.1, 40),
+                          row("sigmoid", 1024, 2.5, 10), row("sigmoid", 4096, 3.0, 160)],
+               "decode_floor": {"context": 16, "gb_per_s": 20.0, "x_floor": 1.2},
+               "utilisation": {"peaks": {"fp32": 100.0, "bf16": 300.0}, "bf16_speedup": {"d 512": 0.9}}}
+    verdicts = {g["goal"].split(" (")[0]: g["verdict"] for g in goals(results)}
+    assert verdicts["differential / softmax mixer fwd+bwd at T=4096"] == "met"
+    assert verdicts["differential activation memory T=4096 / T=1024"] == "met"
+    assert verdicts["sigmoid / softmax mixer fwd+bwd at T=4096"] == "NOT MET"
+    assert verdicts["sigmoid activation memory T=4096 / T=1024"] == "NOT MET"  # quadratic: 16x for 4x the length
+    assert verdicts["softmax decode ms/token at 16 / one read of its cache at 20 GB/s"] == "met"
+    assert verdicts["bf16 / fp32 training step speed, d 512"] == "NOT MET"
+    results["utilisation"]["peaks"]["bf16"] = 100.0  # no faster bf16 products: bf16 is not held to a goal
+    assert not any(g["goal"].startswith("bf16") for g in goals(results))

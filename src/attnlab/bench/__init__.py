@@ -22,10 +22,12 @@ from ..plots import new_figure, save_figure
 from .forms import bench_boltzmann, bench_interdomain, bench_ops
 from .mixers import bench_decode, bench_mixers, constant_state_mixers, contenders
 from .models import bench_training_step, bench_x_transformers
-from .timing import matmul_peak
+from .timing import matmul_peak, memory_bandwidth
+from .utilisation import bench_utilisation
 
 __all__ = ["PRESETS", "bench_boltzmann", "bench_decode", "bench_interdomain", "bench_mixers", "bench_ops",
-           "bench_training_step", "bench_x_transformers", "contenders", "goals", "line_styles", "run_bench"]
+           "bench_training_step", "bench_utilisation", "bench_x_transformers", "contenders", "goals", "line_styles",
+           "run_bench"]
 
 TINY_MODEL = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "train.batch_size=2", "train.seq_len=32"]
 PRESETS = {
@@ -38,6 +40,8 @@ PRESETS = {
         "training": {"preset": "coupled-qk-char", "repeats": 5, "overrides": []},
         "x_transformers": {"preset": "demo", "repeats": 5, "overrides": []},
         "boltzmann": {"exact_lengths": [8, 12, 16], "banded_lengths": [1024, 4096], "repeats": 3},
+        "utilisation": {"shapes": {"demo (d 128)": [], "d 512": ["model.d_model=512", "model.n_heads=8"]},
+                        "repeats": 5},
     },
     "quick": {
         "judged": False,  # everything timed once, at toy sizes: its numbers show the harness works, nothing more
@@ -48,6 +52,7 @@ PRESETS = {
         "training": {"preset": "coupled-qk-char", "repeats": 1, "overrides": TINY_MODEL},
         "x_transformers": {"preset": "demo", "repeats": 1, "overrides": TINY_MODEL},
         "boltzmann": {"exact_lengths": [4], "banded_lengths": [32, 64], "exact_batch": 2, "head_dim": 8, "window": 16},
+        "utilisation": {"shapes": {"tiny": TINY_MODEL}, "repeats": 1, "peak_sizes": [64, 128]},
     },
 }
 PEAK_DTYPES = {"fp32": [torch.float32], "bf16": [torch.float32, torch.bfloat16]}  # autocast keeps some fp32 products
@@ -82,6 +87,7 @@ def goals(results: dict, judged: bool = True) -> list[dict]:
     series = decode.get("softmax", [])
     rows.append((f"softmax decode ms/token at {contexts[-1]} / at {contexts[0]} context (grows)",
                  series[-1] / series[0] if len(series) == len(contexts) else None, ">", 1.1))
+    rows += _attention_goals(results)
     if len(lengths) >= 2:
         first, last = lengths[0], lengths[-1]
         rows.append((f"Boltzmann banded fwd+bwd, T={last} / T={first} (linear: {last / first:g})",
@@ -95,6 +101,53 @@ def goals(results: dict, judged: bool = True) -> list[dict]:
             verdict = {True: "met", False: "NOT MET", None: "not measured"}[met]
         out.append({"goal": what, "value": value, "bar": f"{op} {bar:g}", "met": met, "verdict": verdict})
     return out
+
+
+def _attention_goals(results: dict) -> list[tuple]:
+    """Differential and sigmoid attention against softmax at the longest length (time, and memory growing
+    no faster than the length); softmax decode against one read of its cache at the measured bandwidth;
+    bf16 training steps against fp32 where the machine's bf16 products are faster."""
+    rows = []
+    by_mixer = {}
+    for row in results.get("mixers", []):
+        by_mixer.setdefault(row["mixer"], {})[row["seq_len"]] = row
+    lengths = results["config"].get("mixers", {}).get("lengths", [])
+    first, last = (lengths[0], lengths[-1]) if len(lengths) >= 2 else (1, 1)
+    for name, bar in (("differential", 2.2), ("sigmoid", 2.0)):
+        at = by_mixer.get(name, {})
+        rows.append((f"{name} / softmax mixer fwd+bwd at T={last} (x)", at.get(last, {}).get("x_softmax"), "<=", bar))
+        growth = at[last]["activation_mib"] / at[first]["activation_mib"] if first in at and last in at else None
+        rows.append((f"{name} activation memory T={last} / T={first} (linear: {last / first:g})", growth, "<=",
+                     1.125 * last / first))
+    floor = results.get("decode_floor")
+    if floor:
+        rows.append((f"softmax decode ms/token at {floor['context']} / one read of its cache at "
+                     f"{floor['gb_per_s']:.0f} GB/s (x)", floor["x_floor"], "<=", 1.5))
+    utilisation = results.get("utilisation")
+    if utilisation and utilisation["peaks"]["bf16"] >= 1.5 * utilisation["peaks"]["fp32"]:
+        label = list(utilisation["bf16_speedup"])[-1]
+        rows.append((f"bf16 / fp32 training step speed, {label} (x; bf16 products "
+                     f"{utilisation['peaks']['bf16'] / utilisation['peaks']['fp32']:.1f}x fp32's here)",
+                     utilisation["bf16_speedup"][label], ">=", 1.2))
+    return rows
+
+
+def decode_floor(decode_rows: list[dict], d_model: int, log=print) -> dict | None:
+    """Softmax's decode time at the longest context against reading its KV cache once at this machine's
+    memory bandwidth, the least any step that attends to the whole cache can take."""
+    rows = [row for row in decode_rows if row["mixer"] == "softmax"]
+    if not rows:
+        return None
+    row = max(rows, key=lambda r: r["context"])
+    gb_per_s = memory_bandwidth()
+    cache_bytes = 2 * d_model * row["context"] * 4  # keys and values, fp32, batch 1
+    floor_ms = 1e3 * cache_bytes / (gb_per_s * 1e9)
+    result = {"context": row["context"], "gb_per_s": gb_per_s, "cache_mib": cache_bytes / 2**20,
+              "floor_ms": floor_ms, "x_floor": row["decode_ms"] / floor_ms}
+    log(f"memory bandwidth {gb_per_s:.1f} GB/s: reading softmax's {result['cache_mib']:.0f} MiB cache at "
+        f"{row['context']} tokens takes {floor_ms:.2f} ms; a decode step takes {row['decode_ms']:.2f} ms "
+        f"({result['x_floor']:.2f}x)")
+    return result
 
 
 def run_bench(preset: str = "default", out_dir: str | Path = "runs/bench", log=print) -> dict:
@@ -111,6 +164,7 @@ def run_bench(preset: str = "default", out_dir: str | Path = "runs/bench", log=p
     results["mixers"] = bench_mixers(**settings["mixers"], peak_gflops=peak["gflops"], log=log)
     log("")
     results["decode"] = bench_decode(**settings["decode"], log=log)
+    results["decode_floor"] = decode_floor(results["decode"], settings["decode"].get("d_model", 256), log=log)
     log("")
     results["ops"] = bench_ops(**settings["ops"], log=log)
     log("")
@@ -121,6 +175,8 @@ def run_bench(preset: str = "default", out_dir: str | Path = "runs/bench", log=p
     results["x_transformers"] = bench_x_transformers(**settings["x_transformers"], log=log)
     log("")
     results["boltzmann"] = bench_boltzmann(**settings["boltzmann"], log=log)
+    log("")
+    results["utilisation"] = bench_utilisation(**settings["utilisation"], log=log)
     results["goals"] = goals(results, settings["judged"])
     log("\ngoals (measured in this run):")
     for goal in results["goals"]:

@@ -25,11 +25,12 @@ def contenders() -> list[tuple[str, str, dict]]:
 
 
 def constant_state_mixers(d_model: int = 64, n_heads: int = 4) -> list[str]:
-    """Registered mixers whose decoding state does not grow with the context, by their own ``state_size``
-    (no larger at 2048 tokens than at 1024)."""
+    """The contenders (labels) whose decoding state does not grow with the context, by their own
+    ``state_size`` (no larger at 2048 tokens than at 1024): the recurrent mixers and sliding windows."""
     with torch.random.fork_rng(devices=[]):  # building initialises weights: leave the caller's RNG alone
-        built = {name: build_mixer(name, d_model=d_model, n_heads=n_heads) for name in list_mixers()}
-    return [name for name, mixer in built.items() if mixer.state_size(2048) <= mixer.state_size(1024)]
+        built = {label: build_mixer(name, d_model=d_model, n_heads=n_heads, **options)
+                 for label, name, options in contenders()}
+    return [label for label, mixer in built.items() if mixer.state_size(2048) <= mixer.state_size(1024)]
 
 
 def _build(name: str, options: dict, d_model: int, n_heads: int):

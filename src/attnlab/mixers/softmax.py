@@ -9,19 +9,21 @@ import torch
 import torch.nn.functional as F
 
 from ..nn import causal_mask
+from ..ops.sigmoid_attention import sigmoid_attention
 from .attention import AttentionConfig, AttentionMixer
 from .registry import register_mixer
 
 
-def causal_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """softmax(q k^T / sqrt(D)) v with a causal mask, queries being the last positions of the keys."""
+def causal_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+    """softmax(scale q k^T) v with a causal mask, queries being the last positions of the keys; scale defaults
+    to 1/sqrt(D)."""
     T, S = q.shape[-2], k.shape[-2]
     if T == S:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
     if T == 1:  # one new token sees every cached key
-        return F.scaled_dot_product_attention(q, k, v)
+        return F.scaled_dot_product_attention(q, k, v, scale=scale)
     # is_causal would align the mask to the top-left corner; queries here are the bottom rows.
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(T, S, q.device))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(T, S, q.device), scale=scale)
 
 
 @register_mixer("softmax")
@@ -47,6 +49,4 @@ class SigmoidAttention(AttentionMixer):
     config_class = SigmoidConfig
 
     def attend(self, q, k, v):
-        scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + self.cfg.bias
-        weights = torch.sigmoid(scores) * causal_mask(q.shape[-2], k.shape[-2], q.device)
-        return weights @ v
+        return sigmoid_attention(q, k, v, self.cfg.bias)  # blockwise: no [T, S] matrix
