@@ -9,6 +9,7 @@ the argument and the fix, and exits with code 2.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import importlib.util
 import os
@@ -268,15 +269,14 @@ def _list_params(config: str | None, overrides: list[str]) -> None:
     from .model import Decoder
 
     cfg = load_config(config, overrides)
-    cfg.model.vocab_size = cfg.model.vocab_size or 256
-    print(f"{config or 'default'} model, vocab {cfg.model.vocab_size}, state at T={cfg.train.seq_len}:")
+    base = cfg.sized_model()
+    print(f"{config or 'default'} model, vocab {base.vocab_size}, state at T={cfg.train.seq_len}:")
     print(f"  {'mixer':<22} {'parameters':>12} {'vs softmax':>11} {'state numbers':>14}")
     baseline = None
     for name in ["softmax"] + [m for m in list_mixers() if m != "softmax"]:
-        cfg.model.mixer, cfg.model.layers = name, None
         try:
             with torch.device("meta"):  # shapes only: counting needs no memory or initialisation
-                model = Decoder(cfg.model)
+                model = Decoder(dataclasses.replace(base, mixer=name, layers=None))
         except UserError as err:
             print(f"  {name:<22} (not buildable with this config: {err})")
             continue
@@ -412,13 +412,16 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .experiments import PAPERS
-
     parser = Parser(prog="attnlab", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"attnlab {_version()}")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks for user errors too")
     sub = parser.add_subparsers(dest="command", required=True)
+    for add in SUBCOMMANDS:
+        add(sub)
+    return parser
 
+
+def _train_parser(sub) -> None:
     p = sub.add_parser("train", help="train a model from a preset or YAML file plus dotted overrides",
                        epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config", nargs="?", help="preset name (attnlab list) or path to a YAML file")
@@ -429,6 +432,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "terminal: logs get the validation lines only)")
     p.set_defaults(func=cmd_train, check=check_train)
 
+
+def _eval_parser(sub) -> None:
     p = sub.add_parser("eval", help="loss and perplexity of a checkpoint on its data, or a task's accuracy")
     p.add_argument("checkpoint", help=RUN)
     p.add_argument("--split", choices=["train", "val"], help="the split the loss is measured on (default: val)")
@@ -448,6 +453,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=positive_int, help="--lm-eval: at most this many examples per task")
     p.set_defaults(func=cmd_eval, check=check_eval)
 
+
+def _generate_parser(sub) -> None:
     p = sub.add_parser("generate", help="sample text from a checkpoint")
     p.add_argument("checkpoint", help=RUN)
     p.add_argument("--prompt", default="\n", type=non_empty, help="text to continue (default: a newline)")
@@ -460,11 +467,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="most tokens the model sees at once (default: its training length; 0: unbounded)")
     p.set_defaults(func=cmd_generate)
 
+
+def _export_parser(sub) -> None:
     p = sub.add_parser("export", help="a run as a Hugging Face transformers folder (AutoModelForCausalLM)")
     p.add_argument("checkpoint", help=RUN)
     p.add_argument("folder", help="a new or empty folder for config.json, the weights and the tokenizer")
     p.set_defaults(func=cmd_export)
 
+
+def _list_parser(sub) -> None:
     p = sub.add_parser("list", help="mixers with their fields, and presets; --params compares parameter counts")
     p.add_argument("--params", action="store_true", help="parameters and state of every mixer on a model")
     p.add_argument("name", nargs="?", help="a mixer: only its fields; with --params, a preset or YAML file "
@@ -472,16 +483,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="with --params: section.field=value changes to the model")
     p.set_defaults(func=cmd_list, check=check_list)
 
+
+def _couplings_parser(sub) -> None:
     p = sub.add_parser("couplings", help="a Boltzmann model's learned J: profile over distance and heat map")
     p.add_argument("checkpoint", help=RUN)
     p.add_argument("--out", help="folder for the PNG files (default: the run folder)")
     p.set_defaults(func=cmd_couplings, check=check_couplings)
 
+
+def _demo_parser(sub) -> None:
     p = sub.add_parser("demo", help="every mechanism on a language-modelling and a retrieval task (CPU, minutes)")
     p.add_argument("--out", default="runs/demo", help="folder for the runs and report, replaced if it holds an "
                    "earlier demo (default: %(default)s)")
     p.add_argument("--quick", action="store_true", help="a few steps per model: a smoke test")
     p.set_defaults(func=cmd_demo, check=check_demo)
+
+
+def _reproduce_parser(sub) -> None:
+    from .experiments import PAPERS
 
     p = sub.add_parser("reproduce", help="a paper's claims in miniature over seeds, with a report")
     p.add_argument("suite", choices=[*PAPERS, "all"], help="the paper's suite, or all of them")
@@ -497,15 +516,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="results", help="reports go to <out>/<suite>/")
     p.set_defaults(func=cmd_reproduce, check=check_reproduce)
 
+
+def _report_parser(sub) -> None:
     p = sub.add_parser("report", help="rebuild a suite's report and figures from its results.json alone")
     p.add_argument("folder", help="the folder attnlab reproduce wrote, e.g. results/boltzmann")
     p.set_defaults(func=cmd_report)
 
+
+def _results_parser(sub) -> None:
     p = sub.add_parser("results", help="the main tables of every reproduced suite, for the README")
     p.add_argument("--root", default="results", help="the folder attnlab reproduce wrote to")
     p.add_argument("--readme", help="write them between the results markers of this file instead of printing")
     p.set_defaults(func=cmd_results, check=check_results)
 
+
+def _bench_parser(sub) -> None:
     p = sub.add_parser("bench", help="every mixer and op form timed side by side, against peers and goals")
     view = p.add_mutually_exclusive_group()  # each picks what the run measures: one at a time
     view.add_argument("--quick", action="store_true",
@@ -526,12 +551,21 @@ def build_parser() -> argparse.ArgumentParser:
                       help="only the op forms vs their references and peers (T=4096, or the last of --lengths)")
     p.set_defaults(func=cmd_bench, check=check_bench)
 
+
+def _doctor_parser(sub) -> None:
     p = sub.add_parser("doctor", help="every mixer on this machine's GPU against fp64, timings, fla, a short training")
     p.add_argument("--out", default="runs/doctor", help="folder for doctor.json")
     p.add_argument("--train-steps", type=non_negative_int, default=200,
                    help="steps of the demo model (0: no training)")
     p.set_defaults(func=cmd_doctor, check=check_doctor)
-    return parser
+
+
+# each adds one subcommand's parser, in the order --help lists them
+SUBCOMMANDS = (
+    _train_parser, _eval_parser, _generate_parser, _export_parser,
+    _list_parser, _couplings_parser, _demo_parser, _reproduce_parser,
+    _report_parser, _results_parser, _bench_parser, _doctor_parser,
+)
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -199,14 +199,15 @@ class TrainConfig:
             if self.log_to.count(sink) > 1:
                 raise ConfigError(f"train.log_to lists {sink} twice; list each sink once")
 
-    def cap_warmup(self) -> None:
-        """A preset's warmup would fill a run shortened with train.steps: cap it, and say so. Done where a
-        config is made from a preset and overrides, not when a trained run's config is read back."""
+    def with_capped_warmup(self) -> TrainConfig:
+        """A preset's warmup would fill a run shortened with train.steps: this config with it capped, said in a
+        note. Made where a config comes from a preset and overrides, not when a trained run's is read back."""
         cap = int(self.steps * MAX_WARMUP_FRACTION)
-        if self.warmup_steps > cap:
-            log.warning(f"note: train.warmup_steps={self.warmup_steps} is more than half of train.steps={self.steps}; "
-                        f"warming up for {cap} steps (set train.warmup_steps={cap} or less to choose)")
-            self.warmup_steps = cap
+        if self.warmup_steps <= cap:
+            return self
+        log.warning(f"note: train.warmup_steps={self.warmup_steps} is more than half of train.steps={self.steps}; "
+                    f"warming up for {cap} steps (set train.warmup_steps={cap} or less to choose)")
+        return dataclasses.replace(self, warmup_steps=cap)
 
 
 @dataclass
@@ -230,6 +231,18 @@ class RunConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    def sized_model(self) -> ModelConfig:
+        """The model config with a vocabulary where it leaves it to the tokenizer (0), for shapes before any
+        data loads: the BPE's size, the MQAR task's, else 256 (bytes; a bound for the character vocabularies
+        of the local corpora, e.g. Shakespeare's 65)."""
+        if self.model.vocab_size:
+            return self.model
+        if self.data.tokenizer == "bpe":
+            size = self.data.bpe_vocab
+        else:
+            size = self.data.mqar.vocab_size if self.data.source == "mqar" else 256
+        return dataclasses.replace(self.model, vocab_size=size)
 
 
 def _positive(cfg, section: str, *names: str) -> None:
@@ -286,5 +299,4 @@ def apply_overrides(values: dict, overrides: list[str]) -> dict:
 def load_config(preset_or_path: str | None = None, overrides: list[str] = ()) -> RunConfig:
     values = load_yaml(preset_or_path) if preset_or_path else {}
     cfg = from_dict(RunConfig, apply_overrides(values, list(overrides))).validate()
-    cfg.train.cap_warmup()
-    return cfg
+    return dataclasses.replace(cfg, train=cfg.train.with_capped_warmup())

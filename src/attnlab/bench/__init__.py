@@ -48,7 +48,7 @@ PRESETS = {
         "peak_sizes": [64, 128],
         "mixers": {"lengths": [16, 32], "repeats": 1, "d_model": 32, "precision": "fp32"},
         "decode": {"contexts": [32, 64], "steps": 2, "prefill_chunk": 32, "d_model": 32},
-        "ops": {"seq_len": 32, "repeats": 1, "heads": 2, "head_dim": 8, "d_model": 16},
+        "ops": {"seq_len": 32, "repeats": 1, "mixer_repeats": 1, "heads": 2, "head_dim": 8, "d_model": 16},
         "training": {"preset": "coupled-qk-char", "repeats": 1, "overrides": TINY_MODEL},
         "x_transformers": {"preset": "demo", "repeats": 1, "overrides": TINY_MODEL},
         "boltzmann": {"exact_lengths": [4], "banded_lengths": [32, 64], "exact_batch": 2, "head_dim": 8, "window": 16},

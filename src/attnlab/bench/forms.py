@@ -4,12 +4,14 @@ FFT forms."""
 
 from __future__ import annotations
 
+import statistics
 import warnings
+from functools import partial
 
 import torch
 
 from ..mixers import build_mixer
-from .timing import round_robin
+from .timing import paired_ratio, round_robin, round_robin_times
 
 
 def _fla_references() -> dict:
@@ -25,58 +27,29 @@ def _fla_references() -> dict:
 
 
 def bench_ops(seq_len: int = 4096, batch: int = 2, heads: int = 4, head_dim: int = 64, d_model: int = 256,
-              repeats: int = 3, log=print) -> dict:
+              repeats: int = 3, mixer_repeats: int = 10, log=print) -> dict:
     """Forward+backward seconds of each op form against its loop reference and flash-linear-attention's
-    references; CCQ mixers against their backbones; the softmax mixer against bare causal SDPA."""
-    from ..ops.delta_rule import delta_rule_chunk, delta_rule_reference
-    from ..ops.gla import gla_chunk, gla_reference
-
-    gen = torch.Generator().manual_seed(0)
-
-    def leaf(*shape, fn=lambda t: t):
-        return fn(torch.randn(*shape, generator=gen)).requires_grad_()
-
+    references; the softmax mixer against bare causal SDPA; CCQ mixers against their backbones, over
+    mixer_repeats rounds and as the median of the ratios within a round (their gap is a few tens of percent,
+    which drift between rounds would swamp)."""
     B, H, T, D = batch, heads, seq_len, head_dim
-    q, v = leaf(B, H, T, D), leaf(B, H, T, D)
-    k = leaf(B, H, T, D, fn=lambda t: torch.nn.functional.normalize(t, dim=-1))
-    g_gla = leaf(B, H, T, D, fn=lambda t: torch.nn.functional.logsigmoid(t) / 16)
-    g_gdn = leaf(B, H, T, fn=lambda t: torch.nn.functional.logsigmoid(t + 3))
-    beta = leaf(B, H, T, fn=torch.sigmoid)
-
-    def backward_of(fn):
-        return lambda: fn()[0].sum().backward()
-
-    def fla_layout(*xs):
-        return [x.transpose(1, 2) for x in xs]
-
-    tasks = {
-        "gla chunk": backward_of(lambda: gla_chunk(q, k, v, g_gla)),
-        "gla reference": backward_of(lambda: gla_reference(q, k, v, g_gla)),
-        "gdn chunk": backward_of(lambda: delta_rule_chunk(q, k, v, g_gdn, beta)),
-        "gdn reference": backward_of(lambda: delta_rule_reference(q, k, v, g_gdn, beta)),
-    }
-    fla = _fla_references()
-    if fla:
-        tasks["gla fla naive_recurrent"] = backward_of(lambda: fla["gla"](*fla_layout(q, k, v, g_gla)))
-        tasks["gdn fla naive_chunk"] = backward_of(lambda: fla["gdn"](*fla_layout(q, k, v), g=g_gdn.transpose(1, 2),
-                                                                       beta=beta.transpose(1, 2)))
-    tasks["sdpa (causal)"] = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True
-                                                                                       ).sum().backward()
-    x = torch.randn(B, T, d_model, requires_grad=True)
-    for name in ("softmax", "gla", "ccq-gla", "gdn", "ccq-gdn"):
-        mixer = build_mixer(name, d_model=d_model, n_heads=heads)
-        tasks[f"{name} mixer"] = backward_of(lambda mixer=mixer: mixer(x))
+    tasks, fla = _op_tasks(B, H, T, D)
     seconds = round_robin(tasks, repeats)
+    x = torch.randn(B, T, d_model, requires_grad=True)
+    mixers = {f"{name} mixer": _backward_of(partial(build_mixer(name, d_model=d_model, n_heads=heads), x))
+              for name in ("softmax", "gla", "ccq-gla", "gdn", "ccq-gdn")}
+    mixer_times = round_robin_times(mixers, mixer_repeats)
+    seconds |= {name: statistics.median(times) for name, times in mixer_times.items()}
 
     log(f"forward+backward, B={B} H={H} T={T} head dim {D} (mixers: d_model {d_model}, with their projections), "
-        f"{torch.get_num_threads()} threads, median of {repeats}, round-robin")
+        f"{torch.get_num_threads()} threads, median of {repeats} (mixers {mixer_repeats}), round-robin")
     for name, sec in seconds.items():
         log(f"  {name:<26} {1e3 * sec:>10.1f} ms")
     ratios = {
         "gla reference / chunk": seconds["gla reference"] / seconds["gla chunk"],
         "gdn reference / chunk": seconds["gdn reference"] / seconds["gdn chunk"],
-        "ccq-gla / gla mixer": seconds["ccq-gla mixer"] / seconds["gla mixer"],
-        "ccq-gdn / gdn mixer": seconds["ccq-gdn mixer"] / seconds["gdn mixer"],
+        "ccq-gla / gla mixer": paired_ratio(mixer_times, "ccq-gla mixer", "gla mixer"),
+        "ccq-gdn / gdn mixer": paired_ratio(mixer_times, "ccq-gdn mixer", "gdn mixer"),
         "softmax mixer / bare sdpa": seconds["softmax mixer"] / seconds["sdpa (causal)"],
     }
     if fla:
@@ -88,6 +61,46 @@ def bench_ops(seq_len: int = 4096, batch: int = 2, heads: int = 4, head_dim: int
     for name, ratio in ratios.items():
         log(f"  {name:<50} {ratio:>6.2f}x")
     return {"seconds": seconds, "ratios": ratios}
+
+
+def _backward_of(fn):
+    return lambda: fn()[0].sum().backward()
+
+
+def _op_tasks(B: int, H: int, T: int, D: int) -> tuple[dict, dict]:
+    """Forward+backward of the chunk forms, their loop references, fla's references (when installed) and bare
+    causal SDPA on random inputs of one shape; and fla's references found."""
+    from ..ops.delta_rule import delta_rule_chunk, delta_rule_reference
+    from ..ops.gla import gla_chunk, gla_reference
+
+    gen = torch.Generator().manual_seed(0)
+
+    def leaf(*shape, fn=lambda t: t):
+        return fn(torch.randn(*shape, generator=gen)).requires_grad_()
+
+    q, v = leaf(B, H, T, D), leaf(B, H, T, D)
+    k = leaf(B, H, T, D, fn=lambda t: torch.nn.functional.normalize(t, dim=-1))
+    g_gla = leaf(B, H, T, D, fn=lambda t: torch.nn.functional.logsigmoid(t) / 16)
+    g_gdn = leaf(B, H, T, fn=lambda t: torch.nn.functional.logsigmoid(t + 3))
+    beta = leaf(B, H, T, fn=torch.sigmoid)
+
+    def fla_layout(*xs):
+        return [x.transpose(1, 2) for x in xs]
+
+    tasks = {
+        "gla chunk": _backward_of(lambda: gla_chunk(q, k, v, g_gla)),
+        "gla reference": _backward_of(lambda: gla_reference(q, k, v, g_gla)),
+        "gdn chunk": _backward_of(lambda: delta_rule_chunk(q, k, v, g_gdn, beta)),
+        "gdn reference": _backward_of(lambda: delta_rule_reference(q, k, v, g_gdn, beta)),
+    }
+    fla = _fla_references()
+    if fla:
+        tasks["gla fla naive_recurrent"] = _backward_of(lambda: fla["gla"](*fla_layout(q, k, v, g_gla)))
+        tasks["gdn fla naive_chunk"] = _backward_of(lambda: fla["gdn"](*fla_layout(q, k, v), g=g_gdn.transpose(1, 2),
+                                                                         beta=beta.transpose(1, 2)))
+    tasks["sdpa (causal)"] = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True
+                                                                                       ).sum().backward()
+    return tasks, fla
 
 
 def bench_boltzmann(exact_lengths=(8, 12, 16), banded_lengths=(256, 1024, 4096), exact_batch: int = 32,

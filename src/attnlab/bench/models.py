@@ -3,6 +3,8 @@ x-transformers decoder of the same shape."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from ..config import load_config
@@ -14,17 +16,15 @@ from .timing import round_robin
 def bench_training_step(preset: str, mixers=None, repeats: int = 10, overrides=(), log=print) -> dict:
     """Milliseconds per AdamW training step of the preset's model with each mixer, and the ratio to softmax."""
     cfg = load_config(preset, list(overrides))
-    cfg.model.vocab_size = cfg.model.vocab_size or 256
-    t = cfg.train
+    model_cfg, t = cfg.sized_model(), cfg.train
     names = list_mixers() if mixers == ["all"] else (mixers or [cfg.model.mixer])
     names = sorted(set(names) | {"softmax"}, key=lambda n: (n != "softmax", n))
     generator = torch.Generator().manual_seed(0)
-    tokens = torch.randint(cfg.model.vocab_size, (t.batch_size, t.seq_len + 1), generator=generator)
+    tokens = torch.randint(model_cfg.vocab_size, (t.batch_size, t.seq_len + 1), generator=generator)
     tasks = {}
     for name in names:
-        cfg.model.mixer, cfg.model.layers = name, None
         torch.manual_seed(0)
-        model = Decoder(cfg.model)
+        model = Decoder(dataclasses.replace(model_cfg, mixer=name, layers=None))
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
         def step(model=model, optimizer=optimizer):
@@ -67,12 +67,11 @@ def bench_x_transformers(preset: str = "demo", repeats: int = 10, overrides=(), 
         log("x-transformers is not installed: `pip install x-transformers` to compare decoders")
         return None
     cfg = load_config(preset, ["model.mixer=softmax", *overrides])
-    cfg.model.vocab_size = cfg.model.vocab_size or 256
-    t = cfg.train
+    model_cfg, t = cfg.sized_model(), cfg.train
     generator = torch.Generator().manual_seed(0)
-    tokens = torch.randint(cfg.model.vocab_size, (t.batch_size, t.seq_len + 1), generator=generator)
+    tokens = torch.randint(model_cfg.vocab_size, (t.batch_size, t.seq_len + 1), generator=generator)
     torch.manual_seed(0)
-    ours, theirs = Decoder(cfg.model), x_transformers_decoder(cfg.model, cfg.model.vocab_size)
+    ours, theirs = Decoder(model_cfg), x_transformers_decoder(model_cfg, model_cfg.vocab_size)
 
     def ours_loss():
         return ours.loss(tokens[:, :-1], tokens[:, 1:])

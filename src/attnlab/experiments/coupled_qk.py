@@ -53,22 +53,46 @@ def suite(tier: str = "default") -> Suite:
     return {"default": default, "converged": converged, "paper": paper}[tier]()
 
 
+# Every language model of the default tier reads the same 1.2M characters of plays (the coherent corpus), so
+# an arm that recurs in several experiments (softmax, Euler with one step) is trained once and measured again.
+LM_STEPS = ["train.steps=400", "train.eval_every=400", "train.ckpt_every=400", "data.max_chars=1200000"]
+
+
+def _lm_arm(label: str, mixer: str, *extra: str, **options) -> Arm:
+    """A character-level language model of the default tier with this mixer and mixer options."""
+    settings = [f"model.mixer_options.{mixer}.{k}={v}" for k, v in options.items()]
+    return Arm(label, "coupled-qk-char", [f"model.mixer={mixer}", *LM_STEPS, *settings, *extra])
+
+
 def default() -> Suite:
-    # Every language model here reads the same 1.2M characters of plays (the coherent corpus), so an arm
-    # that recurs in several experiments (softmax, Euler with one step) is trained once and measured again.
-    lm_steps = ["train.steps=400", "train.eval_every=400", "train.ckpt_every=400", "data.max_chars=1200000"]
+    return Suite(
+        "coupled-qk",
+        "Coupled Query-Key Dynamics in miniature",
+        _default_experiments(),
+        QUICK,
+        "Claims: coupling lowers perplexity with Euler ≈ leapfrog < uncoupled ≤ standard and reaches a loss in "
+        "fewer tokens; step count does not matter; the gain depends on the corpus (helps coherent text, hurts "
+        "heterogeneous text).",
+        claims=[
+            *lm_claims("lm"),
+            Claim("coupling reaches a training loss in fewer tokens", "efficiency", "tokens to 1.9",
+                  "coupled-euler", "softmax", "lower", relative(1, PAPER_TOKENS_RATIO), relative=True),
+            *steps_claims("steps"),
+            *corpus_claims(),
+            recall_claim("mqar"),
+        ],
+    )
 
-    def arm(label, mixer, *extra, **options):
-        settings = [f"model.mixer_options.{mixer}.{k}={v}" for k, v in options.items()]
-        return Arm(label, "coupled-qk-char", [f"model.mixer={mixer}", *lm_steps, *settings, *extra])
 
-    softmax, euler = arm("softmax", "softmax"), arm("coupled-euler", "coupled-qk")
-    leapfrog, uncoupled = arm("coupled-leapfrog", "coupled-qk", integrator="leapfrog"), arm("uncoupled", "uncoupled-qk")
+def _default_experiments() -> list[Experiment]:
+    softmax, euler = _lm_arm("softmax", "softmax"), _lm_arm("coupled-euler", "coupled-qk")
+    leapfrog = _lm_arm("coupled-leapfrog", "coupled-qk", integrator="leapfrog")
+    uncoupled = _lm_arm("uncoupled", "uncoupled-qk")
     lm = Experiment(
         "lm",
         "Character-level Shakespeare: validation perplexity",
         "val_ppl",
-        [softmax, euler, leapfrog, uncoupled, arm("differential", "differential")],
+        [softmax, euler, leapfrog, uncoupled, _lm_arm("differential", "differential")],
         baseline="softmax",
         paper=PAPER_LM,
     )
@@ -87,8 +111,8 @@ def default() -> Suite:
         "val_ppl",
         [
             Arm("1 step", euler.preset, euler.overrides),
-            arm("3 steps", "coupled-qk", steps=3),
-            arm("7 steps", "coupled-qk", steps=7),
+            _lm_arm("3 steps", "coupled-qk", steps=3),
+            _lm_arm("7 steps", "coupled-qk", steps=7),
         ],
         baseline="1 step",
     )
@@ -98,7 +122,7 @@ def default() -> Suite:
             f"corpus-{kind}",
             f"{kind.capitalize()} corpus{detail}: coupled vs standard",
             "val_ppl",
-            [arm("softmax", "softmax", *source), arm("coupled-qk", "coupled-qk", *source)],
+            [_lm_arm("softmax", "softmax", *source), _lm_arm("coupled-qk", "coupled-qk", *source)],
             baseline="softmax",
             paper={"coupled-qk": paper},
         )
@@ -118,23 +142,7 @@ def default() -> Suite:
         ],
         baseline="softmax",
     )
-    return Suite(
-        "coupled-qk",
-        "Coupled Query-Key Dynamics in miniature",
-        [lm, efficiency, steps, *corpus, mqar],
-        QUICK,
-        "Claims: coupling lowers perplexity with Euler ≈ leapfrog < uncoupled ≤ standard and reaches a loss in "
-        "fewer tokens; step count does not matter; the gain depends on the corpus (helps coherent text, hurts "
-        "heterogeneous text).",
-        claims=[
-            *lm_claims("lm"),
-            Claim("coupling reaches a training loss in fewer tokens", "efficiency", "tokens to 1.9",
-                  "coupled-euler", "softmax", "lower", relative(1, PAPER_TOKENS_RATIO), relative=True),
-            *steps_claims("steps"),
-            *corpus_claims(),
-            recall_claim("mqar"),
-        ],
-    )
+    return [lm, efficiency, steps, *corpus, mqar]
 
 
 def converged() -> Suite:

@@ -8,40 +8,23 @@ NAME = "demo"
 TIERS = ("default",)
 
 
+MIXERS = ["softmax", "coupled-qk", "differential", "gla", "ccq-gla", "gdn", "ccq-gdn", "interdomain", "s4d",
+          "boltzmann"]
+# exact enumeration stops at short windows, so the demo's 64-token contexts use the mean-field marginals
+BOLTZMANN = ["model.mixer_options.boltzmann.inference=mean-field", "model.mixer_options.boltzmann.couplings=distance",
+             "model.mixer_options.boltzmann.window=64"]
+SMALL = ["model.d_model=64", "model.n_layers=2", "model.n_heads=2", "model.mixer_options.interdomain.modes=16",
+         "model.mixer_options.s4d.modes=16"]
+
+
+def arms(preset: str, *overrides: str) -> list[Arm]:
+    """Every mixer of the demo, small, on the preset with these overrides."""
+    return [Arm(m, preset, [f"model.mixer={m}", *SMALL, *overrides, *(BOLTZMANN if m == "boltzmann" else [])])
+            for m in MIXERS]
+
+
 def suite(tier: str = "default") -> Suite:
     """Every mechanism next to its baseline on one language-modelling and one retrieval task, in minutes."""
-    mixers = [
-        "softmax",
-        "coupled-qk",
-        "differential",
-        "gla",
-        "ccq-gla",
-        "gdn",
-        "ccq-gdn",
-        "interdomain",
-        "s4d",
-        "boltzmann",
-    ]
-    # exact enumeration stops at short windows, so the demo's 64-token contexts use the mean-field marginals
-    boltzmann = [
-        "model.mixer_options.boltzmann.inference=mean-field",
-        "model.mixer_options.boltzmann.couplings=distance",
-        "model.mixer_options.boltzmann.window=64",
-    ]
-    small = [
-        "model.d_model=64",
-        "model.n_layers=2",
-        "model.n_heads=2",
-        "model.mixer_options.interdomain.modes=16",
-        "model.mixer_options.s4d.modes=16",
-    ]
-
-    def arms(preset, *overrides):
-        return [
-            Arm(m, preset, [f"model.mixer={m}", *small, *overrides, *(boltzmann if m == "boltzmann" else [])])
-            for m in mixers
-        ]
-
     lm = Experiment(
         "lm",
         "Character-level Shakespeare, 64-character context: validation perplexity",

@@ -10,7 +10,6 @@ out too. Hours are FLOPs over a sustained throughput, the assumption that matter
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Iterator
 
@@ -84,18 +83,8 @@ def training_flops(cfg: RunConfig) -> float:
 
 def meta_model(cfg: RunConfig) -> Decoder:
     """The decoder's shapes, without memory or initialisation."""
-    model_cfg = copy.deepcopy(cfg.model)
-    model_cfg.vocab_size = model_cfg.vocab_size or vocabulary(cfg)
     with torch.device("meta"):
-        return Decoder(model_cfg)
-
-
-def vocabulary(cfg: RunConfig) -> int:
-    """The tokenizer's size where the preset leaves model.vocab_size to it: the BPE's, the MQAR task's, else
-    256 (bytes; a bound for the character vocabularies of the local corpora, e.g. Shakespeare's 65)."""
-    if cfg.data.tokenizer == "bpe":
-        return cfg.data.bpe_vocab
-    return cfg.data.mqar.vocab_size if cfg.data.source == "mqar" else 256
+        return Decoder(cfg.sized_model())
 
 
 def matmul_params(model: Decoder) -> int:

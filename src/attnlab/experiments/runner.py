@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from .. import checkpoint
-from ..config import load_config
+from ..config import RunConfig, load_config
 from ..data import niah
 from ..errors import UserError
 from ..evaluate import perplexity, perplexity_by_length, split_loss, task_accuracy
@@ -91,15 +91,8 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
     if not only:  # a partial run (--only) leaves the suite's seed count as it was
         results["meta"]["seeds"] = seeds
 
-    def config(experiment: Experiment, arm: Arm, seed: int, lr: float | None):
-        name = "-".join([experiment.name, arm.label, *([f"lr{lr:g}"] if lr else []), f"s{seed}"])
-        overrides = [*arm.overrides, *(learning_rate(arm, lr) if lr else []), *(suite.quick if quick else []),
-                     *extra, f"name={name}".replace("+", "p"), f"out_dir={out / 'runs'}", f"train.seed={1000 + seed}",
-                     "train.keep_last=1"]
-        cfg = load_config(arm.preset, overrides)
-        if scale != 1.0:
-            cfg.train.steps = max(1, round(cfg.train.steps * scale))
-        return cfg
+    def config(experiment: Experiment, arm: Arm, seed: int, lr: float | None) -> RunConfig:
+        return run_config(experiment, arm, seed, lr, out, suite.quick if quick else (), scale, extra)
 
     # the runs of experiments without a sweep, so that a model is measured by every experiment that uses it as
     # soon as it is trained (it may not be on disk when a later session resumes the suite)
@@ -133,6 +126,20 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
             for arm in experiment.arms:
                 run(f"{experiment.name}/{arm.label}/{seed}", arm, experiment, seed, lrs.get(arm.label))
     return results
+
+
+def run_config(experiment: Experiment, arm: Arm, seed: int, lr: float | None, out: Path, quick: list[str] = (),
+               scale: float = 1.0, extra: list[str] = ()) -> RunConfig:
+    """The config of one run of the suite: the arm's preset and overrides at this seed and learning rate (None:
+    the preset's), the quick tier's overrides and the caller's, its steps multiplied by scale."""
+    name = "-".join([experiment.name, arm.label, *([f"lr{lr:g}"] if lr else []), f"s{seed}"])
+    overrides = [*arm.overrides, *(learning_rate(arm, lr) if lr else []), *quick, *extra,
+                 f"name={name}".replace("+", "p"), f"out_dir={out / 'runs'}", f"train.seed={1000 + seed}",
+                 "train.keep_last=1"]
+    if scale != 1.0:
+        steps = load_config(arm.preset, overrides).train.steps
+        overrides.append(f"train.steps={max(1, round(steps * scale))}")
+    return load_config(arm.preset, overrides)
 
 
 def _sweep(experiment: Experiment, arm: Arm, run) -> float:
