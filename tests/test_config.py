@@ -3,8 +3,9 @@ import re
 
 import pytest
 
-from attnlab.config import ModelConfig, RunConfig, apply_overrides, field_docs, from_dict, list_presets, load_config
+from attnlab.config import ModelConfig, RunConfig, apply_overrides, list_presets, load_config
 from attnlab.errors import ConfigError
+from attnlab.typed import field_docs, from_dict
 
 
 def test_presets_load_and_validate():

@@ -245,8 +245,8 @@ def cmd_list(args) -> None:
 
 def _list_fields(name: str) -> None:
     """A mixer's own config fields: name, type, default and the comment that documents it in the source."""
-    from .config import field_docs
     from .mixers import MixerConfig, mixer_class
+    from .typed import field_docs
 
     cls = mixer_class(name)
     doc = (cls.__doc__ or "").strip()

@@ -17,7 +17,7 @@ from .data.texts import SOURCES
 from .errors import ConfigError, unknown_name
 from .loggers import SINKS
 from .mixers import MixerConfig, list_mixers, mixer_config
-from .typed import field_docs, from_dict  # noqa: F401  (field_docs: re-exported for the command line)
+from .typed import from_dict
 
 PRESET_DIR = Path(__file__).parent / "configs"
 log = logging.getLogger(__name__)

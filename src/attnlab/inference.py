@@ -8,10 +8,11 @@ from pathlib import Path
 import torch
 
 from . import checkpoint
-from .config import RunConfig, from_dict
+from .config import RunConfig
 from .data import load_data, tokenizer_from_dict
 from .model import Decoder
 from .train import pick_device
+from .typed import from_dict
 
 
 @dataclass

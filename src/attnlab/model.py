@@ -45,6 +45,12 @@ def build_layer_mixer(cfg: ModelConfig, name: str, layer_idx: int) -> Mixer:
     return mixer_class(name)(cfg.mixer_config(name, layer_idx))
 
 
+def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy in nats of logits [B, T, V] against targets [B, T], in fp32; targets of -100 are
+    ignored."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
+
+
 class Decoder(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -105,7 +111,7 @@ class Decoder(nn.Module):
     def loss(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Mean next-token cross-entropy in nats; targets of -100 are ignored."""
         logits, _ = self(tokens)
-        return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
+        return next_token_loss(logits, targets)
 
     def compile_blocks(self, log=print) -> None:
         """torch.compile each block in place (parameter names unchanged), except those whose mixer

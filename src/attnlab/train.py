@@ -15,16 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
 from . import checkpoint, cost, distributed, loggers
-from .config import ModelConfig, RunConfig, TrainConfig, from_dict
+from .config import ModelConfig, RunConfig, TrainConfig
 from .data import TokenCorpus, load_data
 from .errors import ConfigError, UserError
 from .evaluate import perplexity, split_loss, to_device
-from .model import Decoder
+from .model import Decoder, next_token_loss
+from .typed import from_dict
 
 
 def pick_device(name: str) -> torch.device:
@@ -519,7 +519,7 @@ def _first_non_finite(loss: float, grad_norm: float, model: nn.Module) -> str | 
 def _loss(trained: nn.Module, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy through the trained module's forward (DDP and FSDP hook into it)."""
     logits, _ = trained(tokens)
-    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
+    return next_token_loss(logits, targets)
 
 
 def _resume_point(run_dir: Path, resume: str | None, log) -> Path | None:

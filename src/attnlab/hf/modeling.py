@@ -13,9 +13,10 @@ import torch
 from transformers import GenerationMixin, PreTrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput
 
-from ..config import ModelConfig, from_dict
+from ..config import ModelConfig
 from ..errors import UserError
-from ..model import Decoder
+from ..model import Decoder, next_token_loss
+from ..typed import from_dict
 from .remote import MODEL_AUTO_MAP, SavesRemoteModule, write_module
 
 
@@ -102,8 +103,7 @@ class AttnlabForCausalLM(SavesRemoteModule, PreTrainedModel, GenerationMixin):
         logits, layers = self.model(input_ids, states.layers if states is not None else None, start=start)
         loss = None
         if labels is not None:
-            loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(),
-                                                     ignore_index=-100)
+            loss = next_token_loss(logits[:, :-1], labels[:, 1:])
         states = DecoderStates(layers, start + input_ids.shape[1]) if use_cache else None
         output = AttnlabOutput(loss=loss, logits=logits, states=states)
         return output if return_dict is not False else output.to_tuple()
