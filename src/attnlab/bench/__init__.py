@@ -20,14 +20,14 @@ import torch
 
 from ..plots import new_figure, save_figure
 from .forms import bench_boltzmann, bench_interdomain, bench_ops
-from .mixers import bench_decode, bench_mixers, constant_state_mixers, contenders
+from .mixers import bench_decode, bench_decode_floor, bench_mixers, constant_state_mixers, contenders
 from .models import bench_training_step, bench_x_transformers
-from .timing import matmul_peak, memory_bandwidth
+from .timing import matmul_peak
 from .utilisation import bench_utilisation
 
-__all__ = ["PRESETS", "bench_boltzmann", "bench_decode", "bench_interdomain", "bench_mixers", "bench_ops",
-           "bench_training_step", "bench_utilisation", "bench_x_transformers", "contenders", "goals", "line_styles",
-           "run_bench"]
+__all__ = ["PRESETS", "bench_boltzmann", "bench_decode", "bench_decode_floor", "bench_interdomain", "bench_mixers",
+           "bench_ops", "bench_training_step", "bench_utilisation", "bench_x_transformers", "contenders", "goals",
+           "line_styles", "run_bench"]
 
 TINY_MODEL = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "train.batch_size=2", "train.seq_len=32"]
 PRESETS = {
@@ -36,6 +36,7 @@ PRESETS = {
         "peak_sizes": [256, 512, 1024, 2048],
         "mixers": {"lengths": [256, 1024, 4096], "repeats": 3, "precision": "fp32"},
         "decode": {"contexts": [1024, 4096, 16384], "steps": 60},
+        "decode_floor": {"context": 16384, "steps": 60},
         "ops": {"seq_len": 4096, "repeats": 2},
         "training": {"preset": "coupled-qk-char", "repeats": 5, "overrides": []},
         "x_transformers": {"preset": "demo", "repeats": 5, "overrides": []},
@@ -48,6 +49,7 @@ PRESETS = {
         "peak_sizes": [64, 128],
         "mixers": {"lengths": [16, 32], "repeats": 1, "d_model": 32, "precision": "fp32"},
         "decode": {"contexts": [32, 64], "steps": 2, "prefill_chunk": 32, "d_model": 32},
+        "decode_floor": {"context": 64, "steps": 2, "d_model": 32, "read_mib": 4},
         "ops": {"seq_len": 32, "repeats": 1, "mixer_repeats": 1, "heads": 2, "head_dim": 8, "d_model": 16},
         "training": {"preset": "coupled-qk-char", "repeats": 1, "overrides": TINY_MODEL},
         "x_transformers": {"preset": "demo", "repeats": 1, "overrides": TINY_MODEL},
@@ -132,24 +134,6 @@ def _attention_goals(results: dict) -> list[tuple]:
     return rows
 
 
-def decode_floor(decode_rows: list[dict], d_model: int, log=print) -> dict | None:
-    """Softmax's decode time at the longest context against reading its KV cache once at this machine's
-    memory bandwidth, the least any step that attends to the whole cache can take."""
-    rows = [row for row in decode_rows if row["mixer"] == "softmax"]
-    if not rows:
-        return None
-    row = max(rows, key=lambda r: r["context"])
-    gb_per_s = memory_bandwidth()
-    cache_bytes = 2 * d_model * row["context"] * 4  # keys and values, fp32, batch 1
-    floor_ms = 1e3 * cache_bytes / (gb_per_s * 1e9)
-    result = {"context": row["context"], "gb_per_s": gb_per_s, "cache_mib": cache_bytes / 2**20,
-              "floor_ms": floor_ms, "x_floor": row["decode_ms"] / floor_ms}
-    log(f"memory bandwidth {gb_per_s:.1f} GB/s: reading softmax's {result['cache_mib']:.0f} MiB cache at "
-        f"{row['context']} tokens takes {floor_ms:.2f} ms; a decode step takes {row['decode_ms']:.2f} ms "
-        f"({result['x_floor']:.2f}x)")
-    return result
-
-
 def run_bench(preset: str = "default", out_dir: str | Path = "runs/bench", log=print) -> dict:
     settings = PRESETS[preset]
     out = Path(out_dir)
@@ -164,7 +148,7 @@ def run_bench(preset: str = "default", out_dir: str | Path = "runs/bench", log=p
     results["mixers"] = bench_mixers(**settings["mixers"], peak_gflops=peak["gflops"], log=log)
     log("")
     results["decode"] = bench_decode(**settings["decode"], log=log)
-    results["decode_floor"] = decode_floor(results["decode"], settings["decode"].get("d_model", 256), log=log)
+    results["decode_floor"] = bench_decode_floor(**settings["decode_floor"], log=log)
     log("")
     results["ops"] = bench_ops(**settings["ops"], log=log)
     log("")

@@ -129,32 +129,68 @@ def _format_row(row: dict) -> str:
 def bench_decode(contexts=(1024, 4096, 16384), batch: int = 1, d_model: int = 256, n_heads: int = 4,
                  steps: int = 20, prefill_chunk: int = 1024, log=print) -> list[dict]:
     """Milliseconds per decoded token after a prefill of each context length (the prefill runs in pieces
-    of prefill_chunk tokens through the mixer's own state). Rows of {mixer, context, decode_ms, state_kib}."""
+    of prefill_chunk tokens through the mixer's own state). Each step continues from the state the last one
+    returned, as generation does, and the contexts take turns, so drift in the machine's speed hits them
+    alike. Rows of {mixer, context, decode_ms, state_kib}."""
     log(f"decode latency per token after a prefill: batch {batch}, d_model {d_model}, {n_heads} heads, "
-        f"median of {steps} steps")
+        f"median of {steps} steps continuing the sequence, the contexts in turn")
     log(f"{'mixer':<30} " + " ".join(f"{f'{c} ms':>10}" for c in contexts) + f" {'last/first':>11}")
     rows = []
     for label, name, options in contenders():
         mixer = _build(name, options, d_model, n_heads)
         generator = torch.Generator().manual_seed(0)
-        latencies, reason = [], ""
+        steps_at, reason = {}, ""
         for context in contexts:
             try:
-                with torch.no_grad():
-                    state = None
-                    for start in range(0, context, prefill_chunk):
-                        piece = torch.randn(batch, min(prefill_chunk, context - start), d_model, generator=generator)
-                        _, state = mixer(piece, state)
-                    token = torch.randn(batch, 1, d_model, generator=generator)
-                    step = partial(mixer, token, state)
-                    seconds = round_robin({"step": step}, steps)["step"]
+                steps_at[context] = _decoder_at(mixer, context, batch, d_model, prefill_chunk, generator)
             except UserError as err:
                 reason = str(err).split(";")[0]
                 break
-            latencies.append(1e3 * seconds)
-            rows.append({"mixer": label, "context": context, "decode_ms": 1e3 * seconds,
-                         "state_kib": mixer.state_size(context) * 4 / 1024})
+        with torch.no_grad():
+            seconds = round_robin(steps_at, steps) if steps_at else {}
+        latencies = [1e3 * seconds[c] for c in steps_at]
+        rows += [{"mixer": label, "context": c, "decode_ms": 1e3 * seconds[c],
+                  "state_kib": mixer.state_size(c) * 4 / 1024} for c in steps_at]
         cells = " ".join(f"{ms:>10.3f}" for ms in latencies)
         growth = f"{latencies[-1] / latencies[0]:>11.2f}" if len(latencies) == len(contexts) else ""
         log(f"{label:<30} {cells} {growth}" + (f"  not run past that: {reason}" if reason else ""))
     return rows
+
+
+def _decoder_at(mixer, context: int, batch: int, d_model: int, prefill_chunk: int, generator):
+    """A callable that decodes the next token after a prefill of `context` random tokens, each call continuing
+    from the state the previous one left (raises the mixer's UserError when it cannot reach the context)."""
+    with torch.no_grad():
+        state = None
+        for start in range(0, context, prefill_chunk):
+            piece = torch.randn(batch, min(prefill_chunk, context - start), d_model, generator=generator)
+            _, state = mixer(piece, state)
+    token = torch.randn(batch, 1, d_model, generator=generator)
+
+    def step():
+        nonlocal state
+        _, state = mixer(token, state)
+
+    return step
+
+
+def bench_decode_floor(context: int = 16384, d_model: int = 256, n_heads: int = 4, steps: int = 60,
+                       read_mib: int = 256, log=print) -> dict:
+    """Softmax's decode step after `context` tokens against the least any step that attends to the whole cache
+    can take: reading its keys and values once at this machine's memory bandwidth. The bandwidth is measured
+    by summing a read_mib tensor (far larger than the caches) in turns with the decode steps, so both see the
+    machine in the same state."""
+    step = _decoder_at(_build("softmax", {}, d_model, n_heads), context, 1, d_model, 1024, torch.Generator())
+    big = torch.ones(read_mib * 2**20 // 4)
+    with torch.no_grad():
+        seconds = round_robin({"decode": step, "read": big.sum}, steps)
+    gb_per_s = big.numel() * 4 / seconds["read"] / 1e9
+    cache_bytes = 2 * d_model * context * 4  # keys and values, fp32, batch 1
+    floor_ms = 1e3 * cache_bytes / (gb_per_s * 1e9)
+    decode_ms = 1e3 * seconds["decode"]
+    result = {"context": context, "gb_per_s": gb_per_s, "cache_mib": cache_bytes / 2**20, "floor_ms": floor_ms,
+              "decode_ms": decode_ms, "x_floor": decode_ms / floor_ms}
+    log(f"memory bandwidth {gb_per_s:.1f} GB/s (median of {steps} reads of {read_mib} MiB, in turns with the decode "
+        f"steps): reading softmax's {result['cache_mib']:.0f} MiB cache at {context} tokens takes {floor_ms:.2f} ms; "
+        f"a decode step takes {decode_ms:.2f} ms ({result['x_floor']:.2f}x)")
+    return result

@@ -72,14 +72,6 @@ def matmul_peak(dtypes=(torch.float32,), sizes=PEAK_SIZES) -> dict:
             "measured": {f"{d} {n}": g for (d, n), g in measured.items()}}
 
 
-def memory_bandwidth(mib: int = 256, repeats: int = 5) -> float:
-    """GB/s of reading a tensor far larger than the caches once (the best of a few sums): the floor a step
-    that must read its whole state (a KV cache at decode) cannot go below."""
-    x = torch.ones(mib * 2**20 // 4)
-    best = min(timed(x.sum) for _ in range(repeats + 1))
-    return x.numel() * 4 / best / 1e9
-
-
 def peak_share(gflops: float, peak: float) -> float | None:
     """gflops as a share of the peak; None (to be flagged) above it. The peak is the best the BLAS does on
     products built to be fast, so a figure above it means its FLOP count or its timing is wrong, and raising

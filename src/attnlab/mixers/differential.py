@@ -13,7 +13,7 @@ from ..errors import ConfigError
 from ..nn import at_least_fp32
 from .attention import AttentionConfig, AttentionMixer
 from .registry import register_mixer
-from .softmax import causal_sdpa
+from .softmax import causal_sdpa, one_query_weights
 
 
 @dataclass
@@ -61,6 +61,10 @@ class DifferentialAttention(AttentionMixer):
         )
 
     def attend(self, q, k, v):
+        y = self._one_query(q, k, v) if q.shape[-2] == 1 < k.shape[-2] else self._fused(q, k, v)
+        return self.head_norm(at_least_fp32(y)) * (1.0 - self.lambda_init)  # the norm in fp32, as its weights
+
+    def _fused(self, q, k, v):
         H, D = v.shape[1], v.shape[-1]
         # Heads 2i and 2i+1 form differential head i: (A_2i - lambda A_2i+1) [v_2i, v_2i+1], a value 2D wide.
         # SDPA's fused kernels need q, k and v of one width (else it materialises the [T, S] maps), so q and k
@@ -69,5 +73,11 @@ class DifferentialAttention(AttentionMixer):
         # products cost what two D-wide calls (A1 and A2 times each half of the value) would.
         v = v.unflatten(1, (H // 2, 2)).transpose(2, 3).flatten(-2).repeat_interleave(2, 1)  # [B, H, S, 2D]
         y = causal_sdpa(F.pad(q, (0, D)), F.pad(k, (0, D)), v, scale=D**-0.5)
-        y = y[:, 0::2] - self.lambda_full() * y[:, 1::2]  # [B, H/2, T, 2D]
-        return self.head_norm(at_least_fp32(y)) * (1.0 - self.lambda_init)  # the norm in fp32, as its weights
+        return y[:, 0::2] - self.lambda_full() * y[:, 1::2]  # [B, H/2, T, 2D]
+
+    def _one_query(self, q, k, v):
+        """Decoding: the two maps of each pair for one query, read against the cache in place (padding or
+        joining the cached keys and values would copy the whole cache every token)."""
+        weights = one_query_weights(q, k)  # [B, H, 1, S]
+        diff = (weights[:, 0::2] - self.lambda_full() * weights[:, 1::2]).to(v.dtype)  # [B, H/2, 1, S]
+        return torch.cat((diff @ v[:, 0::2], diff @ v[:, 1::2]), dim=-1)  # [B, H/2, 1, 2D]

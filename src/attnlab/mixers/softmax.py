@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..nn import causal_mask
+from ..nn import at_least_fp32, causal_mask
 from ..ops.sigmoid_attention import sigmoid_attention
 from .attention import AttentionConfig, AttentionMixer
 from .registry import register_mixer
@@ -20,10 +20,28 @@ def causal_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float 
     T, S = q.shape[-2], k.shape[-2]
     if T == S:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
-    if T == 1:  # one new token sees every cached key
+    if T == 1 and not q.is_cuda:  # one new token sees every cached key
+        return _one_query_attention(q, k, v, scale)
+    if T == 1:
         return F.scaled_dot_product_attention(q, k, v, scale=scale)
     # is_causal would align the mask to the top-left corner; queries here are the bottom rows.
     return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(T, S, q.device), scale=scale)
+
+
+def _one_query_attention(q, k, v, scale: float | None) -> torch.Tensor:
+    """softmax(scale q k^T) v for one query [..., 1, D]: two matrix-vector products that read each cached key
+    and value once. On CPUs this decodes about twice as fast as SDPA's fused kernel, which is built for query
+    blocks (measured at 16K keys, head dim 64)."""
+    return one_query_weights(q, k, scale).to(v.dtype) @ v
+
+
+def one_query_weights(q, k, scale: float | None = None) -> torch.Tensor:
+    """softmax(scale q k^T) in fp32 or wider for one query [..., 1, D] over every key [..., S, D]: [..., 1, S].
+    The scores are computed as k q^T, the matrix-vector product that reads the keys in their stored order
+    (about 25% faster on CPUs than q k^T)."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    scores = (k @ q.transpose(-1, -2)).transpose(-1, -2)
+    return torch.softmax(at_least_fp32(scores) * scale, dim=-1)
 
 
 @register_mixer("softmax")
