@@ -40,7 +40,7 @@ PRESETS = {
         "ops": {"seq_len": 4096, "repeats": 2},
         "training": {"preset": "coupled-qk-char", "repeats": 5, "overrides": []},
         "x_transformers": {"preset": "demo", "repeats": 5, "overrides": []},
-        "boltzmann": {"exact_lengths": [8, 12, 16], "banded_lengths": [1024, 4096], "repeats": 3},
+        "boltzmann": {"exact_lengths": [8, 12, 16], "banded_lengths": [1024, 4096], "repeats": 5},
         "utilisation": {"shapes": {"demo (d 128)": [], "d 512": ["model.d_model=512", "model.n_heads=8"]},
                         "repeats": 5},
     },

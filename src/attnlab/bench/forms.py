@@ -109,24 +109,26 @@ def bench_boltzmann(exact_lengths=(8, 12, 16), banded_lengths=(256, 1024, 4096),
     """Forward+backward time of Boltzmann attention (one head) with exact enumeration, O(T 2^T) per query,
     and with banded distance couplings over a sliding window, O(window 2^band) per query; each growth
     factor is against the previous length."""
-    results = {}
     settings = [("exact", T, exact_batch, {"window": max(exact_lengths)}) for T in exact_lengths]
     settings += [("banded", T, banded_batch, {"inference": "banded", "couplings": "distance", "band": band,
                                               "window": window}) for T in banded_lengths]
     log(f"Boltzmann attention, one head of {head_dim}, forward+backward, {torch.get_num_threads()} threads; "
-        f"banded: band {band}, window {window}")
-    previous = {}
+        f"banded: band {band}, window {window}; median of {repeats}, the lengths in turn")
+    tasks = {}
     for kind, T, batch, options in settings:
         torch.manual_seed(0)
         mixer = build_mixer("boltzmann", d_model=head_dim, n_heads=1, j_init_std=0.1, **options)
         x = torch.randn(batch, T, head_dim, requires_grad=True)
-        seconds = round_robin({kind: lambda mixer=mixer, x=x: mixer(x)[0].sum().backward()}, repeats)[kind]
+        tasks[kind, T, batch] = _backward_of(partial(mixer, x))
+    seconds = round_robin(tasks, repeats)
+    results, previous = {}, {}
+    for (kind, T, batch), sec in seconds.items():
         growth = ""
         if kind in previous:
-            growth = f"x{seconds / previous[kind][1]:.1f} for x{T / previous[kind][0]:.3g} the length"
-        log(f"  {kind:<7} T={T:<5} batch {batch:<3} {seconds:>9.3f} s  {growth}")
-        previous[kind] = (T, seconds)
-        results[f"{kind} T={T}"] = seconds
+            growth = f"x{sec / previous[kind][1]:.1f} for x{T / previous[kind][0]:.3g} the length"
+        log(f"  {kind:<7} T={T:<5} batch {batch:<3} {sec:>9.3f} s  {growth}")
+        previous[kind] = (T, sec)
+        results[f"{kind} T={T}"] = sec
     return results
 
 
