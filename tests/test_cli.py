@@ -26,7 +26,7 @@ def test_train_eval_generate(text_file, tmp_path, capsys):
 def test_user_errors_are_one_line_without_traceback(capsys):
     assert main(["train", "demo", "model.mixer=sofmax"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: unknown mixer 'sofmax'; did you mean 'softmax'?")
+    assert err.startswith("error: model.mixer: unknown mixer 'sofmax'; did you mean 'softmax'?")
     assert "Traceback" not in err and err.count("\n") == 1
 
 

@@ -30,12 +30,13 @@ def test_int_is_accepted_for_float_fields():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (["model.mixer=sofmax"], "unknown mixer 'sofmax'; did you mean 'softmax'?"),
+        (["model.mixer=sofmax"], "model.mixer: unknown mixer 'sofmax'; did you mean 'softmax'?"),
         (["model.d_model=-8"], "model.d_model=-8 must be a positive integer"),
         (["model.n_heads=0"], "model.n_heads=0 must be a positive integer"),
         (["model.d_model=100", "model.n_heads=3"], "model.n_heads=3 does not divide model.d_model=100"),
         (["model.layers=[softmax]"], "model.layers lists 1 mixers but model.n_layers=4"),
-        (["model.mixer_options.sigmod.bias=1"], "unknown mixer 'sigmod'; did you mean 'sigmoid'?"),
+        (["model.mixer_options.sigmod.bias=1"], "model.mixer_options: unknown mixer 'sigmod'; did you mean 'sigmoid'?"),
+        (["model.mixer_options.gla.chunk_size=0"], "model.mixer_options.gla: chunk_size=0 must be positive"),
         (["train.setps=5"], "unknown field 'train.setps'; did you mean 'train.steps'?"),
         (["train.steps=many"], "train.steps='many' must be of type int"),
         (["train.batch_size=10", "train.grad_accum=3"], "train.batch_size=10 is not divisible"),

@@ -10,6 +10,7 @@ from lm_eval.tasks import TaskManager
 
 from attnlab import harness  # noqa: F401  (registers the model type)
 from attnlab.cli import main
+from attnlab.errors import UserError
 from attnlab.inference import load_run
 from attnlab.train import train
 from test_train import tiny_config
@@ -130,3 +131,11 @@ def test_lm_eval_mistakes_are_one_line(setting, capsys, argv, message):
     assert main(["eval", str(run_dir), *argv]) == 2
     err = capsys.readouterr().err
     assert message.replace("missing-folder", str(tasks / "missing")) in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_continuation_longer_than_the_context_is_refused_in_one_line(setting):
+    run_dir, _ = setting
+    model = harness.AttnlabLM(path=str(run_dir), device="cpu")
+    tokens = model.tok_encode("the quick brown fox jumps")
+    with pytest.raises(UserError, match=f"does not fit the model's context of {SEQ_LEN}"):
+        model._score(tokens[:2], tokens * 2)

@@ -113,6 +113,10 @@ def test_right_padding_leaves_logits_alone_and_left_padding_is_refused(exported)
     torch.testing.assert_close(logits[1, :2], model(ids[1:, :2]).logits[0], rtol=0, atol=1e-6)
     with pytest.raises(UserError, match="padding only on the right"):
         model(ids.flip(1), attention_mask=right.flip(1))
+    with pytest.raises(UserError, match="cannot generate from a padded batch"):
+        model.generate(ids, attention_mask=right, max_new_tokens=2)
+    with pytest.raises(UserError, match="attention_mask covers 3 tokens"):
+        model(ids, attention_mask=right[:, :3])
 
 
 def test_beam_search_is_refused_rather_than_run_on_unordered_states(exported):
@@ -122,9 +126,11 @@ def test_beam_search_is_refused_rather_than_run_on_unordered_states(exported):
         model.generate(torch.tensor([[5, 6, 7]]), max_new_tokens=3, num_beams=2)
 
 
-def test_importing_attnlab_registers_once_transformers_is_imported_and_not_before():
-    script = ("import sys, attnlab\n"
+@pytest.mark.parametrize("probe", ["", "importlib.util.find_spec('transformers')  # as availability checks do\n"])
+def test_importing_attnlab_registers_once_transformers_is_imported_and_not_before(probe):
+    script = ("import importlib.util, sys, attnlab\n"
               "assert 'transformers' not in sys.modules  # the command line stays fast\n"
+              f"{probe}"
               "from transformers import AutoConfig\n"
               "print(type(AutoConfig.for_model('attnlab', attnlab={'vocab_size': 8})).__name__)")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)

@@ -159,10 +159,10 @@ def poison_gradient_at(monkeypatch, name, steps):
     """Make the gradient of parameter `name` nan during the given (1-based) training steps."""
     import attnlab.train as train_module
 
-    build = train_module.build_model
+    build = train_module.Decoder
 
-    def build_poisoned(cfg, data):
-        model = build(cfg, data)
+    def build_poisoned(cfg):
+        model = build(cfg)
         param, calls = dict(model.named_parameters())[name], []
 
         def hook(grad):
@@ -172,7 +172,7 @@ def poison_gradient_at(monkeypatch, name, steps):
         param.register_hook(hook)
         return model
 
-    monkeypatch.setattr(train_module, "build_model", build_poisoned)
+    monkeypatch.setattr(train_module, "Decoder", build_poisoned)
 
 
 def test_a_non_finite_gradient_stops_the_run_naming_step_and_tensor(text_file, tmp_path, monkeypatch):

@@ -10,17 +10,27 @@ import sys
 
 
 class _RegisterWithTransformers(importlib.abc.MetaPathFinder):
-    """Finds nothing itself; when transformers is first imported, runs attnlab.hf's registration after it."""
+    """Finds nothing itself; when transformers is imported, runs attnlab.hf's registration after it. A spec
+    asked for without importing (availability checks call find_spec) changes nothing: the finder stays in
+    place until transformers' module actually runs."""
+
+    def __init__(self):
+        self.asking = False  # set while it asks the other finders
 
     def find_spec(self, name, path=None, target=None):
-        if name != "transformers":
+        if name != "transformers" or self.asking:
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
+        self.asking = True
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self.asking = False
         if spec is not None and spec.loader is not None:
             run_module = spec.loader.exec_module
 
             def run_then_register(module):
+                if self in sys.meta_path:
+                    sys.meta_path.remove(self)
                 run_module(module)
                 importlib.import_module("attnlab.hf")
 

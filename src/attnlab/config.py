@@ -74,9 +74,10 @@ class ModelConfig:
                 "give one mixer name per layer"
             )
         known = list_mixers()
-        for name in self.layer_mixers() + list(self.mixer_options):
+        places = [("model.layers" if self.layers is not None else "model.mixer", name) for name in self.layer_mixers()]
+        for where, name in places + [("model.mixer_options", name) for name in self.mixer_options]:
             if name not in known:
-                raise ConfigError(unknown_name("mixer", name, known))
+                raise ConfigError(f"{where}: {unknown_name('mixer', name, known)}")
         if self.output_size < 0:
             raise ConfigError(f"model.output_size={self.output_size} must be >= 0 (0: the vocabulary)")
         if self.positions < 0:

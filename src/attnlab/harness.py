@@ -64,6 +64,9 @@ class AttnlabLM(TemplateLM):
     def _score(self, context: list[int], continuation: list[int]) -> tuple[float, bool]:
         """Summed log-probability of the continuation after (the end of) the context, and whether greedy
         decoding would have produced it. At most max_length tokens are read, cut from the left."""
+        if len(continuation) > self.max_length:
+            raise UserError(f"a continuation of {len(continuation)} tokens does not fit the model's context of "
+                            f"{self.max_length}; pass a larger max_length in --model_args, or leave this task out")
         tokens = (context + continuation)[-(self.max_length + 1):]
         log_probs = self._log_probs(tokens)[-len(continuation):]
         targets = torch.as_tensor(continuation, device=log_probs.device)

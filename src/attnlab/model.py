@@ -11,7 +11,7 @@ from torch import nn
 from .config import ModelConfig
 from .errors import ConfigError
 from .mixers import Mixer, mixer_class
-from .nn import SwiGLU
+from .nn import SwiGLU, at_least_fp32
 
 
 def ffn_width(cfg: ModelConfig) -> int:
@@ -46,9 +46,9 @@ def build_layer_mixer(cfg: ModelConfig, name: str, layer_idx: int) -> Mixer:
 
 
 def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy in nats of logits [B, T, V] against targets [B, T], in fp32; targets of -100 are
-    ignored."""
-    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)
+    """Mean cross-entropy in nats of logits [B, T, V] against targets [B, T], in fp32 or wider; targets of -100
+    are ignored."""
+    return F.cross_entropy(at_least_fp32(logits).flatten(0, 1), targets.flatten(), ignore_index=-100)
 
 
 class Decoder(nn.Module):

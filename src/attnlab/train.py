@@ -175,11 +175,6 @@ def fit_to_data(model: ModelConfig, data) -> ModelConfig:
     return model
 
 
-def build_model(cfg: RunConfig, data) -> Decoder:
-    """The decoder for cfg.model, its vocabulary (and pointer-head size) taken from the data when unset."""
-    return Decoder(fit_to_data(cfg.model, data))
-
-
 def train(cfg: RunConfig, resume: str | None = None, progress: bool = True, log=print) -> dict:
     """Train cfg's model; resume='auto' continues from the run's newest intact checkpoint, a path from
     that checkpoint. Under torchrun every rank calls this; see ``attnlab.distributed``. Returns a summary
@@ -229,7 +224,7 @@ class Run:
 
     def twin(self) -> tuple[Decoder, torch.optim.Optimizer]:
         """A plain copy of the model and optimizer, for checkpoints of a sharded model."""
-        plain = build_model(self.cfg, self.corpus)
+        plain = Decoder(self.cfg.model)
         return plain, _adamw(param_groups(plain, self.cfg.train), self.cfg.train, self.device)
 
     def say(self, line: str) -> None:
@@ -283,7 +278,7 @@ def _set_up(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: dist
     corpus = load_data(cfg.data, t.seq_len)
     _check_splits(corpus, t)
     cfg = dataclasses.replace(cfg, model=fit_to_data(cfg.model, corpus))  # as the checkpoints record it
-    model = build_model(cfg, corpus).to(device)
+    model = Decoder(cfg.model).to(device)
     cost.warn_if_expensive(model, cfg, device, log)  # an expensive configuration is reported before its first step
     if ckpt is not None:
         checkpoint.load_weights(model, ckpt)
@@ -297,7 +292,7 @@ def _set_up(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: dist
               data_rng=torch.Generator().manual_seed(t.seed), stopping=EarlyStopping(t.patience, t.min_delta))
     if ckpt is not None:
         _restore(run, ckpt)
-    _open_log(run, resumed=ckpt is not None)
+    _start(run, resumed=ckpt is not None)
     return run
 
 
@@ -321,8 +316,9 @@ def _restore(run: Run, ckpt: Path) -> None:
     run.log(f"resuming {run.run_dir} from {ckpt.name}")
 
 
-def _open_log(run: Run, resumed: bool) -> None:
-    """The line describing the run, then (on rank 0) its metrics log and sinks, and the progress bar."""
+def _start(run: Run, resumed: bool) -> None:
+    """The start of the steps: the line describing the run, (on rank 0) its metrics log and sinks, the summary
+    to fill, the model in training mode, the progress bar and the tokens/s clock."""
     cfg, ranks = run.cfg, run.ranks
     where = f"{ranks.world} ranks ({'FSDP' if ranks.sharded else 'DDP'})" if ranks.world > 1 else f"device {run.device}"
     run.log(f"{cfg.name}: {run.model.num_params():,} parameters, mixers {', '.join(cfg.model.layer_mixers())}, "

@@ -51,6 +51,15 @@ def test_j_only_attends_uniformly():
     assert not torch.allclose(attention_weights(biased, torch.randn(1, 6, D_MODEL, dtype=torch.float64))[0, 0], uniform)
 
 
+@pytest.mark.parametrize("inference", ["banded", "mean-field"])
+def test_without_couplings_every_inference_is_the_closed_form(inference):
+    exact = make(mode="h-only")
+    other = make(mode="h-only", inference=inference, window=8, band=2)
+    other.load_state_dict(exact.state_dict())
+    x = torch.randn(2, 7, D_MODEL, dtype=torch.float64)
+    torch.testing.assert_close(attention_weights(other, x), attention_weights(exact, x), rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize("inference", ["banded", "mean-field", "dqa"])
 def test_inference_methods_agree_with_exact_where_they_should(inference):
     x = torch.randn(2, 6, D_MODEL, dtype=torch.float64)

@@ -62,4 +62,25 @@ def test_a_sliding_boltzmann_cache_keeps_its_window_and_says_so():
         outputs.append(y)
         assert state.length == 5  # window - 1 keys: all the next token can see
     torch.testing.assert_close(torch.cat(outputs, 1), full, rtol=0, atol=1e-10)
-    assert mixer.state_size(40) == sum(t.numel() for t in state.tensors()) == 2 * 16 * 5
+    assert mixer.state_size(40) == state.k.numel() + state.v.numel() == 2 * 16 * 5
+
+
+@torch.no_grad()
+def test_narrower_keys_are_widened_into_the_cache_and_wider_ones_widen_it():
+    bf16 = torch.ones(1, 2, 1, 4, dtype=torch.bfloat16)
+    cache = KVCache.holding(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4)).extend(bf16, bf16)  # full: moved
+    narrow = cache.extend(bf16, bf16)
+    assert narrow.k.dtype == narrow.v.dtype == torch.float32 and narrow.k_buffer.data_ptr() == cache.k_buffer.data_ptr()
+    assert torch.equal(narrow.v[:, :, -2:], torch.ones(1, 2, 2, 4))
+    wide = narrow.extend(torch.ones(1, 2, 1, 4), torch.ones(1, 2, 1, 4, dtype=torch.float64))
+    assert wide.k.dtype == torch.float32 and wide.v.dtype == torch.float64  # as torch.cat would give each
+    assert wide.v.shape[2] == 6
+
+
+def test_a_cache_written_in_inference_mode_extends_outside_it():
+    token = torch.ones(1, 2, 1, 4)
+    with torch.inference_mode():  # moved into buffers with room to spare, made in inference mode
+        cache = KVCache.holding(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4)).extend(token, token)
+    with torch.no_grad():
+        longer = cache.extend(token, token)
+    assert longer.k.shape[2] == 5 and not longer.k_buffer.is_inference()

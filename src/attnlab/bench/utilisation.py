@@ -8,12 +8,11 @@ Small models are overhead-bound: their share shows how far the framework's per-o
 
 from __future__ import annotations
 
-from contextlib import nullcontext
-
 import torch
 
 from ..config import load_config
 from ..model import Decoder
+from .mixers import precision_context
 from .timing import count_flops, matmul_peak, peak_share, round_robin
 
 
@@ -59,7 +58,7 @@ def _training_step(cfg, precision: str):
     t = cfg.train
     tokens = torch.randint(cfg.model.vocab_size, (t.batch_size, t.seq_len + 1),
                            generator=torch.Generator().manual_seed(0))
-    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if precision == "bf16" else nullcontext
+    autocast = precision_context(precision)
 
     def step():
         with autocast():

@@ -6,6 +6,7 @@ where it stopped; the report is rebuilt from that file alone.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -136,10 +137,10 @@ def run_config(experiment: Experiment, arm: Arm, seed: int, lr: float | None, ou
     overrides = [*arm.overrides, *(learning_rate(arm, lr) if lr else []), *quick, *extra,
                  f"name={name}".replace("+", "p"), f"out_dir={out / 'runs'}", f"train.seed={1000 + seed}",
                  "train.keep_last=1"]
-    if scale != 1.0:
-        steps = load_config(arm.preset, overrides).train.steps
-        overrides.append(f"train.steps={max(1, round(steps * scale))}")
-    return load_config(arm.preset, overrides)
+    cfg = load_config(arm.preset, overrides)
+    if scale == 1.0:
+        return cfg
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=max(1, round(cfg.train.steps * scale))))
 
 
 def _sweep(experiment: Experiment, arm: Arm, run) -> float:

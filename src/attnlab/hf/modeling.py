@@ -137,9 +137,16 @@ class AttnlabForCausalLM(SavesRemoteModule, PreTrainedModel, GenerationMixin):
 
 
 def _check_right_padded(mask: torch.Tensor | None, length: int) -> None:
-    """Left padding would put pad tokens inside the mixers' states; refuse it rather than return wrong logits."""
+    """Left padding would put pad tokens inside the mixers' states; refuse it rather than return wrong logits.
+    generate appends each new token's mask after the padding, so a padded batch cannot be generated either."""
     if mask is None or bool(mask.all()):
         return
-    if mask.shape[1] != length or bool((mask[:, 1:] > mask[:, :-1]).any()):
+    if mask.shape[1] != length:
+        raise UserError(f"attention_mask covers {mask.shape[1]} tokens where the model has seen {length}; pass the "
+                        "mask of the whole sequence so far")
+    if bool((mask[:, 1:] > mask[:, :-1]).any()):
+        if bool(mask[:, 0].all()):  # right-padded prompts with generated tokens appended after the padding
+            raise UserError("attnlab models cannot generate from a padded batch (the new tokens would follow the "
+                            "padding); generate one prompt at a time, or prompts of one length")
         raise UserError("attnlab models take padding only on the right (tokenizer.padding_side='right'): their "
                         "mixers carry state from token to token, so left padding would change the result")

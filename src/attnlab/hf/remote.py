@@ -25,10 +25,11 @@ def write_module(folder) -> None:
 
 
 class SavesRemoteModule:
-    """Mixed into the config, model and tokenizer: every save_pretrained writes the module and its auto_map.
+    """Mixed into the config, model and tokenizer classes: they never register for an Auto class themselves.
 
-    transformers would otherwise copy the source file of a class loaded through remote code into the
-    folder (register_for_auto_class); this module is what it should find instead."""
+    transformers would otherwise copy the source file of a class loaded through remote code into the next
+    save (register_for_auto_class), where its relative imports break. The folder's own attnlab_remote.py
+    and auto_map, written by the config's and the slow tokenizer's save_pretrained, are what it should find."""
 
     @classmethod
     def register_for_auto_class(cls, auto_class=None):

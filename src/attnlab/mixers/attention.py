@@ -51,31 +51,40 @@ class KVCache:
     def v(self) -> torch.Tensor:
         return self.v_buffer[:, :, self.start : self.start + self.length]
 
-    def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """What the cache holds (its buffers may have room beyond it)."""
-        return self.k, self.v
-
     def extend(self, k: torch.Tensor, v: torch.Tensor) -> KVCache:
         T, end = k.shape[2], self.start + self.length
-        if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad or self.k_buffer.requires_grad):
+        tracked = (k, v, self.k_buffer, self.v_buffer)
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tracked):
             return KVCache.holding(torch.cat((self.k, k), 2), torch.cat((self.v, v), 2), self.position + T)
-        if end != self.written[0] or end + T > self.k_buffer.shape[2] or k.dtype != self.k_buffer.dtype:
-            return self._moved(T, k.dtype).extend(k, v)
-        self.k_buffer[:, :, end : end + T] = k
+        if self._must_move(T, k, v):
+            return self._moved(T, k.dtype, v.dtype).extend(k, v)
+        self.k_buffer[:, :, end : end + T] = k  # a narrower dtype is widened, as concatenating would
         self.v_buffer[:, :, end : end + T] = v
         self.written[0] = end + T
         return KVCache(self.k_buffer, self.v_buffer, self.start, self.length + T, self.position + T, self.written)
 
-    def _moved(self, room: int, dtype: torch.dtype) -> KVCache:
+    def _must_move(self, room: int, k: torch.Tensor, v: torch.Tensor) -> bool:
+        """Whether appending must copy the cache to new buffers first: it is not at their written end (a
+        branch), they are full, the new keys or values need a wider dtype, or they were made in inference mode
+        and can no longer be written in place."""
+        end = self.start + self.length
+        wider = any(torch.promote_types(buffer.dtype, new.dtype) != buffer.dtype
+                    for buffer, new in ((self.k_buffer, k), (self.v_buffer, v)))
+        frozen = self.k_buffer.is_inference() and not torch.is_inference_mode_enabled()
+        return end != self.written[0] or end + room > self.k_buffer.shape[2] or wider or frozen
+
+    def _moved(self, room: int, k_dtype: torch.dtype, v_dtype: torch.dtype) -> KVCache:
         """The cache copied to the front of new buffers with space for `room` more tokens and as many again,
-        so that n appended tokens cause O(log n) moves (O(n / window) under a sliding window)."""
-        dtype = torch.promote_types(self.k_buffer.dtype, dtype)  # what concatenating would have given
+        so that n appended tokens cause O(log n) moves (O(n / window) under a sliding window). The buffers
+        take the dtypes concatenating would have given."""
         capacity = 2 * (self.length + room)
-        k_buffer = self.k_buffer.new_empty(*self.k_buffer.shape[:2], capacity, self.k_buffer.shape[3], dtype=dtype)
-        v_buffer = self.v_buffer.new_empty(*self.v_buffer.shape[:2], capacity, self.v_buffer.shape[3], dtype=dtype)
-        k_buffer[:, :, : self.length] = self.k
-        v_buffer[:, :, : self.length] = self.v
-        return KVCache(k_buffer, v_buffer, 0, self.length, self.position, [self.length])
+        buffers = []
+        for buffer, cached, dtype in ((self.k_buffer, self.k, k_dtype), (self.v_buffer, self.v, v_dtype)):
+            moved = buffer.new_empty(*buffer.shape[:2], capacity, buffer.shape[3],
+                                     dtype=torch.promote_types(buffer.dtype, dtype))
+            moved[:, :, : self.length] = cached
+            buffers.append(moved)
+        return KVCache(*buffers, 0, self.length, self.position, [self.length])
 
     def keep_last(self, n: int) -> KVCache:
         """The cache without all but its last n keys and values (a sliding window's)."""

@@ -151,8 +151,7 @@ class BoltzmannAttention(AttentionMixer):
         return y, state
 
     def state_size(self, seq_len: int) -> int:
-        kept = min(seq_len, self.cfg.window - 1) if self.sliding() else seq_len
-        return 2 * self.cfg.d_model * kept
+        return super().state_size(min(seq_len, self.cfg.window - 1) if self.sliding() else seq_len)
 
     def attend(self, q, k, v):
         B, H, Tq, D = q.shape
@@ -259,20 +258,20 @@ class BoltzmannAttention(AttentionMixer):
         S = k.shape[-2]
         n, w = min(S, self.cfg.window), self.cfg.band
         with no_autocast(q.device):
-            J = self.coupling_matrix(n)
-            band = ising.band_couplings(J, w)  # [H, n, w]: distance couplings are the same for every chain
+            J = self.coupling_matrix(n)  # None without couplings
+            band = None if J is None else ising.band_couplings(J, w)  # [H, n, w]: the same for every chain
         element = max(4, q.element_size())  # the chains run in fp32 or wider
         bytes_per_query = n * 2**w * element * 8  # messages both ways and what autograd keeps
         group = max(1, min(int(self.cfg.memory_budget_gib * 2**30) // (bytes_per_query * B * H),
                            CHAIN_GROUP_BYTES // (2 ** (w + 1) * element * B * H)))
         position = torch.arange(S - Tq, S, device=q.device)  # of each query among the keys
-        return torch.cat([self._banded_rows(q[:, :, r0 : r0 + group], k, v, position[r0 : r0 + group], J, band)
+        return torch.cat([self._banded_rows(q[:, :, r0 : r0 + group], k, v, position[r0 : r0 + group], n, J, band)
                           for r0 in range(0, Tq, group)], dim=2)
 
-    def _banded_rows(self, q, k, v, position, J, band):
-        """The output of the queries at these positions among the keys, each over its last n = J's size."""
+    def _banded_rows(self, q, k, v, position, n, J, band):
+        """The output of the queries at these positions among the keys, each over its last n keys."""
         B, H, Tq, D = q.shape
-        S, n = k.shape[-2], J.shape[-1]
+        S = k.shape[-2]
         index = (position - n + 1).clamp_min(0)[:, None] + torch.arange(n, device=q.device)  # [Tq, n]
         present = index <= position[:, None]  # the chain's spins; absent ones (a suffix) are free
         index = index.clamp_max(S - 1)

@@ -106,7 +106,10 @@ def mixer_fields(name: str) -> list[str]:
 def mixer_config(name: str, where: str | None = None, **options) -> MixerConfig:
     """The validated, typed config of a registered mixer; `where` names its place in error messages."""
     cfg = from_dict(mixer_class(name).config_class, options, where=where or name)
-    cfg.validate()
+    try:
+        cfg.validate()
+    except ConfigError as err:
+        raise ConfigError(f"{where}: {err}" if where else str(err)) from None
     return cfg
 
 

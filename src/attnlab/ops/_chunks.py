@@ -11,9 +11,10 @@ from ..nn import at_least_fp32, causal_mask, no_autocast
 
 
 def autocast_off(op):
-    """Run op with autocast disabled on its inputs' device. The op casts its inputs to `at_least_fp32`
-    itself; without this, autocast would still run its products in bf16 and round the states, decay sums
-    and statistics they produce."""
+    """Run op with autocast disabled on its inputs' device, so that the op alone chooses the precision of its
+    products: the recurrent ops cast their inputs to `at_least_fp32` (autocast would otherwise run their
+    products in bf16 and round the states, decay sums and statistics they produce); others compute in their
+    inputs' dtype."""
 
     @functools.wraps(op)
     def run(*args, **kwargs):
