@@ -118,3 +118,16 @@ def test_generation_with_a_bounded_context_rereads_the_newest_tokens():
             view_start = tokens.shape[1] - 4
     assert torch.equal(out, tokens)
     assert not torch.equal(out, model.generate(prompt, max_new_tokens=20, temperature=0))
+
+
+def test_the_loss_keeps_fp64_and_ignores_masked_targets():
+    torch.manual_seed(0)
+    model = Decoder(ModelConfig(vocab_size=11, d_model=16, n_layers=1, n_heads=2)).double()
+    tokens, targets = torch.randint(11, (2, 5)), torch.randint(11, (2, 5))
+    targets[0, :2] = -100
+    logits, _ = model(tokens)
+    kept = targets != -100
+    expected = -torch.log_softmax(logits, -1)[kept].gather(1, targets[kept][:, None]).mean()
+    loss = model.loss(tokens, targets)
+    assert loss.dtype == torch.float64
+    torch.testing.assert_close(loss, expected, rtol=0, atol=1e-14)
