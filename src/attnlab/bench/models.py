@@ -4,6 +4,8 @@ x-transformers decoder of the same shape."""
 from __future__ import annotations
 
 import dataclasses
+from contextlib import nullcontext
+from functools import partial
 
 import torch
 
@@ -13,26 +15,37 @@ from ..model import Decoder
 from .timing import round_robin
 
 
+def random_batch(vocab_size: int, t) -> torch.Tensor:
+    """Fixed random tokens [batch_size, seq_len + 1] for timing training steps: inputs and shifted targets."""
+    return torch.randint(vocab_size, (t.batch_size, t.seq_len + 1), generator=torch.Generator().manual_seed(0))
+
+
+def adamw_step(model: torch.nn.Module, loss, autocast=nullcontext):
+    """One AdamW training step of the model on loss() (a zero-argument callable), as a callable to time."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        with autocast():
+            value = loss()
+        value.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
 def bench_training_step(preset: str, mixers=None, repeats: int = 10, overrides=(), log=print) -> dict:
     """Milliseconds per AdamW training step of the preset's model with each mixer, and the ratio to softmax."""
     cfg = load_config(preset, list(overrides))
     model_cfg, t = cfg.sized_model(), cfg.train
     names = list_mixers() if mixers == ["all"] else (mixers or [cfg.model.mixer])
     names = sorted(set(names) | {"softmax"}, key=lambda n: (n != "softmax", n))
-    generator = torch.Generator().manual_seed(0)
-    tokens = torch.randint(model_cfg.vocab_size, (t.batch_size, t.seq_len + 1), generator=generator)
+    tokens = random_batch(model_cfg.vocab_size, t)
     tasks = {}
     for name in names:
         torch.manual_seed(0)
         model = Decoder(dataclasses.replace(model_cfg, mixer=name, layers=None))
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-
-        def step(model=model, optimizer=optimizer):
-            model.loss(tokens[:, :-1], tokens[:, 1:]).backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-
-        tasks[name] = step
+        tasks[name] = adamw_step(model, partial(model.loss, tokens[:, :-1], tokens[:, 1:]))
     seconds = round_robin(tasks, repeats)
     log(f"training step of the {preset} model (batch {t.batch_size} x {t.seq_len} tokens, "
           f"{torch.get_num_threads()} threads, median of {repeats}, round-robin)")
@@ -68,8 +81,7 @@ def bench_x_transformers(preset: str = "demo", repeats: int = 10, overrides=(), 
         return None
     cfg = load_config(preset, ["model.mixer=softmax", *overrides])
     model_cfg, t = cfg.sized_model(), cfg.train
-    generator = torch.Generator().manual_seed(0)
-    tokens = torch.randint(model_cfg.vocab_size, (t.batch_size, t.seq_len + 1), generator=generator)
+    tokens = random_batch(model_cfg.vocab_size, t)
     torch.manual_seed(0)
     ours, theirs = Decoder(model_cfg), x_transformers_decoder(model_cfg, model_cfg.vocab_size)
 
@@ -80,16 +92,7 @@ def bench_x_transformers(preset: str = "demo", repeats: int = 10, overrides=(), 
         logits = theirs(tokens[:, :-1])
         return torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
 
-    tasks = {}
-    for name, model, loss in (("attnlab", ours, ours_loss), ("x-transformers", theirs, theirs_loss)):
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-
-        def step(loss=loss, optimizer=optimizer):
-            loss().backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-
-        tasks[name] = step
+    tasks = {"attnlab": adamw_step(ours, ours_loss), "x-transformers": adamw_step(theirs, theirs_loss)}
     seconds = round_robin(tasks, repeats)
     params = {"attnlab": sum(p.numel() for p in ours.parameters()),
               "x-transformers": sum(p.numel() for p in theirs.parameters())}

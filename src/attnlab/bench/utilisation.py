@@ -8,11 +8,14 @@ Small models are overhead-bound: their share shows how far the framework's per-o
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
 from ..config import load_config
 from ..model import Decoder
 from .mixers import precision_context
+from .models import adamw_step, random_batch
 from .timing import count_flops, matmul_peak, peak_share, round_robin
 
 
@@ -54,17 +57,6 @@ def _training_step(cfg, precision: str):
     """One AdamW step of the config's decoder on fixed random tokens, and the FLOPs it performs."""
     torch.manual_seed(0)
     model = Decoder(cfg.model)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    t = cfg.train
-    tokens = torch.randint(cfg.model.vocab_size, (t.batch_size, t.seq_len + 1),
-                           generator=torch.Generator().manual_seed(0))
-    autocast = precision_context(precision)
-
-    def step():
-        with autocast():
-            loss = model.loss(tokens[:, :-1], tokens[:, 1:])
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
+    tokens = random_batch(cfg.model.vocab_size, cfg.train)
+    step = adamw_step(model, partial(model.loss, tokens[:, :-1], tokens[:, 1:]), precision_context(precision))
     return step, count_flops(step)
