@@ -10,6 +10,7 @@ import torch
 
 from ..errors import UserError
 from ..mixers import build_mixer, list_mixers
+from ..mixers.softmax import causal_sdpa
 from .timing import count_flops, peak_share, round_robin, saved_bytes
 
 # a Boltzmann variant that runs at any length: banded inference over a sliding window of distance couplings
@@ -179,18 +180,23 @@ def bench_decode_floor(context: int = 16384, d_model: int = 256, n_heads: int = 
     """Softmax's decode step after `context` tokens against the least any step that attends to the whole cache
     can take: reading its keys and values once at this machine's memory bandwidth. The bandwidth is measured
     by summing a read_mib tensor (far larger than the caches) in turns with the decode steps, so both see the
-    machine in the same state."""
+    machine in the same state. Beside them, the one-query attention alone on a cache of the same shape: what
+    the step's two matrix-vector products cost when they read from memory, as the step's do."""
     step = _decoder_at(_build("softmax", {}, d_model, n_heads), context, 1, d_model, 1024, torch.Generator())
+    head_dim = d_model // n_heads
+    q, k, v = (torch.randn(1, n_heads, n, head_dim) for n in (1, context, context))
     big = torch.ones(read_mib * 2**20 // 4)
-    with torch.no_grad():
-        seconds = round_robin({"decode": step, "read": big.sum}, steps)
+    with torch.no_grad():  # each task evicts the last one's cache (the read is 8x the last level here)
+        seconds = round_robin({"decode": step, "read": big.sum, "attention": lambda: causal_sdpa(q, k, v)}, steps)
     gb_per_s = big.numel() * 4 / seconds["read"] / 1e9
     cache_bytes = 2 * d_model * context * 4  # keys and values, fp32, batch 1
     floor_ms = 1e3 * cache_bytes / (gb_per_s * 1e9)
-    decode_ms = 1e3 * seconds["decode"]
+    decode_ms, attention_ms = 1e3 * seconds["decode"], 1e3 * seconds["attention"]
     result = {"context": context, "gb_per_s": gb_per_s, "cache_mib": cache_bytes / 2**20, "floor_ms": floor_ms,
-              "decode_ms": decode_ms, "x_floor": decode_ms / floor_ms}
+              "decode_ms": decode_ms, "x_floor": decode_ms / floor_ms, "attention_ms": attention_ms,
+              "attention_x_floor": attention_ms / floor_ms}
     log(f"memory bandwidth {gb_per_s:.1f} GB/s (median of {steps} reads of {read_mib} MiB, in turns with the decode "
         f"steps): reading softmax's {result['cache_mib']:.0f} MiB cache at {context} tokens takes {floor_ms:.2f} ms; "
-        f"a decode step takes {decode_ms:.2f} ms ({result['x_floor']:.2f}x)")
+        f"a decode step takes {decode_ms:.2f} ms ({result['x_floor']:.2f}x), of which the attention on the cache "
+        f"alone {attention_ms:.2f} ms ({result['attention_x_floor']:.2f}x)")
     return result
