@@ -1,7 +1,11 @@
-"""Helpers shared by the tests: random inputs and comparisons of forms (outputs, states, gradients)."""
+"""Helpers shared by the tests: random inputs and comparisons of forms (outputs, states, gradients), and made-up
+suite results with a known effect."""
+
+import random
 
 import torch
 
+from attnlab.experiments.claims import Claim
 from attnlab.mixers import list_mixers
 
 
@@ -68,3 +72,30 @@ CASES = [(name, {}) for name in list_mixers()] + [
     ("interdomain", {"query": "linear", "rope": False, "modes": 8}),
 ]
 CASE_IDS = [name + "".join(f"-{k}={v}" for k, v in options.items()) for name, options in CASES]
+
+
+# made-up suite results: two arms whose per-seed difference is known
+
+
+def centred_noise(seed: int, n: int, sd: float) -> list[float]:
+    """n deterministic normal draws shifted to mean exactly 0, so the mean Δ is known exactly."""
+    rng = random.Random(seed)
+    draws = [rng.gauss(0, sd) for _ in range(n)]
+    return [d - sum(draws) / n for d in draws]
+
+
+def add_runs(results: dict, experiment: str, arm: str, values: list, key: str = "val_ppl") -> dict:
+    for seed, value in enumerate(values):
+        results.setdefault("runs", {}).setdefault(f"{experiment}/{arm}/{seed}", {"seconds": 1.0})[key] = value
+    return results
+
+
+def two_arms(delta: float, sd: float, n: int = 5, seed: int = 0, experiment: str = "lm") -> dict:
+    """Baseline perplexities around 10 and an arm whose per-seed difference is delta + centred noise."""
+    base = [10 + x for x in centred_noise(seed + 100, n, 0.5)]
+    arm = [b + delta + x for b, x in zip(base, centred_noise(seed, n, sd), strict=True)]
+    return add_runs(add_runs({}, experiment, "softmax", base), experiment, "hJ", arm)
+
+
+def lower(paper: float | None = None, **kwargs) -> Claim:
+    return Claim("h+J beats softmax", "lm", "val_ppl", "hJ", "softmax", "lower", paper=paper, **kwargs)

@@ -167,13 +167,13 @@ def judge(deltas: list[float], claim: Claim) -> Verdict:
 def evaluate(claims: list[Claim], results: dict) -> list[tuple[Claim, Verdict]]:
     judged = []
     for claim in claims:
-        verdict, unlearned = judge(paired_deltas(claim, results), claim), _not_learned(claim, results)
+        verdict, unlearned = judge(paired_deltas(claim, results), claim), not_learned(claim, results)
         judged.append((claim, verdict if unlearned is None else replace(verdict, verdict="inconclusive",
                                                                           reason=unlearned)))
     return judged
 
 
-def _not_learned(claim: Claim, results: dict) -> str | None:
+def not_learned(claim: Claim, results: dict) -> str | None:
     """Why the claim's experiment tests nothing yet: its control arm's mean falls short (None if it does not)."""
     if claim.control is None:
         return None

@@ -8,6 +8,7 @@ from ..errors import UserError
 from ..plots import new_figure, save_figure
 from .claims import RULES, plot_claims, verdict_table
 from .runner import describe_setting, load_results, setting_of, sweep_key
+from .settle import settle_lines
 from .spec import Experiment, Suite, split_key
 from .stats import mean_std, paired_difference
 
@@ -120,7 +121,7 @@ def write_report(suite: Suite, results: dict, out_dir: str | Path) -> Path:
     if suite.claims:
         figure = plot_claims(suite.claims, results, out / "claims.png")
         lines += ["## Verdicts", "", *verdict_table(suite.claims, results), "", f"![the claims]({figure.name})", "",
-                  RULES, ""]
+                  *settle_lines(suite, results), RULES, ""]
     for experiment in suite.experiments:
         lines += [f"## {experiment.title}", ""]
         if experiment.note:
