@@ -159,8 +159,10 @@ def interdomain_chunk(xi_q, z, lam, B_bar, C, readout="re_first", initial_state=
 
     scores = qc @ zc[..., :R].transpose(-1, -2)  # xi_i . k_j: [B, H, N, K, K]
     carried_k = _rotate(rise, torch.einsum("bhgmr,bhgir->bhgim", X0[..., :R], qc))
-    u = torch.einsum("hpm,bhgim->bhgip", _real_matrix(C), carried_k + torch.einsum("hmij,bhgij->bhgim", W_lag, scores))
-    beta = torch.einsum("hpm,bhgim->bhgip", _real_matrix(C.transpose(-1, -2)), _readout_real(u, readout))
+    # beta = C^T readout(C y) is linear in y: one [2M, 2M] real matrix per head instead of two products per position
+    to_beta = _real_matrix(C.transpose(-1, -2)) @ _readout_real(_real_matrix(C).mT, readout).mT  # [H, 2M, 2M]
+    beta = torch.einsum("hpm,bhgim->bhgip", to_beta,
+                        carried_k + torch.einsum("hmij,bhgij->bhgim", W_lag, scores))
     mix = torch.einsum("bhgip,hpij->bhgij", _conjugate_real(beta), W_lag)  # Re(beta_i . W[i-j]): [B, H, N, K, K]
     o = mix @ zc[..., R:]
     o = o + torch.einsum("bhgim,bhgmd->bhgid", _conjugate_real(_rotate(rise, beta)), X0[..., R:])
