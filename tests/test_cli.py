@@ -145,15 +145,16 @@ def test_eval_measures_what_training_measured_and_says_how(text_file, tmp_path, 
 
 
 def test_niah_lengths_default_to_what_the_kind_needs(tmp_path, capsys):
-    """A uuid needle and its question take 147 characters, more than the 16 of training: eval starts at 160."""
+    """A uuid needle, its question and its answer but the last character take 182 characters, more than the 16 of
+    training: eval starts at 192."""
     text = "".join(f"Line {i}: the quick brown fox. " for i in range(300)) + (NOISE + string.printable) * 5
     (tmp_path / "t.txt").write_text(text)
     assert main(["train", "demo", *tiny_overrides(tmp_path / "t.txt", tmp_path), "--quiet"]) == 0
     capsys.readouterr()
     assert main(["eval", str(tmp_path / "runs" / "cli"), "--task", "niah", "--kind", "uuid", "--samples", "1"]) == 0
     out = capsys.readouterr().out
-    assert "a uuid prompt needs at least 147 tokens" in out
-    assert "S-NIAH uuid at 160 tokens" in out and "S-NIAH uuid at 320 tokens" in out
+    assert "a uuid sample needs at least 182 tokens" in out
+    assert "S-NIAH uuid at 192 tokens" in out and "S-NIAH uuid at 384 tokens" in out
 
 
 def test_progress_bar_only_on_a_terminal(text_file, tmp_path, capsys):

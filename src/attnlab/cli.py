@@ -129,18 +129,18 @@ def _eval_niah(run, args) -> None:
 
     kind, seq_len = args.kind or "passkey", run.config.train.seq_len
     try:  # encoding the needle and question also checks that the vocabulary has their characters
-        shortest = niah.shortest_prompt(kind, run.tokenizer.encode)
+        shortest = niah.shortest_length(kind, run.tokenizer.encode)
     except UserError as err:
         raise UserError(f"--task niah --kind {kind}: {err}; its prompts need a run trained on text that has them "
                         "(e.g. data.source=shakespeare) or on data.source=niah") from None
     lengths = args.lengths or niah.default_lengths(seq_len, shortest)
     if args.lengths is None and lengths[0] != seq_len:
-        print(f"note: a {kind} prompt needs at least {shortest} tokens, more than train.seq_len={seq_len}; "
+        print(f"note: a {kind} sample needs at least {shortest} tokens, more than train.seq_len={seq_len}; "
               f"measuring at {lengths[0]} and {lengths[1]} tokens")
     for length in lengths:
         if length < shortest:
-            raise UserError(f"--lengths {length}: a {kind} prompt needs at least {shortest} tokens for its needle "
-                            "and question; give longer --lengths")
+            raise UserError(f"--lengths {length}: a {kind} sample needs at least {shortest} tokens for its needle, "
+                            "question and answer; give longer --lengths")
     data = run.corpus() if run.config.data.source == "niah" else None
     haystack = data.haystacks["val"] if data else _heldout_text(run)
     results = niah.accuracy_by_length(run.model, run.tokenizer.encode, haystack, kind, lengths, args.samples or 10,

@@ -118,10 +118,11 @@ def test_niah_prompt_has_one_needle_at_the_depth_and_the_exact_length(kind, dept
     sample = niah.make_sample(kind, 600, depth, rng, HAYSTACK, TOKENIZER.encode)
     text = TOKENIZER.decode(sample.prompt)
     value = TOKENIZER.decode(sample.answer)
-    assert len(sample.prompt) == 600
+    assert len(sample.prompt) + len(sample.answer) - 1 == 600  # what a model reads while it answers
     assert text.count("The special magic") == 1 and text.count(value) == 1
     assert text.index("The special magic") == sample.needle_at + 1
-    haystack_len = 600 - len(TOKENIZER.encode(text[sample.needle_at : text.index(value) + len(value) + 2]))
+    needle = text[sample.needle_at : text.index(value) + len(value) + 2]
+    haystack_len = len(sample.prompt) - len(TOKENIZER.encode(needle))
     haystack_len -= len(TOKENIZER.encode(text[text.index("\nWhat") :]))
     assert abs(sample.needle_at - depth * haystack_len) <= 64  # moved at most to a nearby sentence end
     assert (len(value) == 7 and value.isdigit()) if kind != "uuid" else len(value) == 36
@@ -135,15 +136,15 @@ def test_niah_is_deterministic_and_too_short_prompts_are_refused():
         niah.make_sample("passkey", 20, 0.5, np.random.default_rng(0), HAYSTACK, TOKENIZER.encode)
 
 
-def test_niah_shortest_prompt_sets_the_default_lengths_and_checks_the_vocabulary():
-    shortest = {kind: niah.shortest_prompt(kind, TOKENIZER.encode) for kind in niah.KINDS}
-    assert shortest == {"passkey": 122, "number": 122, "uuid": 147}
-    for kind in niah.KINDS:  # the shortest prompt fits; one token less cannot hold every key
+def test_niah_shortest_length_sets_the_default_lengths_and_checks_the_vocabulary():
+    shortest = {kind: niah.shortest_length(kind, TOKENIZER.encode) for kind in niah.KINDS}
+    assert shortest == {"passkey": 128, "number": 128, "uuid": 182}  # needle and question, and the answer but one
+    for kind in niah.KINDS:  # the shortest length fits; one token less cannot hold every key
         niah.make_sample(kind, shortest[kind], 0.5, np.random.default_rng(0), HAYSTACK, TOKENIZER.encode)
-    assert niah.default_lengths(128, 122) == [128, 256] and niah.default_lengths(128, 147) == [160, 320]
+    assert niah.default_lengths(128, 128) == [128, 256] and niah.default_lengths(128, 182) == [192, 384]
     needle_only = CharTokenizer(HAYSTACK + "0123456789-:Tbfmp\nA")  # the needle's characters, not the question's
     with pytest.raises(UserError, match=r"characters \['\?', 'W'\] are not in"):
-        niah.shortest_prompt("number", needle_only.encode)
+        niah.shortest_length("number", needle_only.encode)
 
 
 def test_niah_training_length_must_hold_a_prompt_and_its_answer():

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from attnlab.errors import UserError
-from attnlab.experiments import SUITES, get_suite, report
+from attnlab.experiments import SUITES, get_suite, report, runner
 from attnlab.experiments.report import README_END, README_START, results_summary, update_readme, write_report
 from attnlab.experiments.runner import run_suite, sweep_key, tokens_to_loss, training_extent
 from attnlab.experiments.spec import Arm, Experiment, Suite
@@ -162,6 +162,27 @@ def test_a_model_is_measured_by_every_experiment_that_uses_it_as_soon_as_it_is_t
     run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=calls.append)
     keys = [c.split("] ")[1] for c in calls if c.startswith("[s]")]
     assert keys == ["ppl/softmax/0", "long/softmax/0", "ppl/sigmoid/0"]
+
+
+def test_a_record_measured_before_its_metric_changed_meaning_is_measured_again_from_its_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    niah = Experiment("niah", "retrieval", "niah", [Arm("softmax", "demo", ["data.source=niah"])], "softmax",
+                      lengths=[1])
+    lm = Experiment("lm", "perplexity", "val_ppl", [Arm("softmax", "demo")], "softmax")
+    suite = Suite("s", "s", [niah, lm])
+    first = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None)
+    assert first["runs"]["niah/softmax/0"]["measured"] == ["niah", [1], [], runner.REVISIONS["niah"]]
+    stale = {**first["runs"]["niah/softmax/0"], "measured": ["niah", [1], []], "niah@136": 0.5}  # the old meaning
+    old = {**first["runs"]["lm/softmax/0"]}
+    del old["measured"]  # a record from before the field: its metric has no revision, so it stands
+    results = {**first, "runs": {"niah/softmax/0": stale, "lm/softmax/0": old}}
+    (tmp_path / "suite" / "results.json").write_text(json.dumps(results))
+    calls = []
+    again = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=calls.append)
+    assert calls == ["[s] niah/softmax/0", "    the same model as niah-softmax-s0", calls[2]]  # measured, not trained
+    assert again["runs"]["niah/softmax/0"]["measured"] == first["runs"]["niah/softmax/0"]["measured"]
+    assert "niah@136" not in again["runs"]["niah/softmax/0"]
+    assert again["runs"]["lm/softmax/0"] == old
 
 
 def test_a_runs_fingerprint_is_its_config_apart_from_names_folders_and_compilation():

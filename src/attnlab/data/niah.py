@@ -5,6 +5,10 @@ Kinds: passkey (a 7-digit number in a repeated noise sentence), number (a 7-digi
 uuid (a uuid in prose). Prose is Shakespeare's plays or Python's documentation, which every machine has.
 Prompts are assembled in token space, so their length is exact for any tokenizer; the needle goes to
 the sentence boundary nearest to the requested depth. Accuracy is the exact match of the greedy answer.
+
+A test "at L tokens" is a sequence of L tokens, as a training sequence is: the prompt and the answer but its
+last token (which is generated, never read). So at the training length the model reads no position it was not
+trained on; with the prompt alone at L, the answer would run len(answer) - 1 positions past it.
 """
 
 from __future__ import annotations
@@ -58,24 +62,26 @@ def _needle_and_question(kind: str, key: str, value: str, encode) -> tuple[list[
     return needle, question
 
 
-def shortest_prompt(kind: str, encode) -> int:
-    """Tokens of the longest needle and question of this kind: a prompt needs at least as many. Encoding them,
-    every digit a value may hold and the passkey's noise also checks that the vocabulary has their characters."""
+def shortest_length(kind: str, encode) -> int:
+    """Tokens of the longest needle and question of this kind and of its answer but the last: a sample needs at
+    least as many. Encoding them, every digit a value may hold and the passkey's noise also checks that the
+    vocabulary has their characters."""
     key = f"{max(ADJECTIVES, key=len)}-{max(NOUNS, key=len)}"
     encode("0123456789" + (NOISE if kind == "passkey" else ""))  # the uuid's shape has the other hex digits
     needle, question = _needle_and_question(kind, key, VALUE_SHAPES[kind], encode)
-    return len(needle) + len(question)
+    return len(needle) + len(question) + len(encode(VALUE_SHAPES[kind])) - 1
 
 
 def default_lengths(seq_len: int, shortest: int) -> list[int]:
-    """The training length and twice it; when that cannot hold the needle and question (shortest tokens), the
-    shortest prompt rounded up to a multiple of 32 and twice that."""
+    """The training length and twice it; when that cannot hold a sample (shortest tokens: needle, question and
+    answer), the shortest length rounded up to a multiple of 32 and twice that."""
     first = seq_len if seq_len >= shortest else -(-shortest // 32) * 32
     return [first, 2 * first]
 
 
 def make_sample(kind: str, length: int, depth: float, rng: np.random.Generator, haystack: str, encode) -> Sample:
-    """One prompt of exactly `length` tokens with the needle nearest to `depth` of the haystack."""
+    """One sample of exactly `length` tokens (its prompt and its answer but the last token) with the needle
+    nearest to `depth` of the haystack."""
     key = f"{ADJECTIVES[rng.integers(len(ADJECTIVES))]}-{NOUNS[rng.integers(len(NOUNS))]}"
     if kind == "uuid":
         digits = "".join(f"{x:x}" for x in rng.integers(16, size=32))
@@ -83,10 +89,11 @@ def make_sample(kind: str, length: int, depth: float, rng: np.random.Generator, 
     else:
         value = str(rng.integers(1_000_000, 10_000_000))
     needle, question = _needle_and_question(kind, key, value, encode)
-    room = length - len(needle) - len(question)
-    if room < 0:
-        raise ConfigError(f"a needle-in-a-haystack prompt needs at least {len(needle) + len(question)} tokens; "
-                          f"length {length} is too short")
+    answer = [int(t) for t in encode(value)]
+    least = len(needle) + len(question) + len(answer) - 1
+    if length < least:
+        raise ConfigError(f"a needle-in-a-haystack sample needs at least {least} tokens; length {length} is too short")
+    room = length - least
     text = NOISE * (room // len(NOISE) + 2) if kind == "passkey" else haystack
     start = int(rng.integers(0, max(1, len(text) - 4 * room)))  # enough characters for any tokenizer
     hay = list(encode(text[start : start + 4 * room + 64]))[:room]
@@ -94,7 +101,7 @@ def make_sample(kind: str, length: int, depth: float, rng: np.random.Generator, 
         raise ConfigError(f"the haystack text is too short for a {length}-token prompt")
     at = _sentence_boundary(hay, round(depth * room), encode)
     prompt = hay[:at] + needle + hay[at:] + question
-    return Sample([int(t) for t in prompt], [int(t) for t in encode(value)], at, depth)
+    return Sample([int(t) for t in prompt], answer, at, depth)
 
 
 def _sentence_boundary(tokens: list[int], position: int, encode, reach: int = 64) -> int:
@@ -119,8 +126,7 @@ class NIAHData(FixedExamples):
 
     def __init__(self, cfg: NIAHConfig, seq_len: int, haystacks: dict[str, str], tokenizer):
         cfg.validate()
-        # a training sequence is a prompt and its answer but the answer's last token
-        need = shortest_prompt(cfg.kind, tokenizer.encode) + len(tokenizer.encode(VALUE_SHAPES[cfg.kind])) - 1
+        need = shortest_length(cfg.kind, tokenizer.encode)
         if seq_len < need:
             raise ConfigError(f"train.seq_len={seq_len} is too short for data.niah.kind={cfg.kind}: its sequences "
                               f"need at least {need} tokens; raise train.seq_len")
@@ -141,11 +147,8 @@ class NIAHData(FixedExamples):
 
     def _sequences(self, n, seq_len, split, seed, depths):
         """Sequences of seq_len tokens ending with the answer; targets are the answer tokens only."""
-        probe = make_sample(self.cfg.kind, seq_len, 0.5, np.random.default_rng(0), self.haystacks[split],
-                            self.tokenizer.encode)
-        prompts = self.samples(n, seq_len + 1 - len(probe.answer), split, seed, depths)
         inputs, targets = [], []
-        for s in prompts:
+        for s in self.samples(n, seq_len, split, seed, depths):
             tokens = s.prompt + s.answer
             labels = [-100] * (len(s.prompt) - 1) + s.answer + [-100]
             inputs.append(tokens[:-1])

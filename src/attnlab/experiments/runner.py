@@ -109,14 +109,14 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
     def run(key: str, arm: Arm, experiment: Experiment, seed: int, lr: float | None = None) -> dict:
         """One trained and measured model, recorded in results.json as soon as it is measured."""
         cfg = config(experiment, arm, seed, lr)
-        fingerprint = _fingerprint(cfg)
-        if results["runs"].get(key, {}).get("config") != fingerprint:  # else measured by an earlier attempt
+        fingerprint, record = _fingerprint(cfg), results["runs"].get(key, {})
+        if not _current(record, fingerprint, experiment):  # else measured by an earlier attempt
             log(f"[{suite.name}] {key}")
             results["runs"][key] = _train_and_measure(cfg, experiment, results, fingerprint, out, log)
             results["meta"]["finished"] = datetime.now().isoformat(timespec="minutes")
             _write_json(results_path, results)
         for other, (other_experiment, other_arm, other_seed) in plan.items():  # the same model elsewhere:
-            unmeasured = results["runs"].get(other, {}).get("config") != fingerprint  # measured while it is here
+            unmeasured = not _current(results["runs"].get(other, {}), fingerprint, other_experiment)  # measure it now
             if unmeasured and planned_fingerprint(other) == fingerprint:
                 run(other, other_arm, other_experiment, other_seed)
         return results["runs"][key]
@@ -192,9 +192,24 @@ def _holds(run_dir: Path, fingerprint: str) -> bool:
     return path.is_file() and path.read_text() == fingerprint
 
 
+# Metrics whose meaning has changed, with their revision: records measured before are measured again (from the
+# model where its folder is still there). niah 2: a test at L tokens reads L tokens, prompt and answer (in 1 the
+# prompt alone had L, so the answer ran past the training length).
+REVISIONS = {"niah": 2}
+
+
 def _measurement(experiment: Experiment) -> list:
     """What a record's measured values depend on besides the model."""
-    return [experiment.metric, experiment.lengths, experiment.target_losses]
+    revision = REVISIONS.get(experiment.metric)
+    return [experiment.metric, experiment.lengths, experiment.target_losses, *([revision] if revision else [])]
+
+
+def _current(record: dict, fingerprint: str, experiment: Experiment) -> bool:
+    """Whether a record is of this model measured this way (records older than the measured field count as
+    measured this way, unless their metric has a revision since)."""
+    measurement = _measurement(experiment)
+    default = None if experiment.metric in REVISIONS else measurement
+    return record.get("config") == fingerprint and record.get("measured", default) == measurement
 
 
 def training_extent(run_dir: Path) -> dict:
