@@ -98,7 +98,7 @@ def make_sample(kind: str, length: int, depth: float, rng: np.random.Generator, 
     start = int(rng.integers(0, max(1, len(text) - 4 * room)))  # enough characters for any tokenizer
     hay = list(encode(text[start : start + 4 * room + 64]))[:room]
     if len(hay) < room:
-        raise ConfigError(f"the haystack text is too short for a {length}-token prompt")
+        raise ConfigError(f"the haystack text is too short for a {length}-token sample")
     at = _sentence_boundary(hay, round(depth * room), encode)
     prompt = hay[:at] + needle + hay[at:] + question
     return Sample([int(t) for t in prompt], answer, at, depth)
