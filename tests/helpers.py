@@ -94,7 +94,7 @@ def two_arms(delta: float, sd: float, n: int = 5, seed: int = 0, experiment: str
     """Baseline perplexities around 10 and an arm whose per-seed difference is delta + centred noise."""
     base = [10 + x for x in centred_noise(seed + 100, n, 0.5)]
     arm = [b + delta + x for b, x in zip(base, centred_noise(seed, n, sd), strict=True)]
-    return add_runs(add_runs({}, experiment, "softmax", base), experiment, "hJ", arm)
+    return add_runs(add_runs({"suite": "toy"}, experiment, "softmax", base), experiment, "hJ", arm)
 
 
 def lower(paper: float | None = None, **kwargs) -> Claim:

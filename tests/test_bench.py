@@ -33,7 +33,8 @@ def test_quick_preset_writes_every_view_the_goals_json_and_plots(tmp_path):
     assert results["peak"]["gflops"] > 0 and all(r["gflops"] > 0 and r["activation_mib"] > 0 for r in results["mixers"])
     assert all(r["peak_fraction"] is None or 0 < r["peak_fraction"] <= 1 for r in results["mixers"])
     floor = results["decode_floor"]
-    assert floor["attention_ms"] > 0 and floor["attention_x_floor"] == floor["attention_ms"] / floor["floor_ms"]
+    assert floor["attention_ms"] > 0 and floor["attention_x_floor"] > 0
+    assert any("the one-query attention alone" in line for line in lines)
     for name in ("time_vs_length.png", "decode_vs_context.png"):
         assert (tmp_path / name).stat().st_size > 5000
 

@@ -139,7 +139,7 @@ def test_niah_is_deterministic_and_too_short_prompts_are_refused():
 def test_niah_shortest_length_sets_the_default_lengths_and_checks_the_vocabulary():
     shortest = {kind: niah.shortest_length(kind, TOKENIZER.encode) for kind in niah.KINDS}
     assert shortest == {"passkey": 128, "number": 128, "uuid": 182}  # needle and question, and the answer but one
-    for kind in niah.KINDS:  # the shortest length fits; one token less cannot hold every key
+    for kind in niah.KINDS:  # a sample of the shortest length can be made
         niah.make_sample(kind, shortest[kind], 0.5, np.random.default_rng(0), HAYSTACK, TOKENIZER.encode)
     assert niah.default_lengths(128, 128) == [128, 256] and niah.default_lengths(128, 182) == [192, 384]
     needle_only = CharTokenizer(HAYSTACK + "0123456789-:Tbfmp\nA")  # the needle's characters, not the question's

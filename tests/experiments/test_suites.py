@@ -164,7 +164,9 @@ def test_a_model_is_measured_by_every_experiment_that_uses_it_as_soon_as_it_is_t
     assert keys == ["ppl/softmax/0", "long/softmax/0", "ppl/sigmoid/0"]
 
 
-def test_a_record_measured_before_its_metric_changed_meaning_is_measured_again_from_its_model(tmp_path, monkeypatch):
+@pytest.mark.parametrize("old_measured", [["niah", [1], []], None], ids=["old measurement", "no measured field"])
+def test_a_record_measured_before_its_metric_changed_meaning_is_measured_again_from_its_model(old_measured, tmp_path,
+                                                                                              monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
     niah = Experiment("niah", "retrieval", "niah", [Arm("softmax", "demo", ["data.source=niah"])], "softmax",
                       lengths=[1])
@@ -172,7 +174,9 @@ def test_a_record_measured_before_its_metric_changed_meaning_is_measured_again_f
     suite = Suite("s", "s", [niah, lm])
     first = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None)
     assert first["runs"]["niah/softmax/0"]["measured"] == ["niah", [1], [], runner.REVISIONS["niah"]]
-    stale = {**first["runs"]["niah/softmax/0"], "measured": ["niah", [1], []], "niah@136": 0.5}  # the old meaning
+    stale = {**first["runs"]["niah/softmax/0"], "measured": old_measured, "niah@136": 0.5}  # the old meaning
+    if old_measured is None:
+        del stale["measured"]
     old = {**first["runs"]["lm/softmax/0"]}
     del old["measured"]  # a record from before the field: its metric has no revision, so it stands
     results = {**first, "runs": {"niah/softmax/0": stale, "lm/softmax/0": old}}

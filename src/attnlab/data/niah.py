@@ -1,9 +1,9 @@
 """Single-needle retrieval (S-NIAH, after RULER): a "special magic" value for a key is hidden at a chosen
-depth inside a haystack of exactly the requested token length, and the model must generate it.
+depth inside a haystack, and the model must generate it after a question.
 
 Kinds: passkey (a 7-digit number in a repeated noise sentence), number (a 7-digit number in prose) and
 uuid (a uuid in prose). Prose is Shakespeare's plays or Python's documentation, which every machine has.
-Prompts are assembled in token space, so their length is exact for any tokenizer; the needle goes to
+Samples are assembled in token space, so their length is exact for any tokenizer; the needle goes to
 the sentence boundary nearest to the requested depth. Accuracy is the exact match of the greedy answer.
 
 A test "at L tokens" is a sequence of L tokens, as a training sequence is: the prompt and the answer but its
@@ -49,7 +49,7 @@ class NIAHConfig:
 
 @dataclass
 class Sample:
-    prompt: list[int]  # exactly the requested length
+    prompt: list[int]  # with the answer but its last token, exactly the requested length
     answer: list[int]
     needle_at: int  # token index where the needle starts
     depth: float
@@ -64,8 +64,9 @@ def _needle_and_question(kind: str, key: str, value: str, encode) -> tuple[list[
 
 def shortest_length(kind: str, encode) -> int:
     """Tokens of the longest needle and question of this kind and of its answer but the last: a sample needs at
-    least as many. Encoding them, every digit a value may hold and the passkey's noise also checks that the
-    vocabulary has their characters."""
+    least as many. Exact for character and byte tokenizers; with BPE a value may take a token more or fewer
+    than the one encoded here (make_sample states each sample's own need). Encoding them, every digit a value
+    may hold and the passkey's noise also checks that the vocabulary has their characters."""
     key = f"{max(ADJECTIVES, key=len)}-{max(NOUNS, key=len)}"
     encode("0123456789" + (NOISE if kind == "passkey" else ""))  # the uuid's shape has the other hex digits
     needle, question = _needle_and_question(kind, key, VALUE_SHAPES[kind], encode)
@@ -156,7 +157,7 @@ class NIAHData(FixedExamples):
         return torch.tensor(inputs), torch.tensor(targets)
 
     def describe(self) -> str:
-        return f"S-NIAH {self.cfg.kind}: {len(self.train[0]):,} training prompts of {self.seq_len} tokens"
+        return f"S-NIAH {self.cfg.kind}: {len(self.train[0]):,} training sequences of {self.seq_len} tokens"
 
 
 @torch.no_grad()
@@ -173,7 +174,7 @@ def niah_accuracy(model, samples: list[Sample], device=None) -> dict[float, floa
 
 def accuracy_by_length(model, encode, haystack: str, kind: str, lengths, per_depth: int, depths,
                        device=None) -> dict[int, dict[float, float]]:
-    """{length: {depth: accuracy}} on fresh prompts of each length (the same test seed for every model)."""
+    """{length: {depth: accuracy}} on fresh samples of each length (the same test seed for every model)."""
     result = {}
     for length in lengths:
         rng = np.random.default_rng(TEST_SEED_OFFSET)

@@ -166,9 +166,10 @@ def _train_and_measure(cfg, experiment: Experiment, results: dict, fingerprint: 
     for run_dir, record in earlier:
         if record.get("measured") == _measurement(experiment):  # the same model, measured the same way
             log(f"    the same model and measurement as {record['run']}")
-            return {**record, "run": os.path.relpath(run_dir, out), "seconds": 0.0}
+            return {**record, "run": os.path.relpath(run_dir, out), "seconds": 0.0, "trained": False}
     run_dir = next((d for d, _ in earlier if _holds(d, fingerprint)), None)
-    if run_dir is None:
+    trained = run_dir is None
+    if trained:
         run_dir = Path(cfg.out_dir) / cfg.name
         shutil.rmtree(run_dir, ignore_errors=True)  # an unfinished run of an earlier attempt
         params = train(cfg, progress=False, log=lambda *_: None)["params"]
@@ -177,8 +178,8 @@ def _train_and_measure(cfg, experiment: Experiment, results: dict, fingerprint: 
         log(f"    the same model as {run_dir.name}")
         params = load_run(run_dir).model.num_params()
     record = {"params": params, **training_extent(run_dir), **measure(experiment, run_dir)}
-    record |= {"seconds": time.perf_counter() - start, "run": os.path.relpath(run_dir, out), "config": fingerprint,
-               "measured": _measurement(experiment)}
+    record |= {"seconds": time.perf_counter() - start, "trained": trained, "run": os.path.relpath(run_dir, out),
+               "config": fingerprint, "measured": _measurement(experiment)}
     log("    " + ", ".join(f"{k} {v:.4g}" for k, v in record.items() if isinstance(v, float | int)))
     return record
 

@@ -1,5 +1,5 @@
 """What would settle a headline claim that a run leaves inconclusive: the seeds its measured spread says the
-paper's effect needs, what they would cost at this tier (the runs' step cap and the seconds a run took here),
+paper's effect needs, what they would cost at this tier (the runs' step cap and the time a run took here),
 and at the paper's scale (the GPU-hours gpu.estimate gives the paper tier's experiment of the same name)."""
 
 from __future__ import annotations
@@ -7,23 +7,25 @@ from __future__ import annotations
 from ..config import load_config
 from . import gpu
 from .claims import Claim, Verdict, evaluate, not_learned
-from .spec import Experiment, Suite, split_key
+from .runner import setting_of
+from .spec import Suite, split_key
 from .stats import MAX_SEEDS
 
 
 def settle_lines(suite: Suite, results: dict) -> list[str]:
-    """Markdown lines, one bullet per inconclusive headline claim (none when every headline claim is judged)."""
+    """Markdown lines, one bullet per inconclusive headline claim (none when every headline claim is judged,
+    and none for a smoke run, whose spread sizes nothing)."""
+    if setting_of(results)["quick"]:
+        return []
     open_claims = [(c, v) for c, v in evaluate(suite.claims, results) if c.headline and v.verdict == "inconclusive"]
     if not open_claims:
         return []
-    experiments = {e.name: e for e in suite.experiments}
     lines = ["**What would settle the inconclusive headline claims.**", ""]
-    for claim, verdict in open_claims:
-        lines.append(f"- *{claim.statement}*: {_settle(claim, verdict, experiments[claim.experiment], suite, results)}")
+    lines += [f"- *{claim.statement}*: {_settle(claim, verdict, suite, results)}" for claim, verdict in open_claims]
     return [*lines, ""]
 
 
-def _settle(claim: Claim, verdict: Verdict, experiment: Experiment, suite: Suite, results: dict) -> str:
+def _settle(claim: Claim, verdict: Verdict, suite: Suite, results: dict) -> str:
     unlearned = not_learned(claim, results)
     if unlearned is not None:
         return f"the task must be learned first: {unlearned}."
@@ -31,48 +33,64 @@ def _settle(claim: Claim, verdict: Verdict, experiment: Experiment, suite: Suite
     if needed is None:
         return _why_unsized(claim, verdict)
     if needed > MAX_SEEDS:
-        return f"more than {MAX_SEEDS:,} seeds at the spread measured here: more seeds cannot settle it."
-    arms = [a for a in experiment.arms if a.label in (claim.arm, claim.baseline)]
+        return f"more than {MAX_SEEDS:,} seeds at the spread measured here: out of reach by more seeds."
+    if needed <= verdict.n:
+        return (f"this run has the {needed} seeds that the paper's effect needs at the spread measured here; its Δ "
+                "lies between 0 and the paper's effect, so more seeds would size a smaller effect than the paper's.")
+    experiments = [e for e in suite.experiments if e.name in (claim.experiment, claim.contrast)]
+    arms = [a for e in experiments for a in e.arms if a.label in (claim.arm, claim.baseline)]
+    scale = setting_of(results)["scale"]
     trains = [load_config(a.preset, a.overrides).train for a in arms]
-    cap, stopping = max(t.steps for t in trains), any(t.patience for t in trains)
-    more = max(0, needed - verdict.n)
-    text = f"{needed} seeds (this run has {verdict.n}) of {' and '.join(a.label for a in arms)}, each run trained "
-    text += f"until it stops improving or reaches {cap:,} steps" if stopping else f"{cap:,} steps"
-    seconds = _seconds_per_run(results, experiment.name, [a.label for a in arms])
+    cap = round(max(t.steps for t in trains) * scale)
+    stopping = ", each stopping early once it stops improving" if all(t.patience for t in trains) else ""
+    more = (needed - verdict.n) * len(arms)
+    text = (f"{needed} seeds (this run has {verdict.n}): {more} more runs of "
+            f"{' and '.join(sorted({a.label for a in arms}))} of at most {cap:,} steps{stopping}")
+    seconds = _seconds_per_run(results, [e.name for e in experiments], [claim.arm, claim.baseline])
     if seconds is not None:
-        text += (f": {more * len(arms)} more runs, about {more * len(arms) * seconds / 3600:.2g} CPU-hours at the "
-                 f"{seconds:,.0f} s a run of them took here")
-    return f"{text}. {_paper_scale(suite.name, experiment.name, needed)}"
+        text += f", about {more * seconds / 3600:.2g} hours on this machine at the {seconds:,.0f} s a run took here"
+    return f"{text}. {_paper_scale(suite, [e.name for e in experiments], needed)}"
 
 
 def _why_unsized(claim: Claim, verdict: Verdict) -> str:
     if verdict.n >= 2 and verdict.detectable == 0:
         return ("Δ is the same in every seed, so the spread that sizes a test is unknown: the task must first "
-                "separate the arms (a harder setting or a finer measure), then more seeds.")
+                "separate the arms (an easier setting or longer training where every arm sits at the floor, a "
+                "harder one at the ceiling, or a finer measure), then more seeds.")
     if claim.paper is None and claim.direction != "equal":
         return "the paper gives no effect size to size a test for."
     return f"not yet sized: {verdict.reason}."
 
 
-def _seconds_per_run(results: dict, experiment: str, arms: list[str]) -> float | None:
-    """The mean wall time of the runs of these arms that trained here (a reused record took 0 s)."""
+def _seconds_per_run(results: dict, experiments: list[str], arms: list[str]) -> float | None:
+    """The mean wall time of the runs of these arms that trained their model here (not those that measured a
+    model trained before, or reused a record)."""
     seconds = [record["seconds"] for key, record in results["runs"].items()
-               if split_key(key)[:2] in {(experiment, arm) for arm in arms} and record.get("seconds", 0) > 0]
+               if split_key(key)[0] in experiments and split_key(key)[1] in arms and record.get("trained", True)
+               and record.get("seconds", 0) > 0]
     return sum(seconds) / len(seconds) if seconds else None
 
 
-def _paper_scale(suite_name: str, experiment: str, seeds: int) -> str:
+def _paper_scale(suite: Suite, experiments: list[str], seeds: int) -> str:
     from . import SUITES  # the suite modules import this package's modules
 
-    module = SUITES.get(suite_name)
+    module = SUITES.get(suite.name)
     if module is None or "paper" not in module.TIERS:
         return "This suite has no paper-scale tier."
+    if suite.tier == "paper":
+        return f"This is the paper tier: `attnlab reproduce {suite.name} --tier paper --seeds {seeds}`."
     paper = module.suite("paper")
     if not paper.gpu:
-        return f"The paper's own protocol is CPU-sized: `attnlab reproduce {suite_name} --tier paper`."
+        return f"The paper's own protocol is CPU-sized: `attnlab reproduce {suite.name} --tier paper --seeds {seeds}`."
+    capped = [e.name for e in paper.experiments if e.name in experiments and e.seeds and e.seeds < seeds]
     one, two = (dict(gpu.estimate(paper, seeds=n)) for n in (1, 2))
-    if experiment not in one:
-        return f"The paper tier has no {experiment} experiment to put a GPU figure on."
-    hours = one[experiment] + (seeds - 1) * (two[experiment] - one[experiment])  # each seed past the first alike
-    return (f"At the paper's scale (`attnlab reproduce {suite_name} --tier paper --seeds {seeds}`), its {experiment} "
-            f"experiment is about {hours:,.0f} GPU-hours by gpu.estimate.")
+    missing = [name for name in experiments if name not in one]
+    if missing:
+        return f"The paper tier has no {' or '.join(missing)} experiment to put a GPU figure on."
+    if capped:
+        return f"The paper tier runs at most a few seeds of {', '.join(capped)}: no GPU figure for {seeds}."
+    # each seed past the first costs alike; an experiment whose models another one trains costs nothing more
+    hours = sum(one[name] + (seeds - 1) * (two[name] - one[name]) for name in experiments)
+    shared = " (its models are trained by another experiment of that tier)" if hours == 0 else ""
+    return (f"At the paper's scale (`attnlab reproduce {suite.name} --tier paper --seeds {seeds}`), about "
+            f"{hours:,.0f} GPU-hours by gpu.estimate{shared}.")
