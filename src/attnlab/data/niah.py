@@ -70,7 +70,12 @@ def shortest_length(kind: str, encode) -> int:
     key = f"{max(ADJECTIVES, key=len)}-{max(NOUNS, key=len)}"
     encode("0123456789" + (NOISE if kind == "passkey" else ""))  # the uuid's shape has the other hex digits
     needle, question = _needle_and_question(kind, key, VALUE_SHAPES[kind], encode)
-    return len(needle) + len(question) + len(encode(VALUE_SHAPES[kind])) - 1
+    return _fixed_tokens(needle, question, encode(VALUE_SHAPES[kind]))
+
+
+def _fixed_tokens(needle, question, answer) -> int:
+    """The tokens of a sample besides its haystack: needle, question and the answer but its last token."""
+    return len(needle) + len(question) + len(answer) - 1
 
 
 def default_lengths(seq_len: int, shortest: int) -> list[int]:
@@ -91,7 +96,7 @@ def make_sample(kind: str, length: int, depth: float, rng: np.random.Generator, 
         value = str(rng.integers(1_000_000, 10_000_000))
     needle, question = _needle_and_question(kind, key, value, encode)
     answer = [int(t) for t in encode(value)]
-    least = len(needle) + len(question) + len(answer) - 1
+    least = _fixed_tokens(needle, question, answer)
     if length < least:
         raise ConfigError(f"a needle-in-a-haystack sample needs at least {least} tokens; length {length} is too short")
     room = length - least

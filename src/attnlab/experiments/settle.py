@@ -4,10 +4,11 @@ and at the paper's scale (the GPU-hours gpu.estimate gives the paper tier's expe
 
 from __future__ import annotations
 
-from ..config import load_config
+from pathlib import Path
+
 from . import gpu
 from .claims import Claim, Verdict, evaluate, not_learned
-from .runner import setting_of
+from .runner import run_config, setting_of
 from .spec import Suite, split_key
 from .stats import MAX_SEEDS
 
@@ -38,14 +39,14 @@ def _settle(claim: Claim, verdict: Verdict, suite: Suite, results: dict) -> str:
         return (f"this run has the {needed} seeds that the paper's effect needs at the spread measured here; its Δ "
                 "lies between 0 and the paper's effect, so more seeds would size a smaller effect than the paper's.")
     experiments = [e for e in suite.experiments if e.name in (claim.experiment, claim.contrast)]
-    arms = [a for e in experiments for a in e.arms if a.label in (claim.arm, claim.baseline)]
-    scale = setting_of(results)["scale"]
-    trains = [load_config(a.preset, a.overrides).train for a in arms]
-    cap = round(max(t.steps for t in trains) * scale)
+    arms = [(e, a) for e in experiments for a in e.arms if a.label in (claim.arm, claim.baseline)]
+    scale = setting_of(results)["scale"]  # the steps as the runner trains them at this scale
+    trains = [run_config(e, a, 0, None, Path(), scale=scale).train for e, a in arms]
+    cap = max(t.steps for t in trains)
     stopping = ", each stopping early once it stops improving" if all(t.patience for t in trains) else ""
     more = (needed - verdict.n) * len(arms)
     text = (f"{needed} seeds (this run has {verdict.n}): {more} more runs of "
-            f"{' and '.join(sorted({a.label for a in arms}))} of at most {cap:,} steps{stopping}")
+            f"{' and '.join(sorted({a.label for _, a in arms}))} of at most {cap:,} steps{stopping}")
     seconds = _seconds_per_run(results, [e.name for e in experiments], [claim.arm, claim.baseline])
     if seconds is not None:
         text += f", about {more * seconds / 3600:.2g} hours on this machine at the {seconds:,.0f} s a run took here"
