@@ -205,6 +205,7 @@ def test_only_runs_the_experiments_that_match(tmp_path, monkeypatch):
                              Experiment("lm-long", "lm", "val_ppl", [arm], "softmax")])
     results = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None, only=["*-long"])
     assert set(results["runs"]) == {"lm-long/softmax/0"}
+    assert results["meta"]["seeds"] == suite.seeds  # the report counts the suite's runs, not this part's
     with pytest.raises(UserError, match="matches no experiment of s; its experiments: lm, lm-long"):
         run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, only=["mqar*"])
 

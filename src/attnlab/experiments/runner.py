@@ -89,8 +89,10 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
     results |= setting
     results["meta"] = {**results.get("meta", {}), "cpu": _cpu_name(),  # the newest attempt's
                        "threads": torch.get_num_threads(), "torch": torch.__version__}
-    if not only:  # a partial run (--only) leaves the suite's seed count as it was
+    if not only:
         results["meta"]["seeds"] = seeds
+    else:  # a partial run (--only) leaves the seed count as it was, or starts a folder at the suite's own
+        results["meta"].setdefault("seeds", suite.seeds)
 
     def config(experiment: Experiment, arm: Arm, seed: int, lr: float | None) -> RunConfig:
         return run_config(experiment, arm, seed, lr, out, suite.quick if quick else (), scale, extra)
