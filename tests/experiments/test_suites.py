@@ -210,6 +210,22 @@ def test_only_runs_the_experiments_that_match(tmp_path, monkeypatch):
         run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, only=["mqar*"])
 
 
+def test_a_record_written_meanwhile_by_another_process_is_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    suite = Suite("s", "s", [Experiment("lm", "lm", "val_ppl", [Arm("softmax", "demo")], "softmax")])
+    path = tmp_path / "suite" / "results.json"
+    other = {"val_ppl": 3.0, "seconds": 1.0}
+
+    def another_process_finishes_a_run(line):  # called as the run starts, before its record is written
+        if not path.exists():
+            path.write_text(json.dumps({"suite": "s", "tier": "default", "quick": False, "scale": 1.0,
+                                        "runs": {"lm-long/softmax/0": other}}))
+
+    results = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=another_process_finishes_a_run)
+    assert json.loads(path.read_text())["runs"]["lm-long/softmax/0"] == other
+    assert set(results["runs"]) == {"lm/softmax/0", "lm-long/softmax/0"}
+
+
 def test_a_run_folder_trained_again_under_another_config_is_not_taken_for_the_old_model(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
     ppl = Experiment("lm", "perplexity", "val_ppl", [Arm("softmax", "demo")], "softmax")

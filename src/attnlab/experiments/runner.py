@@ -1,18 +1,21 @@
 """Running a suite: every arm of every experiment for every seed, results saved as they finish.
 
 Results go to <out>/results.json after each run (written atomically), so an interrupted suite resumes
-where it stopped; the report is rebuilt from that file alone.
+where it stopped; the report is rebuilt from that file alone. Each write adds its record to what the file
+holds then, under a lock, so runs of the same suite with different --only experiments can share a folder.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
 import platform
 import shutil
 import time
+from contextlib import contextmanager
 from datetime import datetime
 from fnmatch import fnmatch
 from pathlib import Path
@@ -114,9 +117,9 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
         fingerprint, record = _fingerprint(cfg), results["runs"].get(key, {})
         if not _current(record, fingerprint, experiment):  # else measured by an earlier attempt
             log(f"[{suite.name}] {key}")
-            results["runs"][key] = _train_and_measure(cfg, experiment, results, fingerprint, out, log)
+            record = _train_and_measure(cfg, experiment, results, fingerprint, out, log)
             results["meta"]["finished"] = datetime.now().isoformat(timespec="minutes")
-            _write_json(results_path, results)
+            _save_record(results_path, results, key, record)
         for other, (other_experiment, other_arm, other_seed) in plan.items():  # the same model elsewhere:
             unmeasured = not _current(results["runs"].get(other, {}), fingerprint, other_experiment)  # measure it now
             if unmeasured and planned_fingerprint(other) == fingerprint:
@@ -313,6 +316,26 @@ def describe_setting(setting: dict) -> str:
 def run_path(record: dict) -> str:
     """Where a record's model lies, relative to its suite's folder."""
     return record["run"] if "/" in record["run"] else f"runs/{record['run']}"
+
+
+def _save_record(path: Path, results: dict, key: str, record: dict) -> None:
+    """Adds one record to results and to the file at path, keeping the records that another process (the same
+    suite run with other --only experiments) has written there meanwhile; results takes those in too."""
+    with _locked(path.parent):
+        on_disk = load_results(path)["runs"] if path.exists() else {}
+        results["runs"] = {**results["runs"], **on_disk, key: record}
+        _write_json(path, results)
+
+
+@contextmanager
+def _locked(folder: Path):
+    """An exclusive lock on the folder while the block runs: one writer of its results.json at a time."""
+    handle = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)  # closing releases the lock
 
 
 def _write_json(path: Path, value) -> None:
