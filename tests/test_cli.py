@@ -129,6 +129,8 @@ def test_reproduce_all_takes_the_suites_that_have_the_tier_and_checks_only_first
     assert "ccq (converged)" in out and "interdomain (converged)" in out and "boltzmann" not in out
     assert main(["reproduce", "all", "--only", "nothing-*", "--out", str(tmp_path)]) == 2
     assert "--only nothing-* matches no experiment" in capsys.readouterr().err
+    assert main(["reproduce", "all", "--arms", "nothing", "--out", str(tmp_path)]) == 2
+    assert "--arms nothing matches no arm of coupled-qk, ccq, boltzmann, interdomain" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
     (tmp_path / "results.json").write_text("[]")
     assert main(["report", str(tmp_path)]) == 2

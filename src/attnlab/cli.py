@@ -325,6 +325,8 @@ def cmd_reproduce(args) -> None:
     suites = {name: get_suite(name, args.tier) for name in names}  # every name and tier checked before any run
     if args.only and not any(fnmatch(e.name, p) for s in suites.values() for e in s.experiments for p in args.only):
         raise UserError(f"--only {' '.join(args.only)} matches no experiment of {', '.join(names)}")
+    if args.arms and not any(_has_arm(s, args.arms) for s in suites.values()):
+        raise UserError(f"--arms {' '.join(args.arms)} matches no arm of {', '.join(names)}")
     for name, suite in suites.items():
         if suite.gpu or args.estimate:
             from .experiments.gpu import describe_estimate
@@ -334,11 +336,20 @@ def cmd_reproduce(args) -> None:
             continue
         if args.only and not any(fnmatch(e.name, p) for e in suite.experiments for p in args.only):
             continue  # (all) this suite has none of the experiments asked for
+        if args.arms and not _has_arm(suite, args.arms):
+            continue  # (all) nor any of the arms
         # smoke and rescaled runs get folders of their own: they never mix with, or overwrite, real results
         variant = "-quick" if args.quick else (f"-scale{args.scale:g}" if args.scale != 1 else "")
         out = Path(args.out) / f"{name}{'' if args.tier == 'default' else '-' + args.tier}{variant}"
-        results = run_suite(suite, out, seeds=args.seeds, quick=args.quick, scale=args.scale, only=args.only or ())
+        results = run_suite(suite, out, seeds=args.seeds, quick=args.quick, scale=args.scale, only=args.only or (),
+                            arms=args.arms or ())
         print(f"report: {write_report(suite, results, out)}")
+
+
+def _has_arm(suite, patterns: list[str]) -> bool:
+    from fnmatch import fnmatch
+
+    return any(fnmatch(a.label, p) for e in suite.experiments for a in e.arms for p in patterns)
 
 
 def cmd_report(args) -> None:
@@ -510,6 +521,8 @@ def _reproduce_parser(sub) -> None:
     p.add_argument("--seeds", type=seed_count, help="seeds per run, 1 to 1000 (default: the tier's own)")
     p.add_argument("--only", nargs="+", metavar="EXPERIMENT", help="run only these experiments (shell patterns, "
                    "e.g. 'mqar-*'); the report still lists them all")
+    p.add_argument("--arms", nargs="+", metavar="ARM", help="train only these arms of them (shell patterns, e.g. "
+                   "'ccq-*'), so that two processes can share a suite's runs")
     p.add_argument("--estimate", action="store_true", help="print the tier's training FLOPs as GPU-hours and stop")
     p.add_argument("--quick", action="store_true", help="the smoke version: a few steps per run")
     p.add_argument("--scale", type=positive_float, default=1.0, help="multiply every run's training steps")

@@ -210,6 +210,16 @@ def test_only_runs_the_experiments_that_match(tmp_path, monkeypatch):
         run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, only=["mqar*"])
 
 
+def test_arms_trains_only_the_arms_that_match(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    arms = [Arm("softmax", "demo"), Arm("wide", "demo", ["model.d_model=24"])]
+    suite = Suite("s", "s", [Experiment("lm", "lm", "val_ppl", arms, "softmax", lrs=[1e-3, 3e-3])])
+    results = run_suite(suite, tmp_path / "suite", seeds=2, extra=TINY, log=lambda *_: None, arms=["w*"])
+    assert set(results["runs"]) == {"lm/wide/lr=0.001", "lm/wide/lr=0.003", "lm/wide/0", "lm/wide/1"}
+    with pytest.raises(UserError, match="--arms soft matches no arm of s's experiments; its arms: softmax, wide"):
+        run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, arms=["soft"])
+
+
 def test_a_record_written_meanwhile_by_another_process_is_kept(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
     suite = Suite("s", "s", [Experiment("lm", "lm", "val_ppl", [Arm("softmax", "demo")], "softmax")])

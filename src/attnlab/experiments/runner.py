@@ -72,15 +72,20 @@ def tokens_to_loss(metrics_path: Path, target: float, t, window: int = 5) -> flo
 
 
 def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick: bool = False, scale: float = 1.0,
-              extra: list[str] = (), log=print, only: list[str] = ()) -> dict:
+              extra: list[str] = (), log=print, only: list[str] = (), arms: list[str] = ()) -> dict:
     """Train and measure every run of the suite (seeds: the suite's own count unless given; only: the
-    experiments whose names match one of these shell patterns), keeping the runs that an earlier,
-    interrupted attempt finished with the same config."""
+    experiments whose names match one of these shell patterns; arms: their arms whose labels match one),
+    keeping the runs that an earlier, interrupted attempt finished with the same config."""
     seeds = seeds or suite.seeds
     experiments = [e for e in suite.experiments if not only or any(fnmatch(e.name, p) for p in only)]
     if not experiments:
         names = ", ".join(e.name for e in suite.experiments)
         raise UserError(f"--only {' '.join(only)} matches no experiment of {suite.name}; its experiments: {names}")
+    experiments = [dataclasses.replace(e, arms=[a for a in e.arms if any(fnmatch(a.label, p) for p in arms)])
+                   for e in experiments] if arms else experiments
+    if not any(e.arms for e in experiments):
+        labels = ", ".join(dict.fromkeys(a.label for e in suite.experiments for a in e.arms))
+        raise UserError(f"--arms {' '.join(arms)} matches no arm of {suite.name}'s experiments; its arms: {labels}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.json"
