@@ -20,6 +20,21 @@ def test_compiled_forward_equals_eager(mixer):
     assert [n for n, _ in model.named_parameters()] == names  # checkpoints keep their keys
 
 
+def test_a_model_compiled_after_others_is_compiled_too(monkeypatch):
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)  # as a suite's later models meet the real 8
+    tokens = torch.randint(32, (2, 16))
+    for mixer in ["softmax", "gla", "softmax"]:
+        model = Decoder(ModelConfig(vocab_size=32, d_model=32, n_layers=1, n_heads=2, mixer=mixer))
+        model.compile_blocks()
+        graphs = counters["stats"]["unique_graphs"]
+        model(tokens)
+        with torch.no_grad():
+            model(tokens)
+        assert counters["stats"]["unique_graphs"] == graphs + 2  # with and without grad, neither left eager
+
+
 def test_an_excluded_mixer_stays_eager_and_says_why(monkeypatch):
     from attnlab.mixers.softmax import SoftmaxAttention
 

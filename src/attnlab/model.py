@@ -115,7 +115,11 @@ class Decoder(nn.Module):
 
     def compile_blocks(self, log=print) -> None:
         """torch.compile each block in place (parameter names unchanged), except those whose mixer
-        declares a compile_exclusion: they stay eager and the reason is logged."""
+        declares a compile_exclusion: they stay eager and the reason is logged. Dynamo's caches are emptied
+        first: to dynamo every block of every model is one function, Block.forward, which it stops compiling
+        after recompile_limit (8) variants, so a process that trains model after model (a suite) would
+        otherwise train its later models eagerly. Models compiled earlier recompile when next called."""
+        torch._dynamo.reset()
         for i, block in enumerate(self.blocks):
             reason = block.mixer.compile_exclusion
             if reason:
