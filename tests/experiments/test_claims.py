@@ -237,3 +237,5 @@ def test_arms_that_score_alike_in_every_seed_are_inconclusive_not_a_disagreement
     claim = Claim("CCQ helps", "niah", "niah@256", "ccq-gla", "gla", "higher", 29.6, scale=100)
     [(_, v)] = evaluate([claim], {"runs": runs})
     assert v.verdict == "inconclusive" and "no spread" in v.reason
+    row = verdict_table([claim], {"runs": runs})[2]
+    assert row.endswith("| unknown: no spread (n = 3) |")  # not "detects ≥ 0": no spread sizes nothing

@@ -88,7 +88,7 @@ class Verdict:
     high: float
     verdict: str  # "agrees" | "disagrees" | "inconclusive"
     reason: str
-    detectable: float  # smallest |effect| found with 80% power at these seeds and this sd (nan below 2 seeds)
+    detectable: float  # smallest |effect| found with 80% power at these seeds and sd (nan: under 2 seeds, no spread)
     seeds_needed: int | None  # seeds for the paper's effect (the margin); None: unknown; MAX_SEEDS + 1: more
 
 
@@ -154,10 +154,11 @@ def judge(deltas: list[float], claim: Claim) -> Verdict:
     delta, half = mean_interval(deltas)
     sd = mean_std(deltas)[1]
     verdict, reason = _rule(claim, delta - half, delta + half)
-    if sd == 0:  # a zero-width interval would claim certainty that the seeds cannot give
-        verdict, reason = "inconclusive", ("Δ is the same in every seed, so there is no spread to judge it by (a "
-                                           "task at its floor or ceiling, or a measure too coarse)")
     equivalence = claim.direction == "equal"
+    if sd == 0:  # a zero-width interval would claim certainty, and a zero power every effect, that the seeds cannot give
+        reason = ("Δ is the same in every seed, so there is no spread to judge it by (a task at its floor or "
+                  "ceiling, or a measure too coarse)")
+        return Verdict(n, delta, delta, delta, "inconclusive", reason, nan, None)
     target = claim.margin if equivalence else claim.paper
     needed = None if target is None else seeds_needed(sd, target, equivalence=equivalence)
     return Verdict(n, delta, delta - half, delta + half, verdict, reason,
@@ -216,6 +217,8 @@ def _paper_cell(claim: Claim) -> str:
 def _power_cell(claim: Claim, v: Verdict) -> str:
     if v.n < 2:
         return "–"
+    if math.isnan(v.detectable):
+        return f"unknown: no spread (n = {v.n})"
     cell = f"detects ≥ {v.detectable:.2g}{claim.units} (n = {v.n})"
     if v.seeds_needed is not None:
         target = "the margin" if claim.direction == "equal" else "the paper's effect"

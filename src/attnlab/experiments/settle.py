@@ -4,6 +4,7 @@ and at the paper's scale (the GPU-hours gpu.estimate gives the paper tier's expe
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from . import gpu
@@ -54,7 +55,7 @@ def _settle(claim: Claim, verdict: Verdict, suite: Suite, results: dict) -> str:
 
 
 def _why_unsized(claim: Claim, verdict: Verdict) -> str:
-    if verdict.n >= 2 and verdict.detectable == 0:
+    if verdict.n >= 2 and math.isnan(verdict.detectable):  # no spread
         return ("Δ is the same in every seed, so the spread that sizes a test is unknown: the task must first "
                 "separate the arms (an easier setting or longer training where every arm sits at the floor, a "
                 "harder one at the ceiling, or a finer measure), then more seeds.")
