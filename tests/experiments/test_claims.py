@@ -239,3 +239,14 @@ def test_arms_that_score_alike_in_every_seed_are_inconclusive_not_a_disagreement
     assert v.verdict == "inconclusive" and "no spread" in v.reason
     row = verdict_table([claim], {"runs": runs})[2]
     assert row.endswith("| unknown: no spread (n = 3) |")  # not "detects ≥ 0": no spread sizes nothing
+
+
+def test_power_beyond_what_an_accuracy_can_show_says_so():
+    runs = {"niah/gla/0": {"niah@128": 0.98}, "niah/gla/1": {"niah@128": 0.0},
+            "niah/ccq-gla/0": {"niah@128": 1.0}, "niah/ccq-gla/1": {"niah@128": 0.68}}  # Δ = +2 and +68 points
+    claim = Claim("CCQ helps", "niah", "niah@128", "ccq-gla", "gla", "higher", 49, scale=100)
+    row = verdict_table([claim], {"runs": runs})[2]
+    assert "| no effect the metric can show (≥ 5.4e+02 needed, n = 2); the paper's effect needs 10 seeds |" in row
+    wider = [{**r, "niah@128": r["niah@128"] / 10} for r in runs.values()]  # Δ = +0.2 and +6.8: sizable
+    row = verdict_table([claim], {"runs": dict(zip(runs, wider, strict=True))})[2]
+    assert "| detects ≥ 54 (n = 2)" in row

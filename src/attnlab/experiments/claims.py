@@ -79,6 +79,14 @@ class Claim:
     def units(self) -> str:
         return "%" if self.relative else ""
 
+    @property
+    def largest(self) -> float | None:
+        """The largest |Δ| the metric can show: two accuracies (scale 100) differ by at most 100 points, a
+        difference of two such differences by 200; None for the unbounded metrics (perplexities, J)."""
+        if self.scale != 100:
+            return None
+        return 200.0 if self.contrast else 100.0
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -219,7 +227,10 @@ def _power_cell(claim: Claim, v: Verdict) -> str:
         return "–"
     if math.isnan(v.detectable):
         return f"unknown: no spread (n = {v.n})"
-    cell = f"detects ≥ {v.detectable:.2g}{claim.units} (n = {v.n})"
+    if claim.largest is not None and v.detectable > claim.largest:  # not "detects ≥ 540" on a 100-point scale
+        cell = f"no effect the metric can show (≥ {v.detectable:.2g} needed, n = {v.n})"
+    else:
+        cell = f"detects ≥ {v.detectable:.2g}{claim.units} (n = {v.n})"
     if v.seeds_needed is not None:
         target = "the margin" if claim.direction == "equal" else "the paper's effect"
         count = f"more than {MAX_SEEDS:,}" if v.seeds_needed > MAX_SEEDS else f"{v.seeds_needed:,}"
