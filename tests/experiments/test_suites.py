@@ -212,11 +212,11 @@ def test_only_runs_the_experiments_that_match(tmp_path, monkeypatch):
 
 def test_arms_trains_only_the_arms_that_match(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
-    arms = [Arm("softmax", "demo"), Arm("wide", "demo", ["model.d_model=24"])]
+    arms = [Arm("softmax", "demo"), Arm("wd", "demo", ["train.weight_decay=0.2"])]
     suite = Suite("s", "s", [Experiment("lm", "lm", "val_ppl", arms, "softmax", lrs=[1e-3, 3e-3])])
     results = run_suite(suite, tmp_path / "suite", seeds=2, extra=TINY, log=lambda *_: None, arms=["w*"])
-    assert set(results["runs"]) == {"lm/wide/lr=0.001", "lm/wide/lr=0.003", "lm/wide/0", "lm/wide/1"}
-    with pytest.raises(UserError, match="--arms soft matches no arm of s's experiments; its arms: softmax, wide"):
+    assert set(results["runs"]) == {"lm/wd/lr=0.001", "lm/wd/lr=0.003", "lm/wd/0", "lm/wd/1"}
+    with pytest.raises(UserError, match="--arms soft matches no arm of s's experiments; its arms: softmax, wd"):
         run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, arms=["soft"])
 
 

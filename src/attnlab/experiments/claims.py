@@ -161,12 +161,12 @@ def judge(deltas: list[float], claim: Claim) -> Verdict:
         return Verdict(n, delta, nan, nan, "inconclusive", f"{n} seed(s) with values: no interval", nan, None)
     delta, half = mean_interval(deltas)
     sd = mean_std(deltas)[1]
-    verdict, reason = _rule(claim, delta - half, delta + half)
-    equivalence = claim.direction == "equal"
-    if sd == 0:  # a zero-width interval would claim certainty, and a zero power every effect, that the seeds cannot give
+    if sd == 0:  # a zero-width interval would claim a certainty, and zero power a sensitivity, that no seeds give
         reason = ("Δ is the same in every seed, so there is no spread to judge it by (a task at its floor or "
                   "ceiling, or a measure too coarse)")
         return Verdict(n, delta, delta, delta, "inconclusive", reason, nan, None)
+    verdict, reason = _rule(claim, delta - half, delta + half)
+    equivalence = claim.direction == "equal"
     target = claim.margin if equivalence else claim.paper
     needed = None if target is None else seeds_needed(sd, target, equivalence=equivalence)
     return Verdict(n, delta, delta - half, delta + half, verdict, reason,
