@@ -532,13 +532,20 @@ def _resume_point(run_dir: Path, resume: str | None, log) -> Path | None:
     return checkpoint.resolve_checkpoint(resume, best=False)  # a run folder continues from its newest
 
 
+def as_fitted(given: RunConfig, saved: RunConfig) -> RunConfig:
+    """given with the model sizes it leaves to the data (0) taken from saved, a checkpoint's config, which
+    records them as the data fixed them."""
+    model = given.model
+    if model.vocab_size == 0:  # 0 means "the tokenizer's"
+        model = dataclasses.replace(model, vocab_size=saved.model.vocab_size)
+    if model.output_size == 0 and saved.model.output_size:  # a pointer head the data chose
+        model = dataclasses.replace(model, output_size=saved.model.output_size,
+                                    tie_embeddings=saved.model.tie_embeddings)
+    return dataclasses.replace(given, model=model)
+
+
 def _check_same_run(saved: RunConfig, given: RunConfig, ckpt: Path) -> None:
-    old, new = saved.to_dict(), given.to_dict()
-    if new["model"]["vocab_size"] == 0:  # 0 means "the tokenizer's", which the checkpoint recorded
-        new["model"]["vocab_size"] = old["model"]["vocab_size"]
-    if new["model"]["output_size"] == 0 and old["model"]["output_size"]:  # a pointer head the data chose
-        new["model"]["output_size"] = old["model"]["output_size"]
-        new["model"]["tie_embeddings"] = old["model"]["tie_embeddings"]
+    old, new = saved.to_dict(), as_fitted(given, saved).to_dict()
     changed = [f"{section}.{key}" for section in ("model", "data") for key in old[section]
                if key != "cache_dir" and old[section][key] != new[section][key]]
     if changed:

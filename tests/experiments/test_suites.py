@@ -5,6 +5,7 @@ import shutil
 
 import pytest
 
+from attnlab import checkpoint
 from attnlab.errors import UserError
 from attnlab.experiments import SUITES, get_suite, report, runner
 from attnlab.experiments.report import README_END, README_START, results_summary, update_readme, write_report
@@ -56,6 +57,57 @@ def test_an_interrupted_suite_resumes_without_rerunning(tmp_path, monkeypatch):
     assert not any(c.endswith("/0") for c in calls)
     changed = run_suite(suite, tmp_path / "suite", seeds=2, extra=[*TINY, "train.steps=3"], log=lambda *_: None)
     assert all(changed["runs"][k]["config"] != second["runs"][k]["config"] for k in second["runs"])  # trained again
+
+
+class Crash(Exception):
+    pass
+
+
+def crash_after_checkpoint_2(monkeypatch):
+    """Until the returned function is called, a run dies right after writing its checkpoint at step 2."""
+    save = checkpoint.save_checkpoint
+
+    def save_then_crash(run_dir, step, *args, **kwargs):
+        folder = save(run_dir, step, *args, **kwargs)
+        if step == 2:
+            raise Crash
+        return folder
+
+    monkeypatch.setattr(checkpoint, "save_checkpoint", save_then_crash)
+    return lambda: monkeypatch.setattr(checkpoint, "save_checkpoint", save)
+
+
+def test_a_run_cut_short_continues_from_its_checkpoint_and_ends_as_if_never_stopped(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    suite = Suite("s", "s", [Experiment("lm", "lm", "val_ppl", [Arm("softmax", "demo")], "softmax")])
+    four_steps = [*TINY, "train.steps=4"]
+    straight = run_suite(suite, tmp_path / "apart" / "straight", seeds=1, extra=four_steps,
+                         log=lambda *_: None)  # not beside the other, whose model it would be
+    recover = crash_after_checkpoint_2(monkeypatch)
+    with pytest.raises(Crash):
+        run_suite(suite, tmp_path / "suite", seeds=1, extra=four_steps, log=lambda *_: None)
+    recover()
+    calls = []
+    resumed = run_suite(suite, tmp_path / "suite", seeds=1, extra=four_steps, log=calls.append)
+    record, uninterrupted = resumed["runs"]["lm/softmax/0"], straight["runs"]["lm/softmax/0"]
+    assert "    continuing from the checkpoint at step 2" in calls and record["resumed_from"] == 2
+    assert record["val_ppl"] == uninterrupted["val_ppl"] and record["steps"] == 4
+    assert "resumed_from" not in uninterrupted
+    report = write_report(suite, resumed, tmp_path / "suite").read_text()
+    assert "- softmax: 4 [resumed at 2]" in report and "resumed_from" not in report
+
+
+def test_a_checkpoint_left_by_another_config_is_not_continued(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    suite = Suite("s", "s", [Experiment("lm", "lm", "val_ppl", [Arm("softmax", "demo")], "softmax")])
+    recover = crash_after_checkpoint_2(monkeypatch)
+    with pytest.raises(Crash):
+        run_suite(suite, tmp_path / "suite", seeds=1, extra=[*TINY, "train.steps=4"], log=lambda *_: None)
+    recover()
+    calls = []
+    record = run_suite(suite, tmp_path / "suite", seeds=1, extra=[*TINY, "train.steps=6"],
+                       log=calls.append)["runs"]["lm/softmax/0"]
+    assert not any("continuing" in c for c in calls) and "resumed_from" not in record and record["steps"] == 6
 
 
 def test_statistics():

@@ -54,7 +54,7 @@ def _cell(values: list[float | None], unit: str = "") -> str:
 
 # what every run records beside its measurements (shown in the runs table, not as measured quantities)
 RECORD_FIELDS = ("seconds", "trained", "params", "val_loss", "run", "config", "steps", "stopped_early", "best_step",
-                 "best_val_loss", "measured")
+                 "best_val_loss", "measured", "resumed_from")
 
 
 def _keys(results: dict, experiment: Experiment) -> list[str]:
@@ -171,7 +171,8 @@ def training_table(experiment: Experiment, results: dict) -> list[str]:
                          for seed in _by_seed(results, experiment, arm.label, "seconds")] for arm in experiment.arms}
     if any("steps" in r for runs in stops.values() for r in runs):
         lines += ["Training: steps per seed (* stopped early; in brackets the step of the best checkpoint, which "
-                  "early stopping keeps and which is measured):", ""]
+                  "early stopping keeps and which is measured; [resumed at] the checkpoint a run continued from after "
+                  "an interrupt):", ""]
         lines += [f"- {label}: " + ", ".join(_extent(r) for r in runs) for label, runs in stops.items() if runs]
     return lines
 
@@ -180,7 +181,8 @@ def _extent(record: dict) -> str:
     if "steps" not in record:
         return "?"
     best = f" ({record['best_step']})" if record.get("best_step") not in (None, record["steps"]) else ""
-    return f"{record['steps']}{'*' if record.get('stopped_early') else ''}{best}"
+    resumed = f" [resumed at {record['resumed_from']}]" if "resumed_from" in record else ""
+    return f"{record['steps']}{'*' if record.get('stopped_early') else ''}{best}{resumed}"
 
 
 def _plot(experiment: Experiment, results: dict, keys: list[str], out: Path) -> Path:

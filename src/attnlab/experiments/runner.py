@@ -29,7 +29,8 @@ from ..errors import UserError
 from ..evaluate import perplexity, perplexity_by_length, split_loss, task_accuracy
 from ..inference import load_run
 from ..plots import coupling_profile
-from ..train import train
+from ..train import as_fitted, train
+from ..typed import from_dict
 from .spec import Arm, Experiment, Suite
 
 
@@ -178,11 +179,15 @@ def _train_and_measure(cfg, experiment: Experiment, results: dict, fingerprint: 
             log(f"    the same model and measurement as {record['run']}")
             return {**record, "run": os.path.relpath(run_dir, out), "seconds": 0.0, "trained": False}
     run_dir = next((d for d, _ in earlier if _holds(d, fingerprint)), None)
-    trained = run_dir is None
+    trained, resumed = run_dir is None, None
     if trained:
         run_dir = Path(cfg.out_dir) / cfg.name
-        shutil.rmtree(run_dir, ignore_errors=True)  # an unfinished run of an earlier attempt
-        params = train(cfg, progress=False, log=lambda *_: None)["params"]
+        resumed = unfinished_step(run_dir, cfg, log)  # an earlier attempt stopped part-way: continue it
+        if resumed is None:
+            shutil.rmtree(run_dir, ignore_errors=True)  # anything else there is not this run's
+        else:
+            log(f"    continuing from the checkpoint at step {resumed}")
+        params = train(cfg, resume=None if resumed is None else "auto", progress=False, log=lambda *_: None)["params"]
         (run_dir / FINGERPRINT).write_text(fingerprint)
     else:  # an arm of another experiment trained this very model: measure it again
         log(f"    the same model as {run_dir.name}")
@@ -190,6 +195,8 @@ def _train_and_measure(cfg, experiment: Experiment, results: dict, fingerprint: 
     record = {"params": params, **training_extent(run_dir), **measure(experiment, run_dir)}
     record |= {"seconds": time.perf_counter() - start, "trained": trained, "run": os.path.relpath(run_dir, out),
                "config": fingerprint, "measured": _measurement(experiment)}
+    if resumed is not None:  # seconds then count this attempt alone
+        record["resumed_from"] = resumed
     log("    " + ", ".join(f"{k} {v:.4g}" for k, v in record.items() if isinstance(v, float | int)))
     return record
 
@@ -213,6 +220,18 @@ def _measurement(experiment: Experiment) -> list:
     """What a record's measured values depend on besides the model."""
     revision = REVISIONS.get(experiment.metric)
     return [experiment.metric, experiment.lengths, experiment.target_losses, *([revision] if revision else [])]
+
+
+def unfinished_step(run_dir: Path, cfg: RunConfig, log) -> int | None:
+    """The step of the newest intact checkpoint in run_dir if it is of an unfinished run of cfg (stopped by an
+    interrupt or a crash), else None."""
+    ckpt = None if (run_dir / FINGERPRINT).exists() else checkpoint.latest_checkpoint(run_dir, warn=log)
+    if ckpt is None:
+        return None
+    saved = from_dict(RunConfig, checkpoint.load_config(ckpt))
+    if _fingerprint(as_fitted(cfg, saved)) != _fingerprint(saved):
+        return None
+    return json.loads((ckpt / checkpoint.MANIFEST).read_text())["step"]
 
 
 def _current(record: dict, fingerprint: str, experiment: Experiment) -> bool:
