@@ -97,17 +97,23 @@ def test_a_run_cut_short_continues_from_its_checkpoint_and_ends_as_if_never_stop
     assert "- softmax: 4 [resumed at 2]" in report and "resumed_from" not in report
 
 
-def test_a_checkpoint_left_by_another_config_is_not_continued(tmp_path, monkeypatch):
+@pytest.mark.parametrize("other", ["config", "version"])
+def test_a_checkpoint_left_by_another_config_is_not_continued(other, tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
     suite = Suite("s", "s", [Experiment("lm", "lm", "val_ppl", [Arm("softmax", "demo")], "softmax")])
     recover = crash_after_checkpoint_2(monkeypatch)
     with pytest.raises(Crash):
         run_suite(suite, tmp_path / "suite", seeds=1, extra=[*TINY, "train.steps=4"], log=lambda *_: None)
     recover()
+    if other == "version":  # the same settings, written by a version that had a field this one lacks
+        written, first = checkpoint.load_config, [True]  # the first read is the one the suite judges it by
+        monkeypatch.setattr(checkpoint, "load_config",
+                            lambda folder: {**written(folder), **({"retired": 1} if first and first.pop() else {})})
+    steps = 6 if other == "config" else 4
     calls = []
-    record = run_suite(suite, tmp_path / "suite", seeds=1, extra=[*TINY, "train.steps=6"],
+    record = run_suite(suite, tmp_path / "suite", seeds=1, extra=[*TINY, f"train.steps={steps}"],
                        log=calls.append)["runs"]["lm/softmax/0"]
-    assert not any("continuing" in c for c in calls) and "resumed_from" not in record and record["steps"] == 6
+    assert not any("continuing" in c for c in calls) and "resumed_from" not in record and record["steps"] == steps
 
 
 def test_statistics():

@@ -25,7 +25,7 @@ import torch
 from .. import checkpoint
 from ..config import RunConfig, load_config
 from ..data import niah
-from ..errors import UserError
+from ..errors import ConfigError, UserError
 from ..evaluate import perplexity, perplexity_by_length, split_loss, task_accuracy
 from ..inference import load_run
 from ..plots import coupling_profile
@@ -228,7 +228,10 @@ def unfinished_step(run_dir: Path, cfg: RunConfig, log) -> int | None:
     ckpt = None if (run_dir / FINGERPRINT).exists() else checkpoint.latest_checkpoint(run_dir, warn=log)
     if ckpt is None:
         return None
-    saved = from_dict(RunConfig, checkpoint.load_config(ckpt))
+    try:
+        saved = from_dict(RunConfig, checkpoint.load_config(ckpt))
+    except ConfigError:  # written by a version with other config fields: not this config
+        return None
     if _fingerprint(as_fitted(cfg, saved)) != _fingerprint(saved):
         return None
     return json.loads((ckpt / checkpoint.MANIFEST).read_text())["step"]
