@@ -47,6 +47,7 @@ def test_resume_reproduces_an_uninterrupted_run(text_file, tmp_path, monkeypatch
     with pytest.raises(Stop):
         train(tiny_config(text_file, tmp_path, "stopped"), progress=False, log=lambda *_: None)
     monkeypatch.setattr(checkpoint, "save_checkpoint", save)
+    spent = checkpoint.load_state(tmp_path / "runs" / "stopped" / "step-00000006" / "train_state.pt")["train_seconds"]
     messages = []
     resumed = train(tiny_config(text_file, tmp_path, "stopped"), resume="auto", progress=False,
                     log=messages.append)
@@ -59,6 +60,8 @@ def test_resume_reproduces_an_uninterrupted_run(text_file, tmp_path, monkeypatch
     b = load_file(runs / "stopped" / "step-00000012" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert resumed["val_loss"] == straight["val_loss"]
+    assert straight["earlier_seconds"] == 0 and resumed["earlier_seconds"] == spent > 0  # the time steps 1-6 took
+    assert resumed["train_seconds"] > spent
 
 
 def test_training_lowers_the_loss(text_file, tmp_path):

@@ -210,6 +210,7 @@ class Run:
     summary: dict = field(default_factory=dict)
     bar: tqdm | None = None
     started: float = 0.0  # when the first step began (time.perf_counter)
+    earlier_seconds: float = 0.0  # on resume, the training time of earlier attempts up to the checkpoint
     clock: float = 0.0  # tokens/s is measured over the steps since the last log line, from this time ...
     window_tokens: int = 0  # ... and this count of tokens
 
@@ -310,6 +311,7 @@ def _restore(run: Run, ckpt: Path) -> None:
     run.data_rng.set_state(state["data_rng"])
     torch.set_rng_state(state["torch_rng"])
     run.stopping = EarlyStopping(t.patience, t.min_delta, state.get("early_stopping"))
+    run.earlier_seconds = state.get("train_seconds", 0.0)  # checkpoints written before it counted time: unknown
     _reconcile_best(run.run_dir, run.stopping if t.patience > 0 else None)
     if run.device.type == "cuda" and state.get("cuda_rng") is not None and run.ranks.world == 1:
         torch.cuda.set_rng_state_all(state["cuda_rng"])
@@ -445,6 +447,7 @@ def _save_checkpoint(run: Run, best: bool) -> None:
         "torch_rng": torch.get_rng_state(),
         "cuda_rng": torch.cuda.get_rng_state_all() if run.device.type == "cuda" else None,
         "early_stopping": run.stopping.state(),
+        "train_seconds": run.earlier_seconds + time.perf_counter() - run.started,
     }
     full_model, full_optimizer = distributed.full_state(run.model, run.optimizer, run.ranks, run.twin)
     if run.ranks.main:
@@ -465,7 +468,8 @@ def _report_early_stop(run: Run) -> None:
 def _summarize(run: Run) -> dict:
     """The run's summary: its last losses and throughput, or with early stopping its best checkpoint's losses."""
     summary, stopping = run.summary, run.stopping
-    summary["train_seconds"] = time.perf_counter() - run.started
+    summary["earlier_seconds"] = run.earlier_seconds
+    summary["train_seconds"] = run.earlier_seconds + time.perf_counter() - run.started  # every attempt's steps
     summary["steps"] = run.step
     if run.cfg.train.patience > 0 and stopping.best_step > 0:  # the run's result is its best checkpoint (load_run)
         summary.update(best_step=stopping.best_step, val_loss=stopping.best_loss,

@@ -87,12 +87,14 @@ def test_a_run_cut_short_continues_from_its_checkpoint_and_ends_as_if_never_stop
     with pytest.raises(Crash):
         run_suite(suite, tmp_path / "suite", seeds=1, extra=four_steps, log=lambda *_: None)
     recover()
+    spent = checkpoint.load_state(tmp_path / "suite" / "runs" / "lm-softmax-s0" / "step-00000002" /
+                                  "train_state.pt")["train_seconds"]
     calls = []
     resumed = run_suite(suite, tmp_path / "suite", seeds=1, extra=four_steps, log=calls.append)
     record, uninterrupted = resumed["runs"]["lm/softmax/0"], straight["runs"]["lm/softmax/0"]
     assert "    continuing from the checkpoint at step 2" in calls and record["resumed_from"] == 2
     assert record["val_ppl"] == uninterrupted["val_ppl"] and record["steps"] == 4
-    assert "resumed_from" not in uninterrupted
+    assert "resumed_from" not in uninterrupted and record["seconds"] > spent > 0  # the earlier attempt counts
     report = write_report(suite, resumed, tmp_path / "suite").read_text()
     assert "- softmax: 4 [resumed at 2]" in report and "resumed_from" not in report
 

@@ -179,7 +179,7 @@ def _train_and_measure(cfg, experiment: Experiment, results: dict, fingerprint: 
             log(f"    the same model and measurement as {record['run']}")
             return {**record, "run": os.path.relpath(run_dir, out), "seconds": 0.0, "trained": False}
     run_dir = next((d for d, _ in earlier if _holds(d, fingerprint)), None)
-    trained, resumed = run_dir is None, None
+    trained, resumed, earlier_seconds = run_dir is None, None, 0.0
     if trained:
         run_dir = Path(cfg.out_dir) / cfg.name
         resumed = unfinished_step(run_dir, cfg, log)  # an earlier attempt stopped part-way: continue it
@@ -187,15 +187,16 @@ def _train_and_measure(cfg, experiment: Experiment, results: dict, fingerprint: 
             shutil.rmtree(run_dir, ignore_errors=True)  # anything else there is not this run's
         else:
             log(f"    continuing from the checkpoint at step {resumed}")
-        params = train(cfg, resume=None if resumed is None else "auto", progress=False, log=lambda *_: None)["params"]
+        summary = train(cfg, resume=None if resumed is None else "auto", progress=False, log=lambda *_: None)
+        params, earlier_seconds = summary["params"], summary["earlier_seconds"]
         (run_dir / FINGERPRINT).write_text(fingerprint)
     else:  # an arm of another experiment trained this very model: measure it again
         log(f"    the same model as {run_dir.name}")
         params = load_run(run_dir).model.num_params()
     record = {"params": params, **training_extent(run_dir), **measure(experiment, run_dir)}
-    record |= {"seconds": time.perf_counter() - start, "trained": trained, "run": os.path.relpath(run_dir, out),
-               "config": fingerprint, "measured": _measurement(experiment)}
-    if resumed is not None:  # seconds then count this attempt alone
+    record |= {"seconds": time.perf_counter() - start + earlier_seconds, "trained": trained,
+               "run": os.path.relpath(run_dir, out), "config": fingerprint, "measured": _measurement(experiment)}
+    if resumed is not None:  # seconds then include the training of earlier attempts up to that checkpoint
         record["resumed_from"] = resumed
     log("    " + ", ".join(f"{k} {v:.4g}" for k, v in record.items() if isinstance(v, float | int)))
     return record
