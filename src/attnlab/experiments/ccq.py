@@ -4,10 +4,9 @@ on MQAR, S-NIAH and length extrapolation.
 Tiers:
 - `default`: miniatures of 400-800 steps a model, 3 seeds: about 40 minutes on 2 CPU cores.
 - `converged`: MQAR at zoology's protocol (recall.py) and S-NIAH pass-key trained until the validation loss
-  stops improving, then the extrapolation models trained the same way (at most 4,000 steps). A training step
-  of the extrapolation models took about 0.07 / 0.11 / 0.18 / 0.16 s (GLA / CCQ-GLA / GDN / CCQ-GDN, 16 x 128
-  characters) on one core shared with another job: at most about 2 hours for them on 2 cores if every run
-  reaches its cap (a rough figure), beside the hours of MQAR and S-NIAH.
+  stops improving, then the extrapolation models trained the same way (at most 4,000 steps). The
+  extrapolation models took 3-8 minutes a run on one core shared with another job, every one to its cap: an
+  hour of runs for 3 seeds, half an hour on 2 cores, beside the hours of MQAR and S-NIAH.
 - `paper`: the 1.3B shape of the paper's table 1 on GPUs (FineWeb-Edu, a locally trained 32K BPE, 4K context,
   40B tokens), one seed as the paper: perplexity from the training length to 5x. The paper's S-NIAH is a
   zero-shot probe of these language models, which the runner's niah metric (a model trained on the task)
