@@ -1,10 +1,11 @@
-"""Helpers shared by the tests: random inputs and comparisons of forms (outputs, states, gradients), and made-up
-suite results with a known effect."""
+"""Helpers shared by the tests: random inputs and comparisons of forms (outputs, states, gradients), made-up
+suite results with a known effect, and a training process that dies at a chosen checkpoint."""
 
 import random
 
 import torch
 
+from attnlab import checkpoint
 from attnlab.experiments.claims import Claim
 from attnlab.mixers import list_mixers
 
@@ -99,3 +100,21 @@ def two_arms(delta: float, sd: float, n: int = 5, seed: int = 0, experiment: str
 
 def lower(paper: float | None = None, **kwargs) -> Claim:
     return Claim("h+J beats softmax", "lm", "val_ppl", "hJ", "softmax", "lower", paper=paper, **kwargs)
+
+
+class Crash(Exception):
+    """The process dying (raised by crash_after_checkpoint)."""
+
+
+def crash_after_checkpoint(monkeypatch, step: int):
+    """Until the returned function is called, training raises Crash right after writing its checkpoint of step."""
+    save = checkpoint.save_checkpoint
+
+    def save_then_crash(run_dir, at, *args, **kwargs):
+        folder = save(run_dir, at, *args, **kwargs)
+        if at == step:
+            raise Crash
+        return folder
+
+    monkeypatch.setattr(checkpoint, "save_checkpoint", save_then_crash)
+    return lambda: monkeypatch.setattr(checkpoint, "save_checkpoint", save)

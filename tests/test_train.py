@@ -11,6 +11,7 @@ from attnlab.errors import ConfigError, UserError
 from attnlab.model import Decoder
 from attnlab.nn import set_optim
 from attnlab.train import _resume_point, lr_multiplier, param_groups, train
+from helpers import Crash, crash_after_checkpoint
 
 
 def tiny_config(text_file, tmp_path, name="run", extra=(), **train):
@@ -28,25 +29,13 @@ def losses(run_dir):
     return [(r["step"], r.get("loss"), r.get("val_loss")) for r in records]
 
 
-class Stop(Exception):
-    pass
-
-
 def test_resume_reproduces_an_uninterrupted_run(text_file, tmp_path, monkeypatch):
     straight = train(tiny_config(text_file, tmp_path, "straight"), progress=False, log=lambda *_: None)
 
-    save = checkpoint.save_checkpoint
-
-    def save_then_stop(run_dir, step, *args, **kwargs):
-        folder = save(run_dir, step, *args, **kwargs)
-        if step == 6:
-            raise Stop  # the process dies right after its first checkpoint
-        return folder
-
-    monkeypatch.setattr(checkpoint, "save_checkpoint", save_then_stop)
-    with pytest.raises(Stop):
+    recover = crash_after_checkpoint(monkeypatch, 6)  # the process dies right after its first checkpoint
+    with pytest.raises(Crash):
         train(tiny_config(text_file, tmp_path, "stopped"), progress=False, log=lambda *_: None)
-    monkeypatch.setattr(checkpoint, "save_checkpoint", save)
+    recover()
     spent = checkpoint.load_state(tmp_path / "runs" / "stopped" / "step-00000006" / "train_state.pt")["train_seconds"]
     messages = []
     resumed = train(tiny_config(text_file, tmp_path, "stopped"), resume="auto", progress=False,

@@ -12,6 +12,7 @@ from attnlab.experiments.report import README_END, README_START, results_summary
 from attnlab.experiments.runner import run_suite, sweep_key, tokens_to_loss, training_extent
 from attnlab.experiments.spec import Arm, Experiment, Suite
 from attnlab.experiments.stats import mean_std, paired_difference
+from helpers import Crash, crash_after_checkpoint
 
 TINY = ["train.steps=2", "train.batch_size=2", "train.eval_batches=1", "train.eval_every=2", "train.ckpt_every=2",
         "model.d_model=16", "model.n_layers=1", "data.max_chars=20000", "data.mqar.train_examples=16",
@@ -59,31 +60,13 @@ def test_an_interrupted_suite_resumes_without_rerunning(tmp_path, monkeypatch):
     assert all(changed["runs"][k]["config"] != second["runs"][k]["config"] for k in second["runs"])  # trained again
 
 
-class Crash(Exception):
-    pass
-
-
-def crash_after_checkpoint_2(monkeypatch):
-    """Until the returned function is called, a run dies right after writing its checkpoint at step 2."""
-    save = checkpoint.save_checkpoint
-
-    def save_then_crash(run_dir, step, *args, **kwargs):
-        folder = save(run_dir, step, *args, **kwargs)
-        if step == 2:
-            raise Crash
-        return folder
-
-    monkeypatch.setattr(checkpoint, "save_checkpoint", save_then_crash)
-    return lambda: monkeypatch.setattr(checkpoint, "save_checkpoint", save)
-
-
 def test_a_run_cut_short_continues_from_its_checkpoint_and_ends_as_if_never_stopped(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
     suite = Suite("s", "s", [Experiment("lm", "lm", "val_ppl", [Arm("softmax", "demo")], "softmax")])
     four_steps = [*TINY, "train.steps=4"]
     straight = run_suite(suite, tmp_path / "apart" / "straight", seeds=1, extra=four_steps,
                          log=lambda *_: None)  # not beside the other, whose model it would be
-    recover = crash_after_checkpoint_2(monkeypatch)
+    recover = crash_after_checkpoint(monkeypatch, 2)
     with pytest.raises(Crash):
         run_suite(suite, tmp_path / "suite", seeds=1, extra=four_steps, log=lambda *_: None)
     recover()
@@ -103,7 +86,7 @@ def test_a_run_cut_short_continues_from_its_checkpoint_and_ends_as_if_never_stop
 def test_a_checkpoint_left_by_another_config_is_not_continued(other, tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
     suite = Suite("s", "s", [Experiment("lm", "lm", "val_ppl", [Arm("softmax", "demo")], "softmax")])
-    recover = crash_after_checkpoint_2(monkeypatch)
+    recover = crash_after_checkpoint(monkeypatch, 2)
     with pytest.raises(Crash):
         run_suite(suite, tmp_path / "suite", seeds=1, extra=[*TINY, "train.steps=4"], log=lambda *_: None)
     recover()
