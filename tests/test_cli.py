@@ -137,13 +137,16 @@ def test_reproduce_all_takes_the_suites_that_have_the_tier_and_checks_only_first
     assert "is not a suite's results" in capsys.readouterr().err
 
 
-def test_eval_measures_what_training_measured_and_says_how(text_file, tmp_path, capsys):
+def test_eval_scores_the_whole_split_or_what_training_measured(text_file, tmp_path, capsys):
     overrides = [*tiny_overrides(text_file, tmp_path), "train.eval_batches=3"]
     assert main(["train", "demo", *overrides, "--quiet"]) == 0
     trained = capsys.readouterr().out.split("done: val loss ")[1].split(",")[0]
+    assert main(["eval", str(tmp_path / "runs" / "cli"), "--batches", "3"]) == 0
+    out = capsys.readouterr().out
+    assert f"val loss {trained} nats/token" in out and "(3 batches of 2 x 16 tokens, --batches" in out
     assert main(["eval", str(tmp_path / "runs" / "cli")]) == 0
     out = capsys.readouterr().out
-    assert f"val loss {trained} nats/token" in out and "(3 batches of 2 x 16 tokens, train.eval_batches" in out
+    assert "every position of the split once" in out and f"val loss {trained} nats/token" not in out
 
 
 def test_niah_lengths_default_to_what_the_kind_needs(tmp_path, capsys):

@@ -133,9 +133,11 @@ def test_gradient_accumulation_matches_one_large_batch(text_file, tmp_path):
     a, b = final_weights(tmp_path / "runs" / "whole", 3), final_weights(tmp_path / "runs" / "split", 3)
     for key in a:  # the same windows, summed in two halves: equal up to float rounding
         torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-5)
-    for (_, loss_a, _), (_, loss_b, _) in zip(losses(tmp_path / "runs" / "whole"), losses(tmp_path / "runs" / "split"),
-                                              strict=True):
+    for (_, loss_a, val_a), (_, loss_b, val_b) in zip(losses(tmp_path / "runs" / "whole"),
+                                                      losses(tmp_path / "runs" / "split"), strict=True):
         assert loss_a == pytest.approx(loss_b, rel=1e-5) if loss_a is not None else loss_b is None
+        # validation reads the same windows however the batch is split: the same weights score the same
+        assert val_a == pytest.approx(val_b, rel=1e-5) if val_a is not None else val_b is None
 
 
 def test_bf16_autocast_trains(text_file, tmp_path):

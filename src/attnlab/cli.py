@@ -102,8 +102,6 @@ def _eval_loss(run, args) -> None:
 
     t = run.config.train
     split, seq_len = args.split or "val", args.seq_len or t.seq_len
-    # training's validation loss reads train.eval_batches windows: by default eval reads the same ones
-    batches = args.batches or t.eval_batches
     corpus = run.corpus()
     if args.seq_len is not None and not _trained_on_text(run):
         raise UserError(f"--seq-len applies to runs trained on text; {run.folder} has the fixed-length examples "
@@ -111,10 +109,16 @@ def _eval_loss(run, args) -> None:
     if _trained_on_text(run):
         _check_window(run, corpus, split, seq_len, "--seq-len")
     micro_batch = t.batch_size // t.grad_accum
-    loss = evaluate.split_loss(run.model, corpus, split, batches, micro_batch, seq_len, run.device)
-    source = "--batches" if args.batches else "train.eval_batches, as in training"
-    print(f"{run.folder}: {split} loss {loss:.4f} nats/token, perplexity {evaluate.perplexity(loss):.2f} "
-          f"({batches} batch{'es' if batches > 1 else ''} of {micro_batch} x {seq_len} tokens, {source})")
+    # by default every position of the split once; --batches: that many batches of random windows, as training's
+    # validation with train.eval_batches reads them
+    batches = args.batches or 0
+    loss = evaluate.split_loss(run.model, corpus, split, batches, t.batch_size, seq_len, run.device, chunk=micro_batch)
+    if batches:
+        scored = f"{batches} batch{'es' if batches > 1 else ''} of {t.batch_size} x {seq_len} tokens, --batches"
+    else:
+        scored = f"every position of the split once, {evaluate.scored_positions(corpus, split):,} tokens in " \
+                 f"windows of {seq_len}"
+    print(f"{run.folder}: {split} loss {loss:.4f} nats/token, perplexity {evaluate.perplexity(loss):.2f} ({scored})")
 
 
 def _eval_task(run, args) -> None:
@@ -449,7 +453,8 @@ def _eval_parser(sub) -> None:
     p.add_argument("checkpoint", help=RUN)
     p.add_argument("--split", choices=["train", "val"], help="the split the loss is measured on (default: val)")
     p.add_argument("--batches", type=positive_int,
-                   help="batches the loss averages (default: the run's train.eval_batches, as in training)")
+                   help="average over this many batches of random windows, as training's validation does "
+                   "(default: every position of the split once)")
     p.add_argument("--seq-len", type=positive_int, help="context length of the loss (default: the training one)")
     p.add_argument("--task", choices=["mqar", "brackets", "niah", "extrapolation"],
                    help="task accuracy, needle-in-a-haystack retrieval, or perplexity against context length")

@@ -17,6 +17,7 @@ from .data.texts import SOURCES
 from .errors import ConfigError, unknown_name
 from .loggers import SINKS
 from .mixers import MixerConfig, list_mixers, mixer_config
+from .nn import FFNS, NORMS
 from .typed import from_dict
 
 PRESET_DIR = Path(__file__).parent / "configs"
@@ -34,8 +35,10 @@ class ModelConfig:
     mixer: str = "softmax"  # the token mixer of every layer ...
     layers: list[str] | None = None  # ... unless this per-layer list is given (hybrids)
     mixer_options: dict[str, dict] = field(default_factory=dict)  # {mixer name: {field: value}}
-    ffn_hidden: int | None = None  # SwiGLU width; None: 8/3 * d_model rounded up to a multiple of 32
+    ffn_hidden: int | None = None  # feed-forward width; None: SwiGLU 8/3 * d_model (to a multiple of 32), GELU 4x
     ffn: bool = True  # False: blocks without the feed-forward part (attention only)
+    ffn_kind: str = "swiglu"  # swiglu (Llama) | gelu (two layers with biases, GPT-2)
+    norm: str = "rms"  # rms (RMSNorm) | layer (LayerNorm), before each mixer, feed-forward block and the head
     output_size: int = 0  # 0: the vocabulary; tasks with a pointer head over positions set it (untied)
     # learned absolute position embeddings for this many positions, added to the token embeddings
     # (0: none -- the mixers carry position themselves, e.g. RoPE or a recurrent state)
@@ -84,6 +87,10 @@ class ModelConfig:
             raise ConfigError(f"model.positions={self.positions} must be >= 0 (0: no learned position embeddings)")
         if self.ffn_hidden is not None and self.ffn_hidden <= 0:
             raise ConfigError(f"model.ffn_hidden={self.ffn_hidden} must be positive (or null for 8/3*d_model)")
+        if self.ffn_kind not in FFNS:
+            raise ConfigError(unknown_name("model.ffn_kind", self.ffn_kind, list(FFNS)))
+        if self.norm not in NORMS:
+            raise ConfigError(unknown_name("model.norm", self.norm, list(NORMS)))
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout={self.dropout} must be in [0, 1)")
         # every layer's mixer and every mixer_options entry, typed now: a mistake fails before any data loads
@@ -93,13 +100,14 @@ class ModelConfig:
             self.mixer_config(name)
 
 
-TEXT_SOURCES = ("shakespeare", "text", "mixed")
+TEXT_SOURCES = ("shakespeare", "shakespeare-dialogue", "text", "mixed")
 TASK_SOURCES = ("mqar", "brackets", "niah")
 
 
 @dataclass
 class DataConfig:
-    # shakespeare | text (data.path) | mixed (plays + Python source + docs) | mqar | brackets | niah |
+    # shakespeare (the plays as printed) | shakespeare-dialogue (their speeches in Tiny Shakespeare's layout,
+    # Coriolanus first) | text (data.path) | mixed (plays + Python source + docs) | mqar | brackets | niah |
     # hf:<dataset>[/<config>] (Hugging Face datasets; hf:text with data.path reads local text files)
     source: str = "shakespeare"
     path: str | None = None  # a UTF-8 text file or a folder of them (any name), for source=text or hf:text
@@ -159,7 +167,7 @@ class TrainConfig:
     grad_clip: float = 1.0  # 0 disables clipping
     skip_non_finite: int = 0  # steps with a nan/inf loss or gradient to skip before stopping (0: stop at the first)
     eval_every: int = 250
-    eval_batches: int = 20
+    eval_batches: int = 20  # validation batches of batch_size random windows; 0: every position of the split once
     # early stopping: stop once this many evaluations in a row bring no validation loss lower than the best
     # by more than min_delta (0: train all train.steps, which is the cap otherwise); the best checkpoint is
     # kept and loaded
@@ -176,8 +184,8 @@ class TrainConfig:
     log_to: list[str] = field(default_factory=list)  # also stream metrics.jsonl's scalars to: tensorboard, wandb
 
     def validate(self) -> None:
-        _positive(self, "train", "steps", "batch_size", "seq_len", "grad_accum", "eval_every",
-                  "eval_batches", "log_every", "ckpt_every")
+        _positive(self, "train", "steps", "batch_size", "seq_len", "grad_accum", "eval_every", "log_every",
+                  "ckpt_every")
         if self.batch_size % self.grad_accum:
             raise ConfigError(
                 f"train.batch_size={self.batch_size} is not divisible by train.grad_accum={self.grad_accum}; "
@@ -186,7 +194,7 @@ class TrainConfig:
         if self.lr <= 0 or self.min_lr < 0 or self.min_lr > self.lr:
             raise ConfigError(f"need 0 <= train.min_lr <= train.lr and lr > 0 (got lr={self.lr}, "
                               f"min_lr={self.min_lr})")
-        for name in ("warmup_steps", "weight_decay", "grad_clip", "keep_last", "skip_non_finite", "patience",
+        for name in ("eval_batches", "warmup_steps", "weight_decay", "grad_clip", "keep_last", "skip_non_finite", "patience",
                      "min_delta"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"train.{name}={getattr(self, name)} must be >= 0")

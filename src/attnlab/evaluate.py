@@ -21,18 +21,57 @@ def to_device(batch: torch.Tensor, device) -> torch.Tensor:
 
 @torch.no_grad()
 def split_loss(model, corpus, split: str, batches: int, batch_size: int, seq_len: int, device,
-               autocast=nullcontext) -> float:
-    """Mean cross-entropy (nats per token) over `batches` fixed random windows of the split."""
+               autocast=nullcontext, chunk: int | None = None) -> float:
+    """Mean cross-entropy (nats per token) on a corpus split: over `batches` x `batch_size` fixed random windows
+    of seq_len tokens, or, with batches = 0, over every position of the split once (whole_split_loss). The
+    windows are evaluated `chunk` at a time (default batch_size), which changes the memory it takes, not the
+    number: it does not depend on how training splits its batch into micro-batches."""
+    if batches == 0:
+        return whole_split_loss(model, corpus, split, seq_len, device, autocast, chunk or batch_size)
+    generator = torch.Generator().manual_seed(EVAL_SEED)
+    x, y = corpus.batch(split, batches * batch_size, seq_len, generator)
+    return _mean_loss(model, [(x, y)], device, autocast, chunk or batch_size)
+
+
+@torch.no_grad()
+def whole_split_loss(model, corpus, split: str, seq_len: int, device, autocast=nullcontext,
+                     chunk: int = 64) -> float:
+    """Mean cross-entropy over every position of the split that has a predecessor, each scored once: the
+    split cut into consecutive windows of seq_len tokens (each read from a fresh state, as in training), the
+    last one shorter if the split does not divide evenly."""
+    data = corpus.split(split)
+    full = (len(data) - 1) // seq_len
+    if full == 0:
+        raise ValueError(f"the {split} split has {len(data)} tokens, fewer than one window of {seq_len}")
+    tokens = torch.from_numpy(data[: full * seq_len + 1].astype("int64"))
+    windows = [(tokens[:-1].view(full, seq_len), tokens[1:].view(full, seq_len))]
+    tail = len(data) - 1 - full * seq_len
+    if tail:
+        rest = torch.from_numpy(data[full * seq_len :].astype("int64"))[None]
+        windows.append((rest[:, :-1], rest[:, 1:]))
+    return _mean_loss(model, windows, device, autocast, chunk)
+
+
+def scored_positions(corpus, split: str = "val") -> int:
+    """How many positions whole_split_loss scores: every token of the split but the first."""
+    return len(corpus.split(split)) - 1
+
+
+def _mean_loss(model, windows, device, autocast, chunk: int) -> float:
+    """The token-weighted mean loss over (inputs, targets) batches, evaluated `chunk` rows at a time."""
     was_training = model.training
     model.eval()
-    generator = torch.Generator().manual_seed(EVAL_SEED)
-    total = torch.zeros((), device=device)  # summed on the device: one host sync at the end, not one per batch
-    for _ in range(batches):
-        x, y = corpus.batch(split, batch_size, seq_len, generator)
-        with autocast():
-            total += model.loss(to_device(x, device), to_device(y, device)).float()
+    total = torch.zeros((), device=device, dtype=torch.float64)  # summed on the device: one host sync at the end
+    count = 0
+    for x, y in windows:
+        for lo in range(0, len(x), chunk):
+            xs, ys = x[lo : lo + chunk], y[lo : lo + chunk]
+            with autocast():
+                loss = model.loss(to_device(xs, device), to_device(ys, device))
+            total += loss.double() * ys.numel()
+            count += ys.numel()
     model.train(was_training)
-    return total.item() / batches
+    return total.item() / count
 
 
 def perplexity(loss: float) -> float:

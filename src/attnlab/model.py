@@ -11,25 +11,31 @@ from torch import nn
 from .config import ModelConfig
 from .errors import ConfigError
 from .mixers import Mixer, mixer_class
-from .nn import SwiGLU, at_least_fp32
+from .nn import FFNS, NORMS, at_least_fp32
 
 
 def ffn_width(cfg: ModelConfig) -> int:
-    """8/3 * d_model keeps SwiGLU's three matrices at the parameter count of a 4x GELU MLP."""
+    """4 * d_model for the GELU MLP; 8/3 * d_model keeps SwiGLU's three matrices at its parameter count."""
     if cfg.ffn_hidden is not None:
         return cfg.ffn_hidden
+    if cfg.ffn_kind == "gelu":
+        return 4 * cfg.d_model
     return 32 * math.ceil(8 * cfg.d_model / 3 / 32)
 
 
+def norm(cfg: ModelConfig) -> nn.Module:
+    return NORMS[cfg.norm](cfg.d_model, eps=cfg.norm_eps)
+
+
 class Block(nn.Module):
-    """x + mixer(norm(x)), then x + SwiGLU(norm(x))."""
+    """x + mixer(norm(x)), then x + FFN(norm(x)) (SwiGLU unless model.ffn_kind says otherwise)."""
 
     def __init__(self, cfg: ModelConfig, mixer: Mixer):
         super().__init__()
-        self.mixer_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.mixer_norm = norm(cfg)
         self.mixer = mixer
-        self.mlp_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps) if cfg.ffn else None
-        self.mlp = SwiGLU(cfg.d_model, ffn_width(cfg)) if cfg.ffn else None
+        self.mlp_norm = norm(cfg) if cfg.ffn else None
+        self.mlp = FFNS[cfg.ffn_kind](cfg.d_model, ffn_width(cfg)) if cfg.ffn else None
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, state=None):
@@ -63,7 +69,7 @@ class Decoder(nn.Module):
         self.blocks = nn.ModuleList(
             Block(cfg, build_layer_mixer(cfg, name, i)) for i, name in enumerate(cfg.layer_mixers())
         )
-        self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.norm = norm(cfg)
         self.head = nn.Linear(cfg.d_model, cfg.output_size or cfg.vocab_size, bias=False)
         self._init_weights()
         if cfg.tie_embeddings:

@@ -66,6 +66,31 @@ class SwiGLU(nn.Module):
         return self.down(F.silu(self.gate(x)) * self.up(x))
 
 
+class GeluMLP(nn.Module):
+    """down(gelu(up(x))), the two-layer feed-forward block of GPT-2 and of the original transformer (with
+    biases)."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.up = nn.Linear(dim, hidden)
+        self.down = nn.Linear(hidden, dim)
+
+    def reset_parameters(self, n_layers: int = 1) -> None:
+        """N(0, 0.02) and zero biases, and 0.02 / sqrt(2 n_layers) for down (GPT-2)."""
+        nn.init.normal_(self.up.weight, std=0.02)
+        nn.init.normal_(self.down.weight, std=0.02 / math.sqrt(2 * n_layers))
+        nn.init.zeros_(self.up.bias)
+        nn.init.zeros_(self.down.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.gelu(self.up(x)))
+
+
+# the decoder's choices of feed-forward block (model.ffn_kind) and of norm (model.norm)
+FFNS = {"swiglu": SwiGLU, "gelu": GeluMLP}
+NORMS = {"rms": nn.RMSNorm, "layer": nn.LayerNorm}
+
+
 class Rotary(nn.Module):
     """Rotary position embedding (Su et al. 2021), rotate-half layout.
 

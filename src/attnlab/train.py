@@ -434,8 +434,9 @@ def _evaluate_if_due(run: Run) -> bool:
 
 def _validation_loss(run: Run) -> float:
     t = run.cfg.train
-    return split_loss(run.model, run.corpus, "val", t.eval_batches, run.micro_batch, t.seq_len, run.device,
-                      run.autocast)
+    # the windows of whole batches, evaluated a micro-batch at a time: the loss does not depend on grad_accum
+    return split_loss(run.model, run.corpus, "val", t.eval_batches, t.batch_size, t.seq_len, run.device,
+                      run.autocast, chunk=run.micro_batch)
 
 
 def _save_checkpoint(run: Run, best: bool) -> None:

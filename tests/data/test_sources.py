@@ -4,6 +4,7 @@ import pytest
 
 from attnlab.config import DataConfig
 from attnlab.data import load_corpus
+from attnlab.data.files import dialogue, dialogue_files, shakespeare_files
 from attnlab.data.hf import parse_source
 from attnlab.data.texts import heterogeneous_text, python_docs_text, source_text
 from attnlab.errors import ConfigError
@@ -53,3 +54,17 @@ def test_mixed_corpus_takes_what_the_smallest_source_allows_or_says_which_field_
     assert len(heterogeneous_text(None, weights, 512, seed=0)) == 2 * docs
     with pytest.raises(ConfigError, match=r"data\.max_chars=.*docs.*lower data\.mix\.docs"):
         heterogeneous_text(2 * docs + 10, weights, 512, seed=0)
+
+
+def test_dialogue_keeps_only_the_speeches_in_tiny_shakespeares_layout():
+    play = ("*** START OF THE PROJECT ***\nTHE TRAGEDY OF X\n\nPERSONS REPRESENTED.\n\nMENENIUS, a friend\n\n"
+            "ACT I.\n\nSCENE I. Rome. A street.\n\n[Enter citizens, with staves,\nand clubs.]\n\nFIRST CITIZEN.\n"
+            "Before we proceed any further,  \nhear me speak. [Aside.]\n\nALL.\nSpeak, speak.\n\nMENENIUS.\n"
+            "Why, masters.\n\n[Exeunt.]\n\nSCENE II. Corioli.\n\nMENENIUS.\nAgain.\n*** END OF THE PROJECT ***\n")
+    assert dialogue(play) == ("First Citizen:\nBefore we proceed any further,\nhear me speak.\n\nAll:\nSpeak, speak."
+                              "\n\nMENENIUS:\nWhy, masters.\n\nMENENIUS:\nAgain.\n")
+
+
+def test_the_dialogue_corpus_starts_with_coriolanus_as_tiny_shakespeare_does():
+    files = dialogue_files()
+    assert files[0].stem.startswith("coriolanus") and sorted(files) == sorted(shakespeare_files())

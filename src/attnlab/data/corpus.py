@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ..errors import UserError
-from .files import shakespeare_files, strip_licence, text_files
+from .files import dialogue, dialogue_files, shakespeare_files, strip_licence, text_files
 from .hf import hf_documents
 from .texts import heterogeneous_text
 from .tokenizer import BPETokenizer, ByteTokenizer, CharTokenizer, token_dtype, tokenizer_from_dict
@@ -39,6 +39,8 @@ def source_files(cfg: DataConfig) -> list[Path]:
     """The files a corpus is read from (none for the generated mixed corpus or remote datasets)."""
     if cfg.source == "shakespeare":
         return shakespeare_files()
+    if cfg.source == "shakespeare-dialogue":
+        return dialogue_files()
     if cfg.source == "text" or (cfg.source == "hf:text" and cfg.path):
         return text_files(cfg.path)
     return []
@@ -68,7 +70,10 @@ def _documents(cfg: DataConfig) -> Iterator[str]:
     for i, path in enumerate(source_files(cfg)):
         if i:
             yield DOC_SEPARATOR
-        yield from _file_pieces(path, strip=cfg.source == "shakespeare")
+        if cfg.source == "shakespeare-dialogue":
+            yield dialogue(path.read_text(encoding="utf-8"))
+        else:
+            yield from _file_pieces(path, strip=cfg.source == "shakespeare")
 
 
 def _file_pieces(path: Path, strip: bool) -> Iterator[str]:

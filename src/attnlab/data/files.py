@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from ..errors import UserError
@@ -21,6 +22,40 @@ def strip_licence(text: str) -> str:
     if end >= 0:
         text = text[:end]
     return text.strip("\n") + "\n"
+
+
+# the first play of Tiny Shakespeare (Karpathy's char-rnn corpus), which its first 100K characters come from
+DIALOGUE_FIRST = "coriolanus"
+ORDINALS = {"FIRST", "SECOND", "THIRD", "FOURTH", "FIFTH", "SIXTH", "SEVENTH", "ALL", "BOTH"}
+
+
+def dialogue(text: str) -> str:
+    """A Gutenberg play as Tiny Shakespeare lays it out: only the speeches, each a line "Speaker:" then its
+    verse, a blank line between speeches; no front matter, act or scene headings, or stage directions.
+    Named speakers keep their capitals (MENENIUS:), roles are title-cased (First Citizen:, All:)."""
+    body = strip_licence(text)
+    body = body[body.find("\nACT I") + 1 :] if "\nACT I" in body else body
+    body = re.sub(r"\[[^\]]*\]", "", body)  # stage directions, also across lines
+    speeches, lines = [], []
+    for raw in body.splitlines():
+        line = raw.strip()
+        if re.fullmatch(r"(ACT|SCENE) [IVXLC]+\..*", line) or line.startswith(("ACT ", "SCENE ", "Epilogue")):
+            continue
+        if re.fullmatch(r"[A-Z][A-Z' ]*[A-Z]\.", line):  # a speaker's name: a new speech
+            if lines:
+                speeches.append("\n".join(lines))
+            name = line[:-1]
+            lines = [(name.title() if name.split()[0] in ORDINALS else name) + ":"]
+        elif line and lines:
+            lines.append(line)
+    if lines:
+        speeches.append("\n".join(lines))
+    return "\n\n".join(s for s in speeches if "\n" in s) + "\n"
+
+
+def dialogue_files() -> list[Path]:
+    """The plays in the order of the dialogue corpus: Coriolanus first (as in Tiny Shakespeare), then the rest."""
+    return sorted(shakespeare_files(), key=lambda p: (not p.stem.startswith(DIALOGUE_FIRST), p.name))
 
 
 def shakespeare_files() -> list[Path]:

@@ -54,7 +54,7 @@ def _cell(values: list[float | None], unit: str = "") -> str:
 
 # what every run records beside its measurements (shown in the runs table, not as measured quantities)
 RECORD_FIELDS = ("seconds", "trained", "params", "val_loss", "run", "config", "steps", "stopped_early", "best_step",
-                 "best_val_loss", "measured", "resumed_from")
+                 "best_val_loss", "measured", "resumed_from", "val_tokens")
 
 
 def _keys(results: dict, experiment: Experiment) -> list[str]:

@@ -26,7 +26,7 @@ from .. import checkpoint
 from ..config import RunConfig, load_config
 from ..data import niah
 from ..errors import ConfigError, UserError
-from ..evaluate import perplexity, perplexity_by_length, split_loss, task_accuracy
+from ..evaluate import perplexity, perplexity_by_length, scored_positions, task_accuracy, whole_split_loss
 from ..inference import load_run
 from ..plots import coupling_profile
 from ..train import as_fitted, train
@@ -57,8 +57,8 @@ def measure(experiment: Experiment, run_dir: Path) -> dict:
         lengths = [int(t.seq_len * f) for f in experiment.lengths]
         curve = perplexity_by_length(run.model, corpus, lengths, max_tokens=16_384, device=run.device)
         return {f"ppl@{length}": value for length, value in curve.items()}
-    loss = split_loss(run.model, corpus, "val", 20, t.batch_size // t.grad_accum, t.seq_len, run.device)
-    return {"val_loss": loss, "val_ppl": perplexity(loss)}
+    loss = whole_split_loss(run.model, corpus, "val", t.seq_len, run.device, chunk=t.batch_size // t.grad_accum)
+    return {"val_loss": loss, "val_ppl": perplexity(loss), "val_tokens": scored_positions(corpus)}
 
 
 def tokens_to_loss(metrics_path: Path, target: float, t, window: int = 5) -> float | None:
