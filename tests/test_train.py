@@ -8,6 +8,7 @@ from safetensors.torch import load_file
 from attnlab import checkpoint
 from attnlab.config import ModelConfig, TrainConfig, load_config
 from attnlab.errors import ConfigError, UserError
+from attnlab.mixers import build_mixer, list_mixers
 from attnlab.model import Decoder
 from attnlab.nn import set_optim
 from attnlab.train import _resume_point, lr_multiplier, param_groups, train
@@ -297,3 +298,36 @@ def test_a_split_too_short_for_one_window_fails_before_the_first_step(text_file,
 def test_a_batch_that_accumulation_does_not_split_evenly_fails_before_training(text_file, tmp_path):
     with pytest.raises(ConfigError, match="train.batch_size=4 is not divisible by train.grad_accum=3"):
         tiny_config(text_file, tmp_path, grad_accum=3)
+
+
+# the parameters weight decay pulls on, for every registered mixer: weight matrices only (J has its own group)
+DECAYED = {
+    "boltzmann": {"out_proj.weight", "qkv.weight"},
+    "ccq-gdn": {"beta_proj.weight", "conv.conv.weight", "decay_proj.weight", "gate_proj.weight", "k_proj.weight",
+                "lambda_weight", "out_proj.weight", "q_proj.weight", "v_proj.weight"},
+    "ccq-gla": {"forget_gate.0.weight", "forget_gate.1.weight", "gate_proj.weight", "k_proj.weight", "lambda_weight",
+                "out_proj.weight", "q_proj.weight", "v_proj.weight"},
+    "coupled-differential": {"coupling.w_in", "coupling.w_out", "out_proj.weight", "qkv.weight"},  # not dt_raw
+    "coupled-qk": {"coupling.w_in", "coupling.w_out", "out_proj.weight", "qkv.weight"},
+    "differential": {"out_proj.weight", "qkv.weight"},
+    "gdn": {"beta_proj.weight", "conv.conv.weight", "decay_proj.weight", "gate_proj.weight", "k_proj.weight",
+            "out_proj.weight", "q_proj.weight", "v_proj.weight"},
+    "gla": {"forget_gate.0.weight", "forget_gate.1.weight", "gate_proj.weight", "k_proj.weight", "out_proj.weight",
+            "q_proj.weight", "v_proj.weight"},
+    "interdomain": {"conv.conv.weight", "k_proj.weight", "out_proj.weight", "q_proj.weight", "v_proj.weight"},
+    "linear": {"gate_proj.weight", "k_proj.weight", "out_proj.weight", "q_proj.weight", "v_proj.weight"},
+    "s4d": {"contraction", "conv.conv.weight", "k_proj.weight", "out_proj.weight", "v_proj.weight"},  # not the norms
+    "sigmoid": {"out_proj.weight", "qkv.weight"},
+    "softmax": {"out_proj.weight", "qkv.weight"},
+    "uncoupled-qk": {"coupling.w_in", "coupling.w_out", "out_proj.weight", "qkv.weight"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(DECAYED))
+def test_weight_decay_pulls_on_weight_matrices_only_never_on_scalars_or_time_constants(name):
+    assert name in list_mixers()
+    mixer = build_mixer(name, d_model=64, n_heads=4)
+    groups = param_groups(mixer, TrainConfig(weight_decay=0.1))
+    decay = {id(p): g["weight_decay"] for g in groups for p in g["params"]}
+    decayed = {n for n, p in mixer.named_parameters() if decay[id(p)] == 0.1}
+    assert decayed == DECAYED[name]

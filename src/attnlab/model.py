@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from contextlib import ExitStack, contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -139,6 +140,19 @@ class Decoder(nn.Module):
     def state_size(self, seq_len: int) -> int:
         """Numbers held per sequence by all mixers after seq_len tokens."""
         return sum(block.mixer.state_size(seq_len) for block in self.blocks)
+
+    @contextmanager
+    def ablated(self):
+        """Every layer's mixer without its paper's own component (Mixer.ablated) while the block runs."""
+        with ExitStack() as stack:
+            for block in self.blocks:
+                if (ablation := block.mixer.ablated()) is not None:
+                    stack.enter_context(ablation)
+            yield
+
+    def ablates(self) -> bool:
+        """Whether any layer's mixer has a component to ablate."""
+        return any(block.mixer.ablated() is not None for block in self.blocks)
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

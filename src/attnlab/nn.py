@@ -1,7 +1,7 @@
 """Small building blocks shared by the decoder and the mixers."""
 
 import math
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -151,3 +151,19 @@ def set_optim(param: nn.Parameter, **options) -> nn.Parameter:
     a capped rate for SSM time constants, a separate learning rate for couplings."""
     param._optim = options
     return param
+
+
+@contextmanager
+def overwritten(*settings: tuple[torch.Tensor, float]):
+    """Each (parameter, value) pair's parameter filled with value while the block runs, then restored: a
+    mechanism's own component switched off for an ablation at evaluation."""
+    saved = [param.detach().clone() for param, _ in settings]
+    try:
+        with torch.no_grad():
+            for param, value in settings:
+                param.fill_(value)
+        yield
+    finally:
+        with torch.no_grad():
+            for (param, _), old in zip(settings, saved, strict=True):
+                param.copy_(old)

@@ -35,8 +35,15 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def is_matrix(param: torch.Tensor) -> bool:
+    """Whether a parameter is a weight matrix (or a stack of them), which weight decay pulls toward 0: at least
+    two dimensions of size above 1. A per-head scalar or time constant ([H, 1, 1], [H]) is not, whatever its
+    shape: decay would pull on what sets a mechanism's strength (the coupling's step, a decay rate)."""
+    return sum(size > 1 for size in param.shape) >= 2
+
+
 def param_groups(model: nn.Module, cfg: TrainConfig) -> list[dict]:
-    """Weight decay on matrices only: not on norms, biases or embeddings (nor the head tied to them).
+    """Weight decay on matrices only: not on norms, biases, scalars or embeddings (nor the head tied to them).
     Parameters marked with ``attnlab.nn.set_optim`` get their own group."""
     groups: dict[tuple, list] = {}
     seen: set[int] = set()
@@ -45,7 +52,7 @@ def param_groups(model: nn.Module, cfg: TrainConfig) -> list[dict]:
             if id(param) in seen or not param.requires_grad:
                 continue
             seen.add(id(param))
-            decays = param.ndim >= 2 and not isinstance(module, nn.Embedding)
+            decays = is_matrix(param) and not isinstance(module, nn.Embedding)
             options = getattr(param, "_optim", {})
             lr = min(options.get("lr", cfg.lr), options.get("max_lr", float("inf")))
             key = (lr, options.get("weight_decay", cfg.weight_decay if decays else 0.0))

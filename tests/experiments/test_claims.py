@@ -5,7 +5,18 @@ import numpy as np
 import pytest
 from scipy.stats import t
 
-from attnlab.experiments.claims import Claim, evaluate, judge, paired_deltas, plot_claims, verdict_table
+from attnlab.experiments.claims import (
+    COLOURS,
+    VERDICTS,
+    Anchor,
+    Claim,
+    evaluate,
+    judge,
+    paired_deltas,
+    per_character,
+    plot_claims,
+    verdict_table,
+)
 from attnlab.experiments.stats import (
     MAX_SEEDS,
     detectable_effect,
@@ -29,18 +40,18 @@ def test_a_clear_effect_in_the_claimed_direction_agrees():
     assert v.verdict == "agrees" and v.n == 5 and v.delta == pytest.approx(-1.0) and v.high < 0
 
 
-def test_a_clear_effect_in_the_opposite_direction_disagrees():
+def test_a_clear_effect_in_the_opposite_direction_is_opposite():
     claim = lower(paper=-1.0)
     v = judge(paired_deltas(claim, two_arms(+1.0, 0.05)), claim)
-    assert v.verdict == "disagrees" and v.low > 0 and "opposite side" in v.reason
+    assert v.verdict == "opposite" and v.low > 0 and "other side" in v.reason
     higher = Claim("softmax is worse", "lm", "val_ppl", "hJ", "softmax", "higher")
-    assert judge(paired_deltas(higher, two_arms(-1.0, 0.05)), higher).verdict == "disagrees"
+    assert judge(paired_deltas(higher, two_arms(-1.0, 0.05)), higher).verdict == "opposite"
 
 
-def test_a_tight_interval_around_zero_that_excludes_the_papers_effect_disagrees():
+def test_a_tight_interval_around_zero_that_excludes_the_papers_effect_is_smaller_than_the_papers():
     claim = lower(paper=-1.0)
     v = judge(paired_deltas(claim, two_arms(0.0, 0.02)), claim)
-    assert v.low < 0 < v.high and v.verdict == "disagrees" and "excludes the paper's effect" in v.reason
+    assert v.low < 0 < v.high and v.verdict == "smaller than the paper's" and "excludes the paper's effect" in v.reason
     assert judge(paired_deltas(lower(), two_arms(0.0, 0.02)), lower()).verdict == "inconclusive"  # no paper effect
 
 
@@ -55,8 +66,8 @@ def test_a_noisy_small_effect_is_inconclusive():
 
 @pytest.mark.parametrize("delta, sd, verdict", [
     (0.1, 0.05, "agrees"),  # interval inside ±0.5
-    (2.0, 0.05, "disagrees"),  # wholly above +0.5
-    (-2.0, 0.05, "disagrees"),  # wholly below -0.5
+    (2.0, 0.05, "opposite"),  # wholly above +0.5
+    (-2.0, 0.05, "opposite"),  # wholly below -0.5
     (0.4, 0.5, "inconclusive"),  # straddles +0.5
 ])
 def test_equal_claims(delta, sd, verdict):
@@ -242,11 +253,81 @@ def test_arms_that_score_alike_in_every_seed_are_inconclusive_not_a_disagreement
 
 
 def test_power_beyond_what_an_accuracy_can_show_says_so():
-    runs = {"niah/gla/0": {"niah@128": 0.98}, "niah/gla/1": {"niah@128": 0.0},
-            "niah/ccq-gla/0": {"niah@128": 1.0}, "niah/ccq-gla/1": {"niah@128": 0.68}}  # Δ = +2 and +68 points
+    runs = {"niah/gla/0": {"niah@128": 0.98}, "niah/gla/1": {"niah@128": 0.0}, "niah/gla/2": {"niah@128": 0.5},
+            "niah/ccq-gla/0": {"niah@128": 1.0}, "niah/ccq-gla/1": {"niah@128": 0.68},
+            "niah/ccq-gla/2": {"niah@128": 0.45}}  # Δ = +2, +68 and -5 points
     claim = Claim("CCQ helps", "niah", "niah@128", "ccq-gla", "gla", "higher", 49, scale=100)
     row = verdict_table([claim], {"runs": runs})[2]
-    assert "| no effect the metric can show (≥ 5.4e+02 needed, n = 2); the paper's effect needs 10 seeds |" in row
-    wider = [{**r, "niah@128": r["niah@128"] / 10} for r in runs.values()]  # Δ = +0.2 and +6.8: sizable
+    assert re.search(r"\| no effect the metric can show \(≥ [\d.e+]+ needed, n = 3\); the paper's effect needs", row)
+    wider = [{**r, "niah@128": r["niah@128"] / 10} for r in runs.values()]  # a tenth of the spread: sizable
     row = verdict_table([claim], {"runs": dict(zip(runs, wider, strict=True))})[2]
-    assert "| detects ≥ 54 (n = 2)" in row
+    assert re.search(r"\| detects ≥ [\d.]+ \(n = 3\)", row)
+
+
+# the checks before judging, and every verdict word
+
+
+def test_two_seeds_give_an_interval_but_no_verdict_and_no_power():
+    claim = lower(paper=-1.0)
+    v = judge(paired_deltas(claim, two_arms(-1.0, 0.05, n=2)), claim)
+    assert v.verdict == "inconclusive" and "2 seeds: a verdict needs 3" in v.reason and v.low < v.high < 0
+    assert "unknown: 2 seeds" in verdict_table([claim], two_arms(-1.0, 0.05, n=2))[2]
+
+
+def test_a_per_token_effect_is_judged_per_character():
+    assert per_character(-6.75, 4.0) == pytest.approx(100 * (0.9325 ** 0.25 - 1))  # about -1.73%
+    claim = lower(paper=-6.75, relative=True, chars_per_token=4.0)
+    assert claim.target == pytest.approx(-1.731, abs=1e-3)
+    # Δ = -1.6% ± a little: short of the paper's -6.75% per token, but the paper's effect per character
+    results = two_arms(-0.16, 0.02)  # baseline about 10: -0.16 is -1.6%
+    v = evaluate([claim], results)[0][1]
+    assert v.verdict == "agrees"
+    assert evaluate([lower(paper=-1.6, relative=True)], two_arms(0.0, 0.002))[0][1].verdict == \
+        "smaller than the paper's"
+    assert "-6.75% per token → **-1.73% per character**" in verdict_table([claim], results)[2]
+    with pytest.raises(ValueError, match="relative perplexity"):
+        lower(paper=-1.0, chars_per_token=4.0)
+
+
+def test_an_accuracy_gain_past_the_ceiling_is_untestable_here():
+    results = add_runs(add_runs({}, "b", "softmax", [0.995, 0.994, 0.996]), "b", "hJ", [0.996, 0.993, 0.997],
+                       "accuracy")
+    add_runs(results, "b", "softmax", [0.995, 0.994, 0.996], "accuracy")
+    claim = Claim("h+J beats softmax", "b", "accuracy", "hJ", "softmax", "higher", 1.55, scale=100)
+    v = evaluate([claim], results)[0][1]
+    assert v.verdict == "untestable here" and "softmax scores 99.5" in v.reason and "stops at 100" in v.reason
+    room = Claim("h+J beats softmax", "b", "accuracy", "hJ", "softmax", "higher", 0.3, scale=100)
+    assert evaluate([room], results)[0][1].verdict != "untestable here"  # 0.5 points of room for 0.3
+    ratio = Claim("IA stays flat", "b", "accuracy", "hJ", "softmax", "lower", -0.5, bounds=(0.99, 2.0))
+    assert evaluate([ratio], results)[0][1].verdict == "untestable here"  # cannot fall 0.5 below the floor
+
+
+def test_a_baseline_off_the_papers_number_is_not_calibrated():
+    results = two_arms(-1.0, 0.05)  # softmax around 10
+    held = lower(paper=-1.0, calibration=Anchor("lm", "softmax", "val_ppl", 10.0, 0.2))
+    missed = lower(paper=-1.0, calibration=Anchor("lm", "softmax", "val_ppl", 9.0, 0.2))
+    (_, v_held), (_, v_missed) = evaluate([held, missed], results)
+    assert v_held.verdict == "agrees"
+    assert v_missed.verdict == "not calibrated" and "the paper 9: off by +1" in v_missed.reason
+    assert Anchor("lm", "nobody", "val_ppl", 9.0, 0.2).check(results) == (None, "nobody on lm: no run yet (the "
+                                                                              "paper: 9)")
+
+
+def test_a_mechanism_whose_ablation_moves_less_than_the_effect_is_not_engaged():
+    results = two_arms(-0.1, 0.01)  # hJ about 1% below softmax
+    ablated = [r["val_ppl"] * 1.0002 for k, r in sorted(results["runs"].items()) if k.startswith("lm/hJ/")]
+    add_runs(results, "lm", "hJ", ablated, "ablated_ppl")
+    claim = lower(paper=-1.0, relative=True, ablation="ablated_ppl")
+    v = evaluate([claim], results)[0][1]
+    assert v.verdict == "mechanism not engaged" and "moves val_ppl by +0.02%" in v.reason
+    engaged = [r["val_ppl"] * 1.6 for k, r in sorted(results["runs"].items()) if k.startswith("lm/hJ/")]
+    add_runs(results, "lm", "hJ", engaged, "ablated_ppl")  # zeroing costs +60%: the model uses it
+    assert evaluate([claim], results)[0][1].verdict == "agrees"
+
+
+def test_every_verdict_word_is_produced_and_drawn(tmp_path):
+    produced = set()
+    for delta, sd in [(-1.0, 0.05), (1.0, 0.05), (0.0, 0.02), (-0.5, 2.0)]:
+        produced.add(judge(paired_deltas(lower(paper=-1.0), two_arms(delta, sd)), lower(paper=-1.0)).verdict)
+    produced |= {"untestable here", "not calibrated", "mechanism not engaged"}  # each shown above
+    assert produced == set(VERDICTS) == set(COLOURS)

@@ -1,8 +1,11 @@
 """Paper suites: each paper's claims as named, seeded runs that train, measure and write a report.
 
-One module per paper (and the demo), each with its NAME, its TIERS and suite(tier) -> Suite."""
+One module per paper (and the demo), each with its NAME, its TIERS, suite(tier) -> Suite and, for a paper, the
+PROVENANCE of its mechanisms' equations, which every tier's report states."""
 
 from __future__ import annotations
+
+import dataclasses
 
 from ..errors import UserError, unknown_name
 from . import boltzmann, ccq, coupled_qk, demo, interdomain
@@ -18,4 +21,4 @@ def get_suite(name: str, tier: str = "default"):
     module = SUITES[name]
     if tier not in module.TIERS:
         raise UserError(unknown_name(f"tier of {name}", tier, list(module.TIERS)))
-    return module.suite(tier)
+    return dataclasses.replace(module.suite(tier), provenance=getattr(module, "PROVENANCE", {}))

@@ -16,8 +16,11 @@ Tiers:
 from __future__ import annotations
 
 from . import gpu, recall
-from .claims import Claim, relative
+from .claims import CHARS_PER_TOKEN, Claim, relative
 from .spec import CONVERGED_LM, QUICK, Arm, Experiment, Suite
+
+PROVENANCE = {"CCQ": "from the paper's full text ([P]: the query correction q − λΣq and λ = σ(w·q + b)); the "
+         "backbones (GLA, Gated DeltaNet) follow flash-linear-attention."}
 
 NAME = "ccq"
 TIERS = ("default", "converged", "paper")
@@ -165,7 +168,7 @@ def paper() -> Suite:
                  "CCQ-GLA lowers perplexity, CCQ-GDN is at parity, and both beat their backbones at 5x the training "
                  f"length. {gpu.ASSUMPTION}.",
                  seeds=1, tier="paper", gpu=True,
-                 claims=extrapolation_claims("extrapolation", 4096, 20480, headline=True))
+                 claims=extrapolation_claims("extrapolation", 4096, 20480, headline=True, characters=False))
 
 
 def mqar_claims(experiment: str, control: tuple | None = None) -> list[Claim]:
@@ -197,12 +200,15 @@ def niah_claims(experiment: str, train: int = 128, control: tuple | None = None)
     ]
 
 
-def extrapolation_claims(experiment: str, train: int, longest: int, headline: bool = False) -> list[Claim]:
-    """Perplexity at the training length (table 2, 1.3B) and at 5x (figures 3-4: each CCQ model beats its
-    backbone by 1-2.5 perplexity, without a perplexity to divide that by, so no paper effect in %)."""
+def extrapolation_claims(experiment: str, train: int, longest: int, headline: bool = False,
+                         characters: bool = True) -> list[Claim]:
+    """Perplexity at the training length (table 2, 1.3B, per BPE token: converted where the tier models characters)
+    and at 5x (figures 3-4: each CCQ model beats its backbone by 1-2.5 perplexity, without a perplexity to divide
+    that by, so no paper effect in %). Setting CCQ's λ to 0 at evaluation must move perplexity as much."""
+    units = {"chars_per_token": CHARS_PER_TOKEN, "paper_scale": "1.3B"} if characters else {}
     return [
         Claim("CCQ-GLA lowers perplexity vs GLA at the training length", experiment, f"ppl@{train}", "ccq-gla", "gla",
-              "lower", relative(PAPER_WIKI["ccq-gla"], PAPER_WIKI["gla"]), relative=True, headline=headline),
+              "lower", relative(PAPER_WIKI["ccq-gla"], PAPER_WIKI["gla"]), relative=True, headline=headline, **units),
         Claim("CCQ-GDN is at parity with GDN at the training length", experiment, f"ppl@{train}", "ccq-gdn", "gdn",
               "equal", relative(PAPER_WIKI["ccq-gdn"], PAPER_WIKI["gdn"]), relative=True, margin=SAME_PPL),
         *(Claim(f"{ccq.upper()} beats {backbone.upper()} at 5x the training length", experiment, f"ppl@{longest}",

@@ -14,29 +14,81 @@ from .stats import MAX_SEEDS, detectable_effect, mean_interval, mean_std, seeds_
 
 DIRECTIONS = ("lower", "higher", "equal")
 
-RULES = """\
+MIN_SEEDS = 3  # a directional verdict needs this many seeds: with 2 the spread has one degree of freedom
+# the characters per BPE token of English text under GPT-2-style tokenizers (about 4; the papers' tokenizers
+# give 4-4.5): a saving per token is a saving per character about this many times smaller in log-perplexity
+CHARS_PER_TOKEN = 4.0
+
+RULES = f"""\
 **How claims are judged.** For every seed, Δ is the claim's quantity for the arm minus the same quantity for the
 baseline (or the arm's value itself when there is no baseline; arm / baseline − 1 in % for relative claims; this
 difference minus the same difference in a second experiment for "the gap grows" claims). Seeds are paired by index
 and a seed missing any needed value is left out. The 95% interval is the t-interval of the mean Δ over seeds.
 
-- A claim that Δ is **lower** / **higher** than 0 *agrees* if the whole interval lies on the claimed side of 0; it
-  *disagrees* if the whole interval lies on the opposite side of 0, or if the interval contains 0 but excludes the
-  paper's effect (the run could see an effect of the paper's size and saw none); otherwise it is *inconclusive*.
-- A claim that two arms are **equal** (|Δ| ≤ margin) *agrees* if the interval lies within ±margin; it *disagrees*
-  if the interval lies entirely outside ±margin (wholly above +margin or wholly below −margin); otherwise it is
+**The paper's effect in our units.** A relative perplexity per BPE token becomes one per character:
+(1 + r)^(1/c) − 1 with c = {CHARS_PER_TOKEN:g} characters per token, since a saving of ΔL nats per token is ΔL / c
+nats per character. Both are shown; the verdict uses the converted one.
+
+**Before judging**, in this order:
+- *inconclusive* with fewer than {MIN_SEEDS} seeds (a spread from 2 seeds has one degree of freedom);
+- *not calibrated* if a baseline the tier runs under the paper's own protocol misses the paper's absolute number by
+  more than the stated tolerance: the protocol differs from the paper's in something that matters;
+- *untestable here* if the paper's effect cannot occur on the metric given the baseline: an accuracy that would have
+  to pass 100% (or fall below 0%), or a growth ratio that would have to fall below 1 (flatter than flat);
+- *mechanism not engaged* if removing the mechanism's own component at evaluation (its couplings, its step, its
+  correction) moves the metric by less than the paper's effect: the trained model does not use it enough to show it;
+- *inconclusive* if the experiment's control arm (softmax attention on recall) did not learn the task, or if Δ is the
+  same in every seed (no spread to judge it by).
+
+**Verdicts.**
+- A claim that Δ is **lower** / **higher** than 0 *agrees* if the whole interval lies on the claimed side of 0; it is
+  *opposite* if the whole interval lies on the other side; it is *smaller than the paper's* if the interval contains
+  0 but excludes the paper's effect (the run could see an effect of the paper's size and saw none); otherwise it is
   *inconclusive*.
-- With fewer than 2 seeds there is no interval: *inconclusive*. So is a claim whose Δ is the same in every seed
-  (no spread to judge it by: a task at its floor or ceiling, or a measure too coarse), and any claim whose
-  experiment has a control arm (softmax attention on recall) that did not learn the task.
+- A claim that two arms are **equal** (|Δ| ≤ margin) *agrees* if the interval lies within ±margin; it is *opposite*
+  if the interval lies entirely outside ±margin; otherwise it is *inconclusive*.
 
 **Power.** "Detects ≥ d" is the smallest |effect| that a paired t-test on these seeds finds with 80% power at
 two-sided α = 0.05, from the observed standard deviation s of the Δs (exact, from the noncentral t distribution
-with n − 1 degrees of freedom and noncentrality d·√n / s; about (t₀.₉₇₅,ₙ₋₁ + t₀.₈₀,ₙ₋₁) · s / √n). For
-equal claims it is the smallest margin whose interval would lie within ±margin with 80% power when the true Δ is
-0: d = (t₀.₉₇₅,ₙ₋₁ + t₀.₉₀,ₙ₋₁) · s / √n. "Needs N seeds" is the smallest n whose d at the same s is at most the
-paper's |effect| (the margin for equal claims).
+with n − 1 degrees of freedom and noncentrality d·√n / s; about (t₀.₉₇₅,ₙ₋₁ + t₀.₈₀,ₙ₋₁) · s / √n), given from
+{MIN_SEEDS} seeds on. For equal claims it is the smallest margin whose interval would lie within ±margin with 80% power
+when the true Δ is 0: d = (t₀.₉₇₅,ₙ₋₁ + t₀.₉₀,ₙ₋₁) · s / √n. "Needs N seeds" is the smallest n whose d at the same s is
+at most the paper's |effect| (the margin for equal claims).
 """
+
+VERDICTS = ("agrees", "opposite", "smaller than the paper's", "inconclusive", "untestable here", "not calibrated",
+            "mechanism not engaged")
+
+
+def per_character(effect: float, chars_per_token: float = CHARS_PER_TOKEN) -> float:
+    """A relative perplexity change per BPE token (in %) as the same saving per character."""
+    return 100 * ((1 + effect / 100) ** (1 / chars_per_token) - 1)
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """An absolute number of the paper's that a tier running the paper's protocol must reproduce before it
+    compares anything: the mean of `arm`'s `metric` on `experiment` (times scale) within paper ± tolerance."""
+
+    experiment: str
+    arm: str
+    metric: str
+    paper: float
+    tolerance: float
+    scale: float = 1.0
+
+    def check(self, results: dict) -> tuple[bool | None, str]:
+        """(whether it holds, None without values; the calibration line)."""
+        values = _arm_values(results, self.experiment, self.arm, self.metric)
+        what = f"{self.arm} on {self.experiment}"
+        if not values:
+            return None, f"{what}: no run yet (the paper: {self.paper:g})"
+        mean = self.scale * sum(values) / len(values)
+        spread = f" ± {self.scale * mean_std(values)[1]:.2g}" if len(values) > 1 else ""
+        held = abs(mean - self.paper) <= self.tolerance
+        return held, (f"{what}: ours {mean:.4g}{spread} ({len(values)} seed{'s' if len(values) > 1 else ''}), the "
+                      f"paper {self.paper:g}: off by {mean - self.paper:+.3g}, "
+                      f"{'within' if held else 'outside'} the tolerance ±{self.tolerance:g}")
 
 
 def relative(a: float, b: float) -> float:
@@ -62,6 +114,11 @@ class Claim:
     # (arm, metric, least mean): the experiment tests the claim only once this arm has learned the task, e.g.
     # ("softmax", "accuracy", 0.99) on MQAR; until then the verdict is inconclusive
     control: tuple[str, str, float] | None = None
+    chars_per_token: float | None = None  # the paper's effect is per BPE token of this many characters; ours per one
+    paper_scale: str | None = None  # the paper's model size ("60M"), shown beside ours
+    calibration: Anchor | None = None  # the baseline must first reproduce this number of the paper's
+    bounds: tuple[float, float] | None = None  # the least and most the metric can be (accuracies: 0 and 1)
+    ablation: str | None = None  # the results key of the metric with the mechanism's component removed
 
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
@@ -70,6 +127,8 @@ class Claim:
             raise ValueError(f"{self.statement!r}: an 'equal' claim needs a positive margin")
         if self.relative and (self.baseline is None or self.scale != 1.0):
             raise ValueError(f"{self.statement!r}: a relative claim needs a baseline and is in % (scale 1)")
+        if self.chars_per_token is not None and not self.relative:
+            raise ValueError(f"{self.statement!r}: only a relative perplexity converts from per token to per character")
         sign = {"lower": -1, "higher": 1}.get(self.direction)
         if sign is not None and self.paper is not None and not sign * self.paper > 0:
             # the "excludes the paper's effect" rule reads the paper's effect as lying on the claimed side
@@ -78,6 +137,18 @@ class Claim:
     @property
     def units(self) -> str:
         return "%" if self.relative else ""
+
+    @property
+    def target(self) -> float | None:
+        """The paper's effect in the run's units: per character where the paper's is per BPE token."""
+        if self.paper is None or self.chars_per_token is None:
+            return self.paper
+        return per_character(self.paper, self.chars_per_token)
+
+    @property
+    def limits(self) -> tuple[float, float] | None:
+        """The least and most the metric can be: given, or [0, 1] for accuracies (scale 100)."""
+        return self.bounds if self.bounds is not None else ((0.0, 1.0) if self.scale == 100 else None)
 
     @property
     def largest(self) -> float | None:
@@ -94,7 +165,7 @@ class Verdict:
     delta: float  # mean Δ (nan without seeds)
     low: float  # 95% t-interval of the mean Δ (nan with fewer than 2 seeds)
     high: float
-    verdict: str  # "agrees" | "disagrees" | "inconclusive"
+    verdict: str  # one of VERDICTS
     reason: str
     detectable: float  # smallest |effect| found with 80% power at these seeds and sd (nan: under 2 seeds, no spread)
     seeds_needed: int | None  # seeds for the paper's effect (the margin); None: unknown; MAX_SEEDS + 1: more
@@ -142,19 +213,20 @@ def _rule(claim: Claim, low: float, high: float) -> tuple[str, str]:
         if -m <= low and high <= m:
             return "agrees", f"the interval lies within ±{m:.3g}{claim.units}"
         if low > m or high < -m:
-            return "disagrees", f"the interval lies outside ±{m:.3g}{claim.units}"
+            return "opposite", f"the interval lies outside ±{m:.3g}{claim.units}"
         return "inconclusive", f"the interval overlaps ±{m:.3g}{claim.units}"
     side = -1 if claim.direction == "lower" else 1  # multiply by side: the claimed side of 0 is > 0
     if side * low > 0 and side * high > 0:
         return "agrees", "the interval lies on the claimed side of 0"
     if side * low < 0 and side * high < 0:
-        return "disagrees", "the interval lies on the opposite side of 0"
-    if claim.paper is not None and not low <= claim.paper <= high:
-        return "disagrees", "the interval contains 0 but excludes the paper's effect"
-    return "inconclusive", "the interval contains 0" + ("" if claim.paper is None else " and the paper's effect")
+        return "opposite", "the interval lies on the other side of 0"
+    if claim.target is not None and not low <= claim.target <= high:
+        return "smaller than the paper's", "the interval contains 0 but excludes the paper's effect"
+    return "inconclusive", "the interval contains 0" + ("" if claim.target is None else " and the paper's effect")
 
 
 def judge(deltas: list[float], claim: Claim) -> Verdict:
+    """The verdict of the Δs alone (the checks that need the results are made by `evaluate`)."""
     n, nan = len(deltas), float("nan")
     if n < 2:
         delta = deltas[0] if deltas else nan
@@ -165,21 +237,94 @@ def judge(deltas: list[float], claim: Claim) -> Verdict:
         reason = ("Δ is the same in every seed, so there is no spread to judge it by (a task at its floor or "
                   "ceiling, or a measure too coarse)")
         return Verdict(n, delta, delta, delta, "inconclusive", reason, nan, None)
-    verdict, reason = _rule(claim, delta - half, delta + half)
     equivalence = claim.direction == "equal"
-    target = claim.margin if equivalence else claim.paper
+    target = claim.margin if equivalence else claim.target
     needed = None if target is None else seeds_needed(sd, target, equivalence=equivalence)
+    if n < MIN_SEEDS:
+        return Verdict(n, delta, delta - half, delta + half, "inconclusive",
+                       f"{n} seeds: a verdict needs {MIN_SEEDS}", nan, needed)
+    verdict, reason = _rule(claim, delta - half, delta + half)
     return Verdict(n, delta, delta - half, delta + half, verdict, reason,
                    detectable_effect(sd, n, equivalence=equivalence), needed)
 
 
 def evaluate(claims: list[Claim], results: dict) -> list[tuple[Claim, Verdict]]:
+    """Each claim's verdict: the checks RULES lists before judging, then the rule on its interval."""
     judged = []
     for claim in claims:
-        verdict, unlearned = judge(paired_deltas(claim, results), claim), not_learned(claim, results)
-        judged.append((claim, verdict if unlearned is None else replace(verdict, verdict="inconclusive",
-                                                                          reason=unlearned)))
+        verdict = judge(paired_deltas(claim, results), claim)
+        if verdict.n >= MIN_SEEDS:
+            for check, word in ((not_calibrated, "not calibrated"), (untestable, "untestable here"),
+                                (not_engaged, "mechanism not engaged"), (not_learned, "inconclusive")):
+                if (reason := check(claim, results)) is not None:
+                    verdict = replace(verdict, verdict=word, reason=reason)
+                    break
+        judged.append((claim, verdict))
     return judged
+
+
+def calibration_lines(claims: list[Claim], results: dict) -> list[str]:
+    """Markdown bullets, one per number of the paper's that a baseline must reproduce: ours against it."""
+    anchors = list(dict.fromkeys(c.calibration for c in claims if c.calibration is not None))
+    lines = []
+    for anchor in anchors:
+        held, line = anchor.check(results)
+        word = {True: "calibrated", False: "**not calibrated**", None: "not yet run"}[held]
+        lines.append(f"- {word}: {line}")
+    return lines
+
+
+def _arm_values(results: dict, experiment: str, arm: str, metric: str) -> list[float]:
+    return [v for seed in _seeds(results, [experiment]) if (v := _value(results, experiment, arm, seed, metric))
+            is not None]
+
+
+def not_calibrated(claim: Claim, results: dict) -> str | None:
+    """Why the claim's baseline does not reproduce the paper's absolute number (None if it does, or has none)."""
+    if claim.calibration is None:
+        return None
+    held, line = claim.calibration.check(results)
+    return None if held else f"the baseline is not the paper's: {line}"
+
+
+def untestable(claim: Claim, results: dict) -> str | None:
+    """Why the paper's effect cannot occur on this metric given the baseline (None if it can)."""
+    limits, target = claim.limits, claim.target
+    if limits is None or target is None or claim.baseline is None or claim.contrast or claim.relative:
+        return None
+    values = _arm_values(results, claim.experiment, claim.baseline, claim.metric)
+    if not values:
+        return None
+    base = sum(values) / len(values)
+    room = claim.scale * ((limits[1] if target > 0 else limits[0]) - base)  # the most Δ can be on that side
+    if abs(room) >= abs(target):
+        return None
+    return (f"{claim.baseline} scores {claim.scale * base:.4g} and the metric stops at "
+            f"{claim.scale * limits[1 if target > 0 else 0]:g}, so no arm can show the paper's {_num(target, claim)}")
+
+
+def not_engaged(claim: Claim, results: dict) -> str | None:
+    """Why the trained arm does not use its mechanism enough to show the paper's effect: removing the component
+    at evaluation moves the metric by less than that effect (None if it moves it more, or was not measured)."""
+    if claim.ablation is None or claim.target is None:
+        return None
+    moves = [d for seed in _seeds(results, [claim.experiment])
+             if (d := _ablation_move(claim, results, seed)) is not None]
+    if not moves:
+        return None
+    move = sum(moves) / len(moves)
+    if abs(move) >= abs(claim.target):
+        return None
+    return (f"removing {claim.arm}'s own component at evaluation moves {claim.metric} by {_num(move, claim)} "
+            f"(mean of {len(moves)} seeds), less than the paper's {_num(claim.target, claim)}")
+
+
+def _ablation_move(claim: Claim, results: dict, seed: int) -> float | None:
+    intact = _value(results, claim.experiment, claim.arm, seed, claim.metric)
+    ablated = _value(results, claim.experiment, claim.arm, seed, claim.ablation)
+    if intact is None or ablated is None:
+        return None
+    return 100 * (ablated / intact - 1) if claim.relative else claim.scale * (ablated - intact)
 
 
 def not_learned(claim: Claim, results: dict) -> str | None:
@@ -219,12 +364,29 @@ def _paper_cell(claim: Claim) -> str:
     if claim.direction == "equal":
         return f"within ±{claim.margin:.3g}{claim.units}" + ("" if claim.paper is None else
                                                               f" ({_num(claim.paper, claim)})")
-    return "–" if claim.paper is None else _num(claim.paper, claim)
+    if claim.paper is None:
+        return "–"
+    if claim.chars_per_token is None:
+        return _num(claim.paper, claim)
+    return (f"{_num(claim.paper, claim)} per token → **{_num(claim.target, claim)} per character** "
+            f"({claim.chars_per_token:g} characters per token)")
+
+
+def _scale_note(claim: Claim, results: dict) -> str:
+    """" (the paper: 60M; here: 0.8M)" where the claim names the paper's model size."""
+    if claim.paper_scale is None:
+        return ""
+    params = [r["params"] for key, r in results["runs"].items() if "params" in r
+              and split_key(key)[:2] == (claim.experiment, claim.arm)]
+    here = f"{params[0] / 1e6:.2g}M" if params else "not run yet"
+    return f" (the paper: {claim.paper_scale}; here: {here})"
 
 
 def _power_cell(claim: Claim, v: Verdict) -> str:
     if v.n < 2:
         return "–"
+    if v.n < MIN_SEEDS:
+        return f"unknown: {v.n} seeds (the spread of {v.n} has {v.n - 1} degree of freedom)"
     if math.isnan(v.detectable):
         return f"unknown: no spread (n = {v.n})"
     if claim.largest is not None and v.detectable > claim.largest:  # not "detects ≥ 540" on a 100-point scale
@@ -253,18 +415,20 @@ def _ours_cell(claim: Claim, v: Verdict) -> str:
 
 
 def verdict_table(claims: list[Claim], results: dict) -> list[str]:
-    """Markdown lines: one row per claim with the paper's effect, ours with its 95% interval, the verdict by RULES
-    and the power of this run. Headline claims are in bold."""
+    """Markdown lines: one row per claim with the paper's effect (and in our units), ours with its 95% interval,
+    the verdict by RULES and the power of this run. Headline claims are in bold."""
     lines = ["| claim | paper | ours (Δ, 95% interval) | verdict | power |", "|---|---|---|---|---|"]
     for claim, v in evaluate(claims, results):
         statement = f"**{claim.statement}**" if claim.headline else claim.statement
-        cells = [f"{statement} ({_what(claim)})", _paper_cell(claim), _ours_cell(claim, v),
+        cells = [f"{statement}{_scale_note(claim, results)} ({_what(claim)})", _paper_cell(claim), _ours_cell(claim, v),
                  f"**{v.verdict}**: {v.reason}", _power_cell(claim, v)]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
-COLOURS = {"agrees": "tab:green", "disagrees": "tab:red", "inconclusive": "tab:gray"}
+COLOURS = {"agrees": "tab:green", "opposite": "tab:red", "smaller than the paper's": "tab:orange",
+           "inconclusive": "tab:gray", "untestable here": "tab:purple", "not calibrated": "tab:brown",
+           "mechanism not engaged": "tab:olive"}
 
 
 def _plot_row(ax, claim: Claim, v: Verdict) -> None:
@@ -276,9 +440,9 @@ def _plot_row(ax, claim: Claim, v: Verdict) -> None:
         ax.errorbar(v.delta, 0, xerr=[[v.delta - v.low], [v.high - v.delta]], fmt="o", color=colour, capsize=4)
     elif v.n == 1:
         ax.plot(v.delta, 0, "o", color=colour, mfc="white")  # hollow: one seed, no interval
-    if claim.paper is not None:
-        ax.plot(claim.paper, 0.5, "D", color="black", mfc="none")  # just above ours, on the same Δ axis
-    shown = [0.0, *([claim.paper] if claim.paper is not None else []),
+    if claim.target is not None:
+        ax.plot(claim.target, 0.5, "D", color="black", mfc="none")  # just above ours, on the same Δ axis
+    shown = [0.0, *([claim.target] if claim.target is not None else []),
              *([-claim.margin, claim.margin] if claim.direction == "equal" else []),
              *[x for x in (v.low, v.high, v.delta) if not math.isnan(x)]]
     pad = 0.15 * (max(shown) - min(shown)) or 1.0
@@ -303,7 +467,7 @@ def plot_claims(claims: list[Claim], results: dict, path: str | Path) -> Path:
     for ax, (claim, v) in zip(axes[:, 0], judged, strict=True):
         _plot_row(ax, claim, v)
     legend = [Line2D([], [], marker="o", color="gray", label="ours: Δ, 95% interval"),
-              Line2D([], [], marker="D", color="black", mfc="none", ls="none", label="paper"),
+              Line2D([], [], marker="D", color="black", mfc="none", ls="none", label="paper (our units)"),
               Patch(color="tab:blue", alpha=0.12, label="±margin"),
               *[Patch(color=c, label=verdict) for verdict, c in COLOURS.items()]]
     fig.legend(handles=legend, loc="upper center", ncol=len(legend), fontsize=7, frameon=False)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..plots import new_figure, save_figure
-from .claims import RULES, plot_claims, verdict_table
+from .claims import RULES, calibration_lines, plot_claims, verdict_table
 from .runner import describe_setting, load_results, setting_of, sweep_key
 from .settle import settle_lines
 from .spec import Experiment, Suite, split_key
@@ -118,6 +118,14 @@ def write_report(suite: Suite, results: dict, out_dir: str | Path) -> Path:
              ""]
     if suite.source:
         lines += [suite.source, ""]
+    if suite.provenance:
+        lines += ["**Provenance of the equations.** " + " ".join(f"*{name}*: {text}" for name, text in
+                                                                suite.provenance.items()), ""]
+    calibration = calibration_lines(suite.claims, results)
+    if calibration:
+        lines += ["## Calibration", "", "Before any comparison, the baseline must reproduce the paper's own number "
+                  "under the paper's protocol; a claim whose baseline does not is *not calibrated*.", "",
+                  *calibration, ""]
     if suite.claims:
         figure = plot_claims(suite.claims, results, out / "claims.png")
         lines += ["## Verdicts", "", *verdict_table(suite.claims, results), "", f"![the claims]({figure.name})", "",

@@ -31,7 +31,7 @@ from ..inference import load_run
 from ..plots import coupling_profile
 from ..train import as_fitted, train
 from ..typed import from_dict
-from .spec import Arm, Experiment, Suite
+from .spec import ABLATED, Arm, Experiment, Suite
 
 
 def measure(experiment: Experiment, run_dir: Path) -> dict:
@@ -57,8 +57,16 @@ def measure(experiment: Experiment, run_dir: Path) -> dict:
         lengths = [int(t.seq_len * f) for f in experiment.lengths]
         curve = perplexity_by_length(run.model, corpus, lengths, max_tokens=16_384, device=run.device)
         return {f"ppl@{length}": value for length, value in curve.items()}
-    loss = whole_split_loss(run.model, corpus, "val", t.seq_len, run.device, chunk=t.batch_size // t.grad_accum)
-    return {"val_loss": loss, "val_ppl": perplexity(loss), "val_tokens": scored_positions(corpus)}
+    def score() -> float:
+        return whole_split_loss(run.model, corpus, "val", t.seq_len, run.device, chunk=t.batch_size // t.grad_accum)
+
+    loss = score()
+    record = {"val_loss": loss, "val_ppl": perplexity(loss), "val_tokens": scored_positions(corpus)}
+    if run.model.ablates():  # how much the trained model uses its mechanism's own component
+        with run.model.ablated():
+            record[ABLATED] = perplexity(score())
+    return record
+
 
 
 def tokens_to_loss(metrics_path: Path, target: float, t, window: int = 5) -> float | None:

@@ -12,6 +12,8 @@ QUICK = ["train.steps=20", "train.eval_every=20", "train.eval_batches=2", "train
 # (about 1.2x faster per step for a character LM on one CPU thread, after some 20 s of compilation)
 CONVERGED_LM = ["train.steps=4000", "train.eval_every=250", "train.patience=4", "train.min_delta=0.001",
                 "train.ckpt_every=4000", "train.compile=true"]
+# the key of val_ppl measured with every mixer's own component removed at evaluation (Mixer.ablated)
+ABLATED = "ablated_ppl"
 
 
 @dataclass
@@ -48,6 +50,9 @@ class Suite:
     tier: str = "default"
     gpu: bool = False  # sized for GPUs: `attnlab reproduce` prints its estimated GPU-hours before it starts
     claims: list = field(default_factory=list)  # the paper's claims (claims.Claim) that the report judges
+    # where each mechanism's equations come from, by the marks of its implementation spec: the paper's text
+    # ([P]), reconstructed ([E]) or inferred ([I]), and from what
+    provenance: dict[str, str] = field(default_factory=dict)
 
 
 def split_key(key: str) -> tuple[str, str, int | None]:

@@ -17,7 +17,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..errors import ConfigError, UserError, unknown_name
-from ..nn import at_least_fp32, causal_mask, no_autocast, set_optim
+from ..nn import at_least_fp32, causal_mask, no_autocast, overwritten, set_optim
 from ..ops import annealing, ising
 from .attention import AttentionConfig, AttentionMixer, KVCache
 from .registry import register_mixer
@@ -125,6 +125,11 @@ class BoltzmannAttention(AttentionMixer):
                                weight_decay=cfg.j_weight_decay)
         if cfg.bias_field:
             self.bias = nn.Parameter(torch.zeros(H, W))
+
+    def ablated(self):
+        """The couplings J (and three-body K) zeroed: what the fields h alone make of the trained layer."""
+        couplings = [p for p in (self.J, self.K) if p is not None]
+        return overwritten(*[(p, 0.0) for p in couplings]) if couplings else None
 
     def coupling_matrix(self, size: int) -> torch.Tensor | None:
         """J over the first `size` positions [H, size, size] (strict upper triangle meaningful)."""

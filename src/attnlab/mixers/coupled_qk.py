@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError, unknown_name
-from ..nn import inverse_softplus
+from ..nn import inverse_softplus, overwritten
 from ..ops.coupled_qk import INTEGRATORS, head_mlp
 from .attention import AttentionConfig
 from .differential import DifferentialAttention, DifferentialConfig
@@ -111,6 +111,11 @@ class CoupledPreScoring:
 
     def prepare_qk(self, q, k):
         return self.coupling(q, k)
+
+    def ablated(self):
+        """The coupling's step dt = softplus(dt_raw) set to 0 (dt_raw = -30: dt ≈ 1e-13), so q and k stay as
+        projected: softmax attention with this layer's projections."""
+        return overwritten((self.coupling.dt_raw, -30.0))
 
 
 @register_mixer("coupled-qk")

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError
-from ..nn import ShortConv, at_least_fp32, inverse_softplus, log_uniform_dt, set_optim
+from ..nn import ShortConv, at_least_fp32, inverse_softplus, log_uniform_dt, overwritten, set_optim
 from ..ops import fla as fla_ops
 from ..ops.ccq import CCQStats, ccq_chunk, ccq_step
 from ..ops.delta_rule import delta_rule_chunk, delta_rule_step
@@ -274,6 +274,10 @@ class CCQRead:
         H, D = cfg.n_heads, cfg.key_dim // cfg.n_heads
         self.lambda_weight = nn.Parameter(torch.zeros(H, D))  # zero: lambda starts at ccq_lambda_init exactly
         self.lambda_bias = nn.Parameter(torch.full((H,), math.log(cfg.ccq_lambda_init / (1 - cfg.ccq_lambda_init))))
+
+    def ablated(self):
+        """lambda = sigmoid(w . q_bar + b) set to 0 (w = 0, b = -30): the backbone's own read."""
+        return overwritten((self.lambda_weight, 0.0), (self.lambda_bias, -30.0))
 
     def read_query(self, q, k, gates, ccq_state):
         q, k, _ = super().read_query(q, k, gates, ccq_state)

@@ -64,6 +64,12 @@ class Mixer(nn.Module):
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
 
+    def ablated(self):
+        """A context manager under which the mixer runs without the component its paper adds (Boltzmann's
+        couplings, the coupling's step, CCQ's correction), to measure at evaluation how much the trained model
+        uses it; None where the mixer has no such component."""
+        return None
+
     def init_state(self, batch: int, device=None, dtype=None):
         """The state before the first token."""
         raise NotImplementedError
