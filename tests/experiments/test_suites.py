@@ -329,3 +329,18 @@ def test_accuracies_are_shown_in_percent_like_the_papers_quote_them():
     softmax, hj = report.experiment_table(task, {"runs": runs})[2:]
     assert softmax.startswith("| softmax | 90.5% ± 0.71 |  | 93.36% |")
     assert hj.startswith("| hJ | 95.5% ± 0.71 | +5 [+5, +5] pp |")  # percentage points
+
+
+def test_a_language_model_is_scored_on_the_whole_split_and_without_its_mechanism(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    arms = [Arm("softmax", "demo", ["model.mixer=softmax"]), Arm("coupled", "demo", ["model.mixer=coupled-qk"])]
+    suite = Suite("toy", "Toy", [Experiment("lm", "LM", "val_ppl", arms, "softmax")])
+    results = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None)
+    softmax, coupled = results["runs"]["lm/softmax/0"], results["runs"]["lm/coupled/0"]
+    run = runner.load_run(tmp_path / "suite" / coupled["run"])
+    corpus = run.corpus()
+    assert coupled["val_tokens"] == len(corpus.split("val")) - 1 == softmax["val_tokens"]
+    whole = runner.whole_split_loss(run.model, corpus, "val", run.config.train.seq_len, None)
+    assert coupled["val_loss"] == pytest.approx(whole, rel=1e-6)  # fp32, evaluated in other chunks
+    assert runner.ABLATED not in softmax  # nothing of its own to remove
+    assert coupled[runner.ABLATED] != coupled["val_ppl"] > 0

@@ -290,7 +290,8 @@ def not_calibrated(claim: Claim, results: dict) -> str | None:
 def untestable(claim: Claim, results: dict) -> str | None:
     """Why the paper's effect cannot occur on this metric given the baseline (None if it can)."""
     limits, target = claim.limits, claim.target
-    if limits is None or target is None or claim.baseline is None or claim.contrast or claim.relative:
+    if (limits is None or target is None or claim.baseline is None or claim.contrast or claim.relative
+            or claim.direction == "equal"):  # an equal claim's margin lies on both sides: there is room
         return None
     values = _arm_values(results, claim.experiment, claim.baseline, claim.metric)
     if not values:

@@ -109,6 +109,26 @@ def experiment_table(experiment: Experiment, results: dict, columns: str = "all"
     return lines
 
 
+def scoring_lines(experiment: Experiment, results: dict) -> list[str]:
+    """What a language model's perplexity was scored on: every position of the validation split, or (records
+    measured before whole-split scoring) 20 random windows of it."""
+    if experiment.metric != "val_ppl":
+        return []
+    records = [r for k, r in results["runs"].items() if split_key(k)[0] == experiment.name and split_key(k)[2]
+               is not None and "val_ppl" in r]
+    whole = {r["val_tokens"] for r in records if "val_tokens" in r}
+    sampled = sum("val_tokens" not in r for r in records)
+    lines = []
+    if whole:
+        tokens = " or ".join(f"{n:,}" for n in sorted(whole))
+        lines.append(f"Scored on every position of the validation split once ({tokens} tokens, in windows of the "
+                     "training length).")
+    if sampled:
+        lines.append(f"{sampled} of {len(records)} runs were scored on 20 random windows of the validation split "
+                     "(measured before whole-split scoring).")
+    return ["", " ".join(lines)] if lines else []
+
+
 def write_report(suite: Suite, results: dict, out_dir: str | Path) -> Path:
     out = Path(out_dir)
     lines = [f"# {suite.title}", "", describe_tier(results), "",
@@ -135,6 +155,7 @@ def write_report(suite: Suite, results: dict, out_dir: str | Path) -> Path:
         if experiment.note:
             lines += [experiment.note, ""]
         lines += experiment_table(experiment, results)
+        lines += scoring_lines(experiment, results)
         keys = _keys(results, experiment)
         if keys:
             figure = _plot(experiment, results, keys, out)

@@ -1,0 +1,52 @@
+"""Mixer.ablated: the mixer without its paper's own component is exactly the mechanism it extends, and the
+component comes back unchanged afterwards."""
+
+import pytest
+import torch
+
+from attnlab.mixers import build_mixer, list_mixers
+
+D_MODEL, N_HEADS = 16, 2
+
+# mixer -> (the mechanism it extends, options of both): with the component removed the two compute the same
+ABLATES_TO = {
+    "boltzmann": ("boltzmann", {"window": 8, "mode": "h-only"}, {"window": 8}),
+    "coupled-qk": ("softmax", {}, {}),
+    "uncoupled-qk": ("softmax", {}, {}),
+    "coupled-differential": ("differential", {}, {}),
+    "ccq-gla": ("gla", {}, {}),
+    "ccq-gdn": ("gdn", {}, {}),
+}
+
+
+def trained_like(name: str, **options):
+    """A mixer whose own component is far from its initial value, as after training."""
+    torch.manual_seed(0)
+    mixer = build_mixer(name, d_model=D_MODEL, n_heads=N_HEADS, **options).double()
+    with torch.no_grad():
+        for param in mixer.parameters():
+            param.add_(0.3 * torch.randn_like(param))
+    return mixer
+
+
+@pytest.mark.parametrize("name", sorted(ABLATES_TO))
+def test_the_ablated_mixer_is_the_mechanism_it_extends_and_is_restored(name):
+    base, base_options, options = ABLATES_TO[name]
+    mixer = trained_like(name, **options)
+    reference = build_mixer(base, d_model=D_MODEL, n_heads=N_HEADS, **base_options).double()
+    reference.load_state_dict(mixer.state_dict(), strict=False)  # the shared projections
+    x = torch.randn(2, 8, D_MODEL, dtype=torch.float64)
+    before = [p.clone() for p in mixer.parameters()]
+    intact, _ = mixer(x)
+    with mixer.ablated():
+        ablated, _ = mixer(x)
+    torch.testing.assert_close(ablated, reference(x)[0], rtol=1e-9, atol=1e-9)
+    assert not torch.allclose(intact, ablated)  # the component was in use
+    assert all(torch.equal(a, b) for a, b in zip(before, mixer.parameters(), strict=True))
+    torch.testing.assert_close(mixer(x)[0], intact, rtol=0, atol=0)
+
+
+def test_mixers_without_a_component_of_their_own_have_no_ablation():
+    without = [name for name in list_mixers() if build_mixer(name, d_model=D_MODEL, n_heads=N_HEADS).ablated() is None]
+    assert {"softmax", "sigmoid", "gla", "gdn", "linear", "differential"} <= set(without)
+    assert not set(ABLATES_TO) & set(without)
