@@ -10,6 +10,8 @@ from attnlab.experiments.claims import (
     VERDICTS,
     Anchor,
     Claim,
+    calibration_lines,
+    engagement_lines,
     evaluate,
     judge,
     paired_deltas,
@@ -331,3 +333,16 @@ def test_every_verdict_word_is_produced_and_drawn(tmp_path):
         produced.add(judge(paired_deltas(lower(paper=-1.0), two_arms(delta, sd)), lower(paper=-1.0)).verdict)
     produced |= {"untestable here", "not calibrated", "mechanism not engaged"}  # each shown above
     assert produced == set(VERDICTS) == set(COLOURS)
+
+
+def test_engagement_and_calibration_lines_give_every_seed_and_every_anchor():
+    results = two_arms(-0.1, 0.01, n=3)
+    add_runs(results, "lm", "hJ", [r["val_ppl"] * 1.5 for k, r in sorted(results["runs"].items())
+                                  if k.startswith("lm/hJ/")], "ablated_ppl")
+    claim = lower(paper=-1.0, relative=True, ablation="ablated_ppl",
+                  calibration=Anchor("lm", "softmax", "val_ppl", 10.0, 0.5))
+    [line] = engagement_lines([claim, claim], results)  # one line per arm, however many claims check it
+    assert line.startswith("- hJ on lm: removing its own component") and line.count("+50% (seed") == 3
+    assert "(seed 2)" in line
+    [calibrated] = calibration_lines([claim, claim], results)
+    assert calibrated.startswith("- calibrated: softmax on lm: ours 10") and "within the tolerance ±0.5" in calibrated

@@ -274,6 +274,26 @@ def calibration_lines(claims: list[Claim], results: dict) -> list[str]:
     return lines
 
 
+def engagement_lines(claims: list[Claim], results: dict) -> list[str]:
+    """Markdown bullets, one per arm whose claims check engagement: how much removing its mechanism's own
+    component at evaluation moves the metric, seed by seed, against the least the paper's effect needs."""
+    lines, seen = [], set()
+    for claim in claims:
+        key = (claim.experiment, claim.arm, claim.ablation)
+        if claim.ablation is None or key in seen:
+            continue
+        seen.add(key)
+        seeds = _seeds(results, [claim.experiment])
+        moves = [(seed, move) for seed in seeds if (move := _ablation_move(claim, results, seed)) is not None]
+        if not moves:
+            lines.append(f"- {claim.arm} on {claim.experiment}: not measured yet")
+            continue
+        per_seed = ", ".join(f"{_num(move, claim)} (seed {seed})" for seed, move in moves)
+        lines.append(f"- {claim.arm} on {claim.experiment}: removing its own component at evaluation moves "
+                     f"{claim.metric} by {per_seed}")
+    return lines
+
+
 def _arm_values(results: dict, experiment: str, arm: str, metric: str) -> list[float]:
     return [v for seed in _seeds(results, [experiment]) if (v := _value(results, experiment, arm, seed, metric))
             is not None]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..plots import new_figure, save_figure
-from .claims import RULES, calibration_lines, plot_claims, verdict_table
+from .claims import RULES, calibration_lines, engagement_lines, plot_claims, verdict_table
 from .runner import describe_setting, load_results, setting_of, sweep_key
 from .settle import settle_lines
 from .spec import Experiment, Suite, split_key
@@ -109,6 +109,18 @@ def experiment_table(experiment: Experiment, results: dict, columns: str = "all"
     return lines
 
 
+def seed_table(experiment: Experiment, results: dict) -> list[str]:
+    """Markdown: one row per arm and seed with every measured quantity."""
+    keys = _keys(results, experiment)
+    lines = ["", "| arm | seed | " + " | ".join(keys) + " |", "|---|---|" + "---|" * len(keys)]
+    for arm in experiment.arms:
+        by_key = {key: _by_seed(results, experiment, arm.label, key) for key in keys}
+        for seed in sorted({s for values in by_key.values() for s in values}):
+            cells = [f"{by_key[k][seed]:.3g}" if by_key[k].get(seed) is not None else "–" for k in keys]
+            lines.append(f"| {arm.label} | {seed} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def scoring_lines(experiment: Experiment, results: dict) -> list[str]:
     """What a language model's perplexity was scored on: every position of the validation split, or (records
     measured before whole-split scoring) 20 random windows of it."""
@@ -146,6 +158,11 @@ def write_report(suite: Suite, results: dict, out_dir: str | Path) -> Path:
         lines += ["## Calibration", "", "Before any comparison, the baseline must reproduce the paper's own number "
                   "under the paper's protocol; a claim whose baseline does not is *not calibrated*.", "",
                   *calibration, ""]
+    engagement = engagement_lines(suite.claims, results)
+    if engagement:
+        lines += ["## Is the mechanism used?", "", "Each mechanism's own component removed at evaluation from the "
+                  "trained model (Mixer.ablated); a claim whose effect is larger than this move is *mechanism not "
+                  "engaged*.", "", *engagement, ""]
     if suite.claims:
         figure = plot_claims(suite.claims, results, out / "claims.png")
         lines += ["## Verdicts", "", *verdict_table(suite.claims, results), "", f"![the claims]({figure.name})", "",
@@ -155,6 +172,7 @@ def write_report(suite: Suite, results: dict, out_dir: str | Path) -> Path:
         if experiment.note:
             lines += [experiment.note, ""]
         lines += experiment_table(experiment, results)
+        lines += seed_table(experiment, results) if experiment.per_seed else []
         lines += scoring_lines(experiment, results)
         keys = _keys(results, experiment)
         if keys:

@@ -37,6 +37,7 @@ class Experiment:
     # whose first seed reaches the lowest validation loss (sweep runs are kept under "<name>/<arm>/lr=<lr>")
     lengths: list[float] = field(default_factory=lambda: [1, 2, 3.5, 5])  # extrapolation: x training length
     target_losses: list[float] = field(default_factory=list)  # tokens_to_loss: training losses (nats) to reach
+    per_seed: bool = False  # the report also lists every seed's values (a learned profile, seed by seed)
 
 
 @dataclass
