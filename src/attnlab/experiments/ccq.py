@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from . import gpu, recall
 from .claims import CHARS_PER_TOKEN, Claim, relative
-from .spec import CONVERGED_LM, QUICK, Arm, Experiment, Suite
+from .spec import CONVERGED_LM, QUICK, Arm, Experiment, Suite, sweep_around
 
 PROVENANCE = {"CCQ": "from the paper's full text ([P]: the query correction q − λΣq and λ = σ(w·q + b)); the "
          "backbones (GLA, Gated DeltaNet) follow flash-linear-attention."}
@@ -78,6 +78,7 @@ def converged() -> Suite:
         "extrapolation",
         [Arm(m, "demo", [f"model.mixer={m}", *small, *early_stopping]) for pair in PAIRS for m in pair],
         "gla",
+        lrs=sweep_around("demo"),
     )
     mqar = recall.mqar(mixers)
     claims = [*(claim for e in mqar for claim in [recall.learned(e.name), *mqar_claims(e.name, recall.LEARNED)]),

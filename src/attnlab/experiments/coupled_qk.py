@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from . import gpu, recall
 from .claims import CHARS_PER_TOKEN, Claim, relative
-from .spec import ABLATED, CONVERGED_LM, QUICK, Arm, Experiment, Suite
+from .spec import ABLATED, CONVERGED_LM, QUICK, Arm, Experiment, Suite, sweep_around
 
 PROVENANCE = {"coupled-qk": "**reconstructed**: the paper's method section could not be read; the update rule "
                 "(q' = q + dt·k, k' = k + dt·f(q)) and the coupling MLP come from a secondary, AI-written review "
@@ -162,6 +162,7 @@ def converged() -> Suite:
          for label, mixer in [("softmax", "softmax"), ("coupled-euler", "coupled-qk"), ("uncoupled", "uncoupled-qk")]],
         baseline="softmax",
         paper={label: PAPER_LM[label] for label in ("softmax", "coupled-euler", "uncoupled")},
+        lrs=sweep_around("coupled-qk-char"),
     )
     mqar = recall.mqar(["softmax", "coupled-qk"])
     return Suite(NAME, "Coupled Query-Key Dynamics: recall and language modelling trained to convergence",

@@ -22,7 +22,7 @@ import math
 
 from . import gpu, recall
 from .claims import CHARS_PER_TOKEN, Claim, relative
-from .spec import CONVERGED_LM, QUICK, Arm, Experiment, Suite
+from .spec import CONVERGED_LM, QUICK, Arm, Experiment, Suite, sweep_around
 
 PROVENANCE = {"interdomain attention": "from the paper's full text ([P]: the S4D state read through the "
                      "query path, the cube of ingredients); discretisation and initialisation details the paper "
@@ -121,9 +121,9 @@ def converged() -> Suite:
     arms = [Arm(label, "interdomain-char", [*o, *early_stopping]) for label, o in MIXERS]
     cube = Experiment("cube", "IA, S4D-only and softmax on character Shakespeare, trained until validation loss "
                       "stops improving: validation perplexity", "val_ppl", arms, "softmax",
-                      {label: f"{PAPER_CUBE[label]:g} (125M)" for label, _ in MIXERS})
+                      {label: f"{PAPER_CUBE[label]:g} (125M)" for label, _ in MIXERS}, lrs=sweep_around("interdomain-char"))
     extrapolation = Experiment("extrapolation", "Perplexity against context length (the converged models, trained "
-                               "at 128)", "extrapolation", arms, "softmax", lengths=[1, 2, 3.5])
+                               "at 128)", "extrapolation", arms, "softmax", lengths=[1, 2, 3.5], lrs=cube.lrs)
     mqar = recall.mqar(["softmax", "interdomain", "s4d"])
     claims = [
         *cube_claims("cube", corners=False),
