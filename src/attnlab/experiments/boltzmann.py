@@ -44,6 +44,7 @@ READINGS = {
     "+ dialogue": [*ROW_11, *DIALOGUE],
     "+ GELU, LayerNorm": [*ROW_11, *DIALOGUE, *PAPER_BLOCK],
     "+ epoch = one pass": [*DIALOGUE, *PAPER_BLOCK, *PASSES],
+    "dialogue, SwiGLU, one pass": [*DIALOGUE, *PASSES],
 }
 READING_NOTE = (
     "Each arm adds one reading to the one above: *row 11* is the spec's first reading (the printed plays from "
@@ -51,7 +52,8 @@ READING_NOTE = (
     "at most 20,000 steps); *+ dialogue* trains on Tiny Shakespeare's play and layout (Coriolanus, speeches "
     "only: 61 characters, the paper's count); *+ GELU, LayerNorm* uses the paper's two-layer GELU feed-forward "
     f"block; *+ epoch = one pass* counts an epoch as one pass over the training windows ({EPOCH_STEPS:,} steps "
-    f"of 64), with patience 20 epochs and at most 100. Every arm is validated, stopped early and measured on "
+    f"of 64), with patience 20 epochs and at most 100; *dialogue, SwiGLU, one pass* is the last with our own "
+    "block (SwiGLU of the same width, three matrices: more parameters). Every arm is validated, stopped early and measured on "
     "every position of the validation split.")
 WHOLE_SPLIT = ["train.eval_batches=0"]  # validation (and early stopping) on every position of the split
 
