@@ -194,8 +194,8 @@ class TrainConfig:
         if self.lr <= 0 or self.min_lr < 0 or self.min_lr > self.lr:
             raise ConfigError(f"need 0 <= train.min_lr <= train.lr and lr > 0 (got lr={self.lr}, "
                               f"min_lr={self.min_lr})")
-        for name in ("eval_batches", "warmup_steps", "weight_decay", "grad_clip", "keep_last", "skip_non_finite", "patience",
-                     "min_delta"):
+        for name in ("eval_batches", "warmup_steps", "weight_decay", "grad_clip", "keep_last", "skip_non_finite",
+                     "patience", "min_delta"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"train.{name}={getattr(self, name)} must be >= 0")
         if self.precision not in ("fp32", "bf16"):

@@ -53,8 +53,8 @@ READING_NOTE = (
     "only: 61 characters, the paper's count); *+ GELU, LayerNorm* uses the paper's two-layer GELU feed-forward "
     f"block; *+ epoch = one pass* counts an epoch as one pass over the training windows ({EPOCH_STEPS:,} steps "
     f"of 64), with patience 20 epochs and at most 100; *dialogue, SwiGLU, one pass* is the last with our own "
-    "block (SwiGLU of the same width, three matrices: more parameters). Every arm is validated, stopped early and measured on "
-    "every position of the validation split.")
+    "block (SwiGLU of the same width, three matrices: more parameters). Every arm is validated, stopped early "
+    "and measured on every position of the validation split.")
 WHOLE_SPLIT = ["train.eval_batches=0"]  # validation (and early stopping) on every position of the split
 
 

@@ -15,8 +15,8 @@ from .stats import MAX_SEEDS, detectable_effect, mean_interval, mean_std, seeds_
 DIRECTIONS = ("lower", "higher", "equal")
 
 MIN_SEEDS = 3  # a directional verdict needs this many seeds: with 2 the spread has one degree of freedom
-# the characters per BPE token of English text under GPT-2-style tokenizers (about 4; the papers' tokenizers
-# give 4-4.5): a saving per token is a saving per character about this many times smaller in log-perplexity
+# characters per token of English under GPT-2-style byte-level BPE, the common rule of thumb (4 to 4.5 is what
+# such tokenizers give on English prose): a saving per token is this many times smaller per character, in nats
 CHARS_PER_TOKEN = 4.0
 
 RULES = f"""\
@@ -26,8 +26,9 @@ difference minus the same difference in a second experiment for "the gap grows" 
 and a seed missing any needed value is left out. The 95% interval is the t-interval of the mean Δ over seeds.
 
 **The paper's effect in our units.** A relative perplexity per BPE token becomes one per character:
-(1 + r)^(1/c) − 1 with c = {CHARS_PER_TOKEN:g} characters per token, since a saving of ΔL nats per token is ΔL / c
-nats per character. Both are shown; the verdict uses the converted one.
+(1 + r)^(1/c) − 1 with c = {CHARS_PER_TOKEN:g} characters per token (the common figure for English under GPT-2-style
+byte-level BPE; 4.5 would make it smaller still), since a saving of ΔL nats per token is ΔL / c nats per
+character. Both are shown; the verdict uses the converted one.
 
 **Before judging**, in this order:
 - *inconclusive* with fewer than {MIN_SEEDS} seeds (a spread from 2 seeds has one degree of freedom);

@@ -121,7 +121,8 @@ def converged() -> Suite:
     arms = [Arm(label, "interdomain-char", [*o, *early_stopping]) for label, o in MIXERS]
     cube = Experiment("cube", "IA, S4D-only and softmax on character Shakespeare, trained until validation loss "
                       "stops improving: validation perplexity", "val_ppl", arms, "softmax",
-                      {label: f"{PAPER_CUBE[label]:g} (125M)" for label, _ in MIXERS}, lrs=sweep_around("interdomain-char"))
+                      {label: f"{PAPER_CUBE[label]:g} (125M)" for label, _ in MIXERS},
+                      lrs=sweep_around("interdomain-char"))
     extrapolation = Experiment("extrapolation", "Perplexity against context length (the converged models, trained "
                                "at 128)", "extrapolation", arms, "softmax", lengths=[1, 2, 3.5], lrs=cube.lrs)
     mqar = recall.mqar(["softmax", "interdomain", "s4d"])
