@@ -95,7 +95,7 @@ def test_a_short_run_keeps_half_its_steps_out_of_warmup(caplog):
 
 def test_field_docs_are_the_source_comments():
     docs = field_docs(ModelConfig)
-    assert docs["ffn_hidden"].startswith("SwiGLU width; None: 8/3 * d_model")  # on the field's line
+    assert docs["ffn_hidden"].startswith("feed-forward width; None: SwiGLU 8/3 * d_model")  # on the field's line
     assert docs["positions"].startswith("learned absolute position embeddings for this many positions")  # above it
     assert docs["d_model"] == ""
 

@@ -131,3 +131,19 @@ def test_the_loss_keeps_fp64_and_ignores_masked_targets():
     loss = model.loss(tokens, targets)
     assert loss.dtype == torch.float64
     torch.testing.assert_close(loss, expected, rtol=0, atol=1e-14)
+
+
+def test_the_papers_block_gelu_feed_forward_and_layernorm():
+    cfg = ModelConfig(vocab_size=61, d_model=64, n_layers=1, n_heads=1, ffn_hidden=128, ffn_kind="gelu", norm="layer")
+    model = Decoder(cfg)
+    block = model.blocks[0]
+    assert isinstance(block.mlp_norm, torch.nn.LayerNorm) and isinstance(model.norm, torch.nn.LayerNorm)
+    assert sum(p.numel() for p in block.mlp.parameters()) == 2 * 64 * 128 + 128 + 64  # two layers with biases
+    x = torch.randn(2, 5, 64)
+    expected = block.mlp.down(torch.nn.functional.gelu(block.mlp.up(x)))
+    torch.testing.assert_close(block.mlp(x), expected)
+    assert ffn_width(ModelConfig(d_model=64, ffn_kind="gelu")) == 256
+    with pytest.raises(ConfigError, match="model.ffn_kind"):
+        ModelConfig(ffn_kind="relu").validate()
+    with pytest.raises(ConfigError, match="model.norm"):
+        ModelConfig(norm="batch").validate()
