@@ -74,10 +74,7 @@ def calibration() -> Experiment:
 
 # Readings of the bracket generator, each a softmax arm that must reach the paper's accuracy before any bracket
 # comparison is made (the spec's ambiguity row 12)
-BRACKET_UNTIED = ["model.tie_embeddings=false"]  # the spec's block (row 9): an output head of its own
-LONGER = [f"train.eval_every={EPOCH_STEPS}", "train.patience=20", f"train.steps={200 * EPOCH_STEPS}",
-          f"train.ckpt_every={20 * EPOCH_STEPS}", "model.dropout=0.1"]  # Fig. 3 shows about 175 epochs
-READINGS = {"row 12 (1 to T/2 pairs, fillers)": [], "balanced (T/2 pairs, no fillers)":
+BRACKET_READINGS = {"row 12 (1 to T/2 pairs, fillers)": [], "balanced (T/2 pairs, no fillers)":
                     ["data.brackets.balanced=true"]}
 
 
