@@ -344,3 +344,16 @@ def test_a_language_model_is_scored_on_the_whole_split_and_without_its_mechanism
     assert coupled["val_loss"] == pytest.approx(whole, rel=1e-6)  # fp32, evaluated in other chunks
     assert runner.ABLATED not in softmax  # nothing of its own to remove
     assert coupled[runner.ABLATED] != coupled["val_ppl"] > 0
+
+
+def test_records_of_a_superseded_config_are_left_out_of_the_report_until_retrained(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    arms = [Arm("softmax", "demo", ["model.mixer=softmax"]), Arm("sigmoid", "demo", ["model.mixer=sigmoid"])]
+    suite = Suite("toy", "Toy", [Experiment("lm", "LM", "val_ppl", arms, "softmax")])
+    results = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None)
+    assert runner.superseded(suite, results) == set()
+    suite.experiments[0].arms[1] = Arm("sigmoid", "demo", ["model.mixer=sigmoid", "model.dropout=0.1"])
+    assert runner.superseded(suite, results) == {"lm/sigmoid/0"}
+    text = write_report(suite, results, tmp_path / "suite").read_text()
+    assert "**1 run left out**: trained under an earlier config of lm" in text
+    assert "| sigmoid | – |" in text  # its old number is not shown as the new protocol's

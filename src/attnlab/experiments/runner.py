@@ -31,7 +31,7 @@ from ..inference import load_run
 from ..plots import coupling_profile
 from ..train import as_fitted, train
 from ..typed import from_dict
-from .spec import ABLATED, Arm, Experiment, Suite
+from .spec import ABLATED, Arm, Experiment, Suite, split_key
 
 
 def measure(experiment: Experiment, run_dir: Path) -> dict:
@@ -104,6 +104,7 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
         raise UserError(f"{out} holds results of {describe_setting(setting_of(results))}, not of "
                         f"{describe_setting(setting)}; give another --out, or move {out} away to start afresh")
     results |= setting
+    results["extra"] = list(extra)  # the caller's overrides: what `superseded` needs to know the configs
     results["meta"] = {**results.get("meta", {}), "cpu": _cpu_name(),  # the newest attempt's
                        "threads": torch.get_num_threads(), "torch": torch.__version__}
     if not only:
@@ -160,6 +161,32 @@ def run_config(experiment: Experiment, arm: Arm, seed: int, lr: float | None, ou
     if scale == 1.0:
         return cfg
     return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=max(1, round(cfg.train.steps * scale))))
+
+
+def superseded(suite: Suite, results: dict) -> set[str]:
+    """The keys of records trained with another config than the suite now gives their run (its presets or
+    protocol changed since): `attnlab reproduce` trains them again, and until then they describe something
+    else. An experiment with a learning-rate sweep is checked once every arm's sweep is measured."""
+    setting = setting_of(results)
+    quick, scale, extra = suite.quick if setting["quick"] else (), setting["scale"], results.get("extra", [])
+    old = set()
+    for experiment in suite.experiments:
+        lrs = {}
+        if experiment.lrs:
+            losses = {a.label: {lr: results["runs"].get(sweep_key(experiment.name, a.label, lr), {})
+                                .get("best_val_loss") for lr in experiment.lrs} for a in experiment.arms}
+            if any(None in by_lr.values() for by_lr in losses.values()):
+                continue
+            lrs = {label: min(by_lr, key=by_lr.get) for label, by_lr in losses.items()}
+        for arm in experiment.arms:
+            for key, record in results["runs"].items():
+                name, label, seed = split_key(key)
+                if (name, label) != (experiment.name, arm.label) or seed is None:
+                    continue
+                cfg = run_config(experiment, arm, seed, lrs.get(arm.label), Path(), quick, scale, extra)
+                if record.get("config") != _fingerprint(cfg):
+                    old.add(key)
+    return old
 
 
 def _sweep(experiment: Experiment, arm: Arm, run) -> float:
