@@ -74,8 +74,7 @@ def calibration() -> Experiment:
 
 # Readings of the bracket generator, each a softmax arm that must reach the paper's accuracy before any bracket
 # comparison is made (the spec's ambiguity row 12)
-BRACKET_READINGS = {"row 12 (1 to T/2 pairs, fillers)": [], "balanced (T/2 pairs, no fillers)":
-                    ["data.brackets.balanced=true"]}
+BRACKET_READINGS = {"row 12, random pairs and fillers": [], "balanced, no fillers": ["data.brackets.balanced=true"]}
 
 
 def bracket_calibration(T: int) -> Experiment:
