@@ -346,3 +346,9 @@ def test_engagement_and_calibration_lines_give_every_seed_and_every_anchor():
     assert "(seed 2)" in line
     [calibrated] = calibration_lines([claim, claim], results)
     assert calibrated.startswith("- calibrated: softmax on lm: ours 10") and "within the tolerance ±0.5" in calibrated
+
+
+def test_a_claim_whose_calibration_has_no_run_yet_is_inconclusive():
+    claim = lower(paper=-1.0, calibration=Anchor("calibration", "softmax", "val_ppl", 10.0, 0.2))
+    v = evaluate([claim], two_arms(-1.0, 0.05))[0][1]
+    assert v.verdict == "inconclusive" and "the calibration is not measured yet" in v.reason

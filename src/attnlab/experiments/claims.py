@@ -33,7 +33,8 @@ character. Both are shown; the verdict uses the converted one.
 **Before judging**, in this order:
 - *inconclusive* with fewer than {MIN_SEEDS} seeds (a spread from 2 seeds has one degree of freedom);
 - *not calibrated* if a baseline the tier runs under the paper's own protocol misses the paper's absolute number by
-  more than the stated tolerance: the protocol differs from the paper's in something that matters;
+  more than the stated tolerance: the protocol differs from the paper's in something that matters (*inconclusive*
+  while that baseline has no run);
 - *untestable here* if the paper's effect cannot occur on the metric given the baseline: an accuracy that would have
   to pass 100% (or fall below 0%), or a growth ratio that would have to fall below 1 (flatter than flat);
 - *mechanism not engaged* if removing the mechanism's own component at evaluation (its couplings, its step, its
@@ -255,8 +256,9 @@ def evaluate(claims: list[Claim], results: dict) -> list[tuple[Claim, Verdict]]:
     for claim in claims:
         verdict = judge(paired_deltas(claim, results), claim)
         if verdict.n >= MIN_SEEDS:
-            for check, word in ((not_calibrated, "not calibrated"), (untestable, "untestable here"),
-                                (not_engaged, "mechanism not engaged"), (not_learned, "inconclusive")):
+            for check, word in ((uncalibrated, "inconclusive"), (not_calibrated, "not calibrated"),
+                                (untestable, "untestable here"), (not_engaged, "mechanism not engaged"),
+                                (not_learned, "inconclusive")):
                 if (reason := check(claim, results)) is not None:
                     verdict = replace(verdict, verdict=word, reason=reason)
                     break
@@ -300,12 +302,19 @@ def _arm_values(results: dict, experiment: str, arm: str, metric: str) -> list[f
             is not None]
 
 
+def uncalibrated(claim: Claim, results: dict) -> str | None:
+    """Why it is not known yet whether the claim's baseline reproduces the paper's number (None if it is known)."""
+    if claim.calibration is None or claim.calibration.check(results)[0] is not None:
+        return None
+    return f"the calibration is not measured yet: {claim.calibration.check(results)[1]}"
+
+
 def not_calibrated(claim: Claim, results: dict) -> str | None:
     """Why the claim's baseline does not reproduce the paper's absolute number (None if it does, or has none)."""
     if claim.calibration is None:
         return None
     held, line = claim.calibration.check(results)
-    return None if held else f"the baseline is not the paper's: {line}"
+    return None if held is not False else f"the baseline is not the paper's: {line}"
 
 
 def untestable(claim: Claim, results: dict) -> str | None:
