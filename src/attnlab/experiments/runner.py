@@ -57,7 +57,8 @@ def measure(experiment: Experiment, run_dir: Path) -> dict:
         lengths = [int(t.seq_len * f) for f in experiment.lengths]
         curve = perplexity_by_length(run.model, corpus, lengths, max_tokens=16_384, device=run.device)
         return {f"ppl@{length}": value for length, value in curve.items()}
-    def score() -> float:
+
+    def score() -> float:  # every position of the validation split once
         return whole_split_loss(run.model, corpus, "val", t.seq_len, run.device, chunk=t.batch_size // t.grad_accum)
 
     loss = score()
@@ -66,7 +67,6 @@ def measure(experiment: Experiment, run_dir: Path) -> dict:
         with run.model.ablated():
             record[ABLATED] = perplexity(score())
     return record
-
 
 
 def tokens_to_loss(metrics_path: Path, target: float, t, window: int = 5) -> float | None:
