@@ -78,7 +78,11 @@ BALANCED = ["data.brackets.balanced=true"]
 BRACKET_BLOCK = ["model.ffn_kind=gelu", "model.ffn_hidden=64", "model.norm=layer"]  # §3.3: GELU, d_ff = 64
 BRACKET_READINGS = {"row 12, random pairs and fillers": [], "balanced, no fillers": BALANCED,
                     "row 12, the paper's GELU block": BRACKET_BLOCK,
-                    "balanced, the paper's GELU block": [*BALANCED, *BRACKET_BLOCK]}
+                    "balanced, the paper's GELU block": [*BALANCED, *BRACKET_BLOCK],
+                    # the paper gives no training-set size: a smaller one leaves softmax less to learn from
+                    **{f"row 12, the paper's GELU block, {n:,} examples": [*BRACKET_BLOCK,
+                                                                           f"data.brackets.train_examples={n}"]
+                       for n in (2_000, 5_000)}}
 
 
 def bracket_calibration(T: int) -> Experiment:
