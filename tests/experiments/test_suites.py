@@ -357,3 +357,12 @@ def test_records_of_a_superseded_config_are_left_out_of_the_report_until_retrain
     text = write_report(suite, results, tmp_path / "suite").read_text()
     assert "**1 run left out**: trained under an earlier config of lm" in text
     assert "| sigmoid | – |" in text  # its old number is not shown as the new protocol's
+
+
+def test_an_arm_with_fewer_seeds_trains_only_those(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    arms = [Arm("softmax", "demo", ["model.mixer=softmax"]), Arm("sigmoid", "demo", ["model.mixer=sigmoid"], seeds=1)]
+    suite = Suite("toy", "Toy", [Experiment("lm", "LM", "val_ppl", arms, "softmax")])
+    results = run_suite(suite, tmp_path / "suite", seeds=2, extra=TINY, log=lambda *_: None)
+    assert set(results["runs"]) == {"lm/softmax/0", "lm/softmax/1", "lm/sigmoid/0"}
+    assert "incomplete" not in write_report(suite, results, tmp_path / "suite").read_text()

@@ -18,7 +18,7 @@ import torch
 from ..config import RunConfig, load_config
 from ..mixers.attention import AttentionMixer
 from ..model import Decoder
-from .spec import Experiment, Suite
+from .spec import Experiment, Suite, seed_count
 
 H100_BF16_TFLOPS = 989.0  # an H100 SXM's dense bf16 peak (no sparsity)
 # Model FLOPs utilisation of a well-tuned large training run: Llama 3 reports 38–43% in bf16 on H100s. It is
@@ -68,7 +68,7 @@ def run_configs(experiment: Experiment, seeds: int) -> Iterator[RunConfig]:
     (whose best run is that seed's), then the other seeds (at the chosen rate, which does not change the cost)."""
     for arm in experiment.arms:
         first = [[f"train.lr={lr}", "train.seed=1000"] for lr in experiment.lrs] or [["train.seed=1000"]]
-        others = [[f"train.seed={1000 + seed}"] for seed in range(1, min(seeds, experiment.seeds or seeds))]
+        others = [[f"train.seed={1000 + seed}"] for seed in range(1, seed_count(experiment, arm, seeds))]
         for extra in first + others:
             yield load_config(arm.preset, [*arm.overrides, *extra])
 

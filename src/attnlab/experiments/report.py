@@ -9,7 +9,7 @@ from ..plots import new_figure, save_figure
 from .claims import RULES, calibration_lines, engagement_lines, plot_claims, verdict_table
 from .runner import describe_setting, load_results, setting_of, superseded, sweep_key
 from .settle import settle_lines
-from .spec import Experiment, Suite, split_key
+from .spec import Experiment, Suite, seed_count, split_key
 from .stats import mean_std, paired_difference
 
 
@@ -319,7 +319,7 @@ def _progress(suite: Suite, results: dict) -> str:
     """", still running: N of M runs measured" while the suite is incomplete, else nothing."""
     seeds = results.get("meta", {}).get("seeds", suite.seeds)
     expected = {f"{e.name}/{a.label}/{s}" for e in suite.experiments for a in e.arms
-                for s in range(min(seeds, e.seeds or seeds))}
+                for s in range(seed_count(e, a, seeds))}
     expected |= {sweep_key(e.name, a.label, lr) for e in suite.experiments for a in e.arms for lr in e.lrs}
     done = len(expected & set(results["runs"]))
     return "" if done == len(expected) else f"; incomplete: {done} of {len(expected)} runs measured so far"

@@ -31,7 +31,7 @@ from ..inference import load_run
 from ..plots import coupling_profile
 from ..train import as_fitted, train
 from ..typed import from_dict
-from .spec import ABLATED, Arm, Experiment, Suite, split_key
+from .spec import ABLATED, Arm, Experiment, Suite, seed_count, split_key
 
 
 def measure(experiment: Experiment, run_dir: Path) -> dict:
@@ -118,7 +118,7 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
     # the runs of experiments without a sweep, so that a model is measured by every experiment that uses it as
     # soon as it is trained (it may not be on disk when a later session resumes the suite)
     plan = {f"{e.name}/{a.label}/{seed}": (e, a, seed) for e in experiments if not e.lrs
-            for seed in range(min(seeds, e.seeds or seeds)) for a in e.arms}
+            for a in e.arms for seed in range(seed_count(e, a, seeds))}
     fingerprints = {}
 
     def planned_fingerprint(key: str) -> str:
@@ -144,7 +144,7 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
     for experiment in experiments:
         lrs = {arm.label: _sweep(experiment, arm, run) for arm in experiment.arms} if experiment.lrs else {}
         for seed in range(min(seeds, experiment.seeds or seeds)):  # seed by seed: a stopped suite stays paired
-            for arm in experiment.arms:
+            for arm in (a for a in experiment.arms if seed < seed_count(experiment, a, seeds)):
                 run(f"{experiment.name}/{arm.label}/{seed}", arm, experiment, seed, lrs.get(arm.label))
     return results
 

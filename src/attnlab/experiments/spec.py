@@ -31,6 +31,7 @@ class Arm:
     label: str
     preset: str
     overrides: list[str] = field(default_factory=list)
+    seeds: int | None = None  # at most this many seeds (a secondary arm of a costly experiment)
 
 
 @dataclass
@@ -64,6 +65,11 @@ class Suite:
     # where each mechanism's equations come from, by the marks of its implementation spec: the paper's text
     # ([P]), reconstructed ([E]) or inferred ([I]), and from what
     provenance: dict[str, str] = field(default_factory=dict)
+
+
+def seed_count(experiment: Experiment, arm: Arm, seeds: int) -> int:
+    """How many seeds an arm trains: the suite's (or --seeds), capped by the experiment's and the arm's own."""
+    return min(seeds, experiment.seeds or seeds, arm.seeds or seeds)
 
 
 def split_key(key: str) -> tuple[str, str, int | None]:
