@@ -304,9 +304,10 @@ def _arm_values(results: dict, experiment: str, arm: str, metric: str) -> list[f
 
 def uncalibrated(claim: Claim, results: dict) -> str | None:
     """Why it is not known yet whether the claim's baseline reproduces the paper's number (None if it is known)."""
-    if claim.calibration is None or claim.calibration.check(results)[0] is not None:
+    if claim.calibration is None:
         return None
-    return f"the calibration is not measured yet: {claim.calibration.check(results)[1]}"
+    held, line = claim.calibration.check(results)
+    return None if held is not None else f"the calibration is not measured yet: {line}"
 
 
 def not_calibrated(claim: Claim, results: dict) -> str | None:
@@ -363,8 +364,7 @@ def not_learned(claim: Claim, results: dict) -> str | None:
     if claim.control is None:
         return None
     arm, metric, least = claim.control
-    values = [v for seed in _seeds(results, [claim.experiment])
-              if (v := _value(results, claim.experiment, arm, seed, metric)) is not None]
+    values = _arm_values(results, claim.experiment, arm, metric)
     if values and sum(values) / len(values) >= least:
         return None
     if not values:

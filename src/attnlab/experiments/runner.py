@@ -178,16 +178,15 @@ def superseded(suite: Suite, results: dict) -> set[str]:
             if any(None in by_lr.values() for by_lr in losses.values()):
                 continue
             lrs = {label: min(by_lr, key=by_lr.get) for label, by_lr in losses.items()}
-        for arm in experiment.arms:
-            for key, record in results["runs"].items():
-                name, label, seed = split_key(key)
-                if (name, label) != (experiment.name, arm.label) or seed is None:
-                    continue
-                if "config" not in record:  # a record written by hand or by a version before fingerprints
-                    continue
-                cfg = run_config(experiment, arm, seed, lrs.get(arm.label), Path(), quick, scale, extra)
-                if record["config"] != _fingerprint(cfg):
-                    old.add(key)
+        arms = {arm.label: arm for arm in experiment.arms}
+        for key, record in results["runs"].items():
+            name, label, seed = split_key(key)
+            # a record written by hand or by a version before fingerprints has no config to compare
+            if name != experiment.name or label not in arms or seed is None or "config" not in record:
+                continue
+            cfg = run_config(experiment, arms[label], seed, lrs.get(label), Path(), quick, scale, extra)
+            if record["config"] != _fingerprint(cfg):
+                old.add(key)
     return old
 
 
