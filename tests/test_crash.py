@@ -1,7 +1,9 @@
 """Crash safety: training killed with SIGKILL at random moments, once inside a checkpoint write, resumes
-with --resume auto and ends with weights bitwise equal to an uninterrupted run."""
+with --resume auto (the dead training's run lock released) and ends with weights bitwise equal to an
+uninterrupted run."""
 
 import json
+import os
 import random
 import signal
 import subprocess
@@ -9,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from safetensors.torch import load_file
 
 from attnlab import checkpoint
@@ -54,6 +57,9 @@ def test_sigkill_at_random_moments_then_resume_gives_the_uninterrupted_weights(t
     first, third = rng.randint(1, 5), rng.randint(11, 14)
 
     assert run(crashy, kill_after_step=first, run_dir=run_dir) == -signal.SIGKILL
+    holder = int((run_dir / checkpoint.LOCK).read_text())  # the lock file names the killed training ...
+    with pytest.raises(ProcessLookupError):
+        os.kill(holder, 0)  # ... which is gone, and so is its lock: the trainings below take the run again
     assert run(["--die-in-checkpoint", "8", *crashy]) == -signal.SIGKILL
     assert any(p.name.startswith(".step-00000008") for p in run_dir.iterdir())  # the unfinished write
     assert [s for s, _ in checkpoint.list_checkpoints(run_dir)][-1] == 6  # the last finished one survives

@@ -11,6 +11,8 @@ import torch
 
 from attnlab import checkpoint
 from attnlab.config import load_config
+from attnlab.evaluate import split_loss
+from attnlab.inference import load_run
 from attnlab.train import train
 from test_train import losses
 
@@ -48,6 +50,10 @@ def test_two_processes_train_like_one_with_the_same_global_batch(text_file, tmp_
         rank0, rank1 = torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
         assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
     assert [step for step, _ in checkpoint.list_checkpoints(runs / "pair")] == [4]
+    # the validation loss the two processes logged is the one a single process measures on the same weights
+    pair = load_run(runs / "pair")
+    [(_, _, logged)] = [r for r in losses(runs / "pair") if r[2] is not None]
+    assert logged == pytest.approx(split_loss(pair.model, pair.corpus(), "val", 1, 4, 16, None), rel=1e-6)
 
     # resume the two-process run in one process for two more steps: as if it had run in one process
     for name in ("single", "pair"):

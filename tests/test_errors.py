@@ -2,8 +2,12 @@
 --debug adds). Each row: what was typed, and a piece of the message it must get."""
 
 import pytest
+import torch
 
 from attnlab.cli import main
+from attnlab.errors import ConfigError
+from attnlab.mixers import build_mixer
+from attnlab.ops import fla as fla_ops
 
 BAD_INPUT = [
     (["train", "demo", "model.mixr=softmax"], "unknown field 'model.mixr'; did you mean 'model.mixer'?"),
@@ -39,7 +43,27 @@ BAD_INPUT = [
     (["bench", "--lengths", "0"], "argument --lengths: 0 is out of range; give 1 or more"),
     (["bench", "--repeats", "-1"], "argument --repeats: -1 is out of range; give 1 or more"),
     (["bench", "--model", "demo", "--mixers", "sofmax"], "unknown mixer 'sofmax'; did you mean 'softmax'?"),
-    (["bench", "--mixers", "gla"], "--mixers applies to --model; add --model <preset>"),
+    (["bench", "--mixers", "gla"], "--mixers applies only to --model, not to the whole bench; add e.g. --model"),
+    (["bench", "--batch", "2"], "--batch applies only to the mixers alone (--lengths), not to the whole bench; add "
+                                "e.g. --lengths 1024 4096 or drop it"),
+    (["bench", "--ops", "--lengths", "64", "--batch", "2"], "--batch applies only to the mixers alone (--lengths), "
+                                                           "not to --ops; drop it"),
+    (["bench", "--boltzmann", "--repeats", "2"], "--repeats applies only to the mixers alone (--lengths), --ops, "
+                                                 "--model, not to --boltzmann; drop it"),
+    (["bench", "--model", "demo", "--lengths", "64"], "--lengths applies only to the mixers alone (--lengths), --ops, "
+                                                      "not to --model; drop it"),
+    (["bench", "--quick", "--lengths", "64"], "--quick is the whole bench at toy sizes, --lengths times the mixers"),
+    (["train", "demo", "name="], "name= needs a value: give a str"),
+    (["train", "demo", "train.steps="], "train.steps= needs a value: give an int"),
+    (["train", "demo", "train.log_to="], "train.log_to= needs a value: give a list, e.g. [a,b], or one name"),
+    (["train", "demo", "model.d_model=100"], "model.n_heads=4 makes softmax's heads 100 / 4 = 25 channels wide, "
+                                             "and RoPE needs an even width; choose model.n_heads from [1, 2, 5, 10"),
+    (["train", "demo", "model.mixer=wavelet"], "unknown mixer 'wavelet': it is not built in and no imported module "
+                                               "registered it; pass --import <module or file.py> (before the command) "
+                                               "or set ATTNLAB_IMPORT"),
+    (["train", "demo", "--import", "x.py"], "--import goes before the command: attnlab --import MODULE_OR_FILE train"),
+    (["--import", "no_such_plugin", "list"], "--import no_such_plugin: no module of that name here"),
+    (["--import", "no_such_plugin.py", "list"], "no_such_plugin.py: no such file; give the path of a .py file"),
     (["bench", "--model", "dem"], "--model: unknown config preset or file 'dem'; did you mean 'demo'?"),
     (["bench", "--model", ""], "argument --model: is empty; give at least one character"),
     (["bench", "--ops", "--boltzmann"], "argument --boltzmann: not allowed with argument --ops"),
@@ -116,3 +140,22 @@ def test_bad_input_for_a_run_gets_one_clear_line(argv, message, text_run, capsys
 def test_debug_adds_the_traceback(capsys):
     assert main(["--debug", "train", "demo", "model.mixer=sofmax"]) == 2
     assert "Traceback" in capsys.readouterr().err
+
+
+def test_the_fla_backend_without_a_gpu_is_one_line(capsys, monkeypatch):
+    monkeypatch.setattr(fla_ops, "available", lambda: True)  # fla installed ...
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # ... on a machine without CUDA
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert main(["train", "demo", "model.mixer=gla", "model.mixer_options.gla.backend=fla"]) == 2
+    assert capsys.readouterr().err == ("error: model.mixer_options.gla: backend=fla runs flash-linear-attention's "
+                                       "Triton kernels, which need a CUDA GPU, and this machine has none; use "
+                                       "backend=torch or backend=auto\n")
+
+
+def test_the_fla_backend_on_cpu_tensors_is_refused_before_any_kernel(monkeypatch):
+    monkeypatch.setattr(fla_ops, "available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine, and the model on its CPU
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    mixer = build_mixer("gla", d_model=16, n_heads=2, backend="fla")
+    with pytest.raises(ConfigError, match=r"need a CUDA GPU, and this model runs on cpu; use backend=torch or "):
+        mixer(torch.randn(1, 8, 16))

@@ -1,3 +1,5 @@
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -50,3 +52,38 @@ def test_a_sample_of_windows_does_not_depend_on_how_it_is_chunked(model_and_corp
     losses = [split_loss(model, corpus, "val", 3, 4, 8, None, chunk=chunk) for chunk in (1, 4, 12)]
     assert losses[0] == pytest.approx(losses[1], rel=1e-12) and losses[1] == pytest.approx(losses[2], rel=1e-12)
     assert split_loss(model, corpus, "val", 3, 4, 8, None) != split_loss(model, corpus, "val", 2, 4, 8, None)
+
+
+def test_perplexity_by_length_is_exp_of_the_mean_window_loss(model_and_corpus):
+    from attnlab.evaluate import perplexity_by_length
+
+    model, corpus = model_and_corpus
+    val = torch.from_numpy(corpus.split("val").astype("int64"))  # 50 tokens
+    expected = {}
+    for length, windows in ((8, 3), (16, 1)):  # at most 24 tokens per length: 3 windows of 8, 1 of 16
+        window_losses = [F.cross_entropy(model(val[None, w * length : (w + 1) * length])[0][0],
+                                         val[w * length + 1 : (w + 1) * length + 1]).item() for w in range(windows)]
+        expected[length] = math.exp(sum(window_losses) / windows)
+    assert perplexity_by_length(model, corpus, [8, 16], max_tokens=24) == pytest.approx(expected, rel=1e-6)
+
+
+class Echo(torch.nn.Module):
+    """Predicts each position's own input token: logits one-hot on it."""
+
+    def forward(self, x):
+        return F.one_hot(x, 5).double(), None
+
+
+def test_accuracy_counts_only_the_scored_positions():
+    from attnlab.evaluate import accuracy, task_accuracy
+
+    inputs = torch.tensor([[1, 2, 3], [4, 0, 1], [2, 2, 2]])
+    targets = torch.tensor([[1, -100, 0], [-100, -100, 1], [2, 3, -100]])  # 5 scored, 3 of them right
+    assert accuracy(Echo(), inputs, targets) == 3 / 5
+    assert accuracy(Echo(), inputs, targets, batch_size=2) == 3 / 5  # summed over batches, not averaged
+
+    class Task:
+        test = (inputs, targets)
+        slices = {2: (inputs[:1], targets[:1]), 4: (inputs[2:], targets[2:])}
+
+    assert task_accuracy(Echo(), Task()) == {"accuracy": 3 / 5, "pairs=2": 1 / 2, "pairs=4": 1 / 2}

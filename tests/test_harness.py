@@ -1,6 +1,9 @@
 """lm-evaluation-harness on an attnlab run, over local tasks the tests write: its numbers are attnlab's."""
 
+import importlib
 import json
+import runpy
+import sys
 
 import pytest
 import torch
@@ -139,3 +142,16 @@ def test_a_continuation_longer_than_the_context_is_refused_in_one_line(setting):
     tokens = model.tok_encode("the quick brown fox jumps")
     with pytest.raises(UserError, match=f"does not fit the model's context of {SEQ_LEN}"):
         model._score(tokens[:2], tokens * 2)
+
+
+def test_without_lm_eval_the_harness_names_the_extra_in_one_line(monkeypatch, capsys):
+    for name in [m for m in sys.modules if m.startswith("lm_eval.")] + ["attnlab.harness"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "lm_eval", None)  # importing it then fails as where it is not installed
+    message = "attnlab.harness needs lm-evaluation-harness: pip install 'attnlab[eval]'"
+    with pytest.raises(UserError) as error:
+        importlib.import_module("attnlab.harness")
+    assert str(error.value) == message
+    with pytest.raises(SystemExit) as exit:  # python -m attnlab.harness
+        runpy.run_module("attnlab.harness", run_name="__main__")
+    assert exit.value.code == 2 and capsys.readouterr().err == f"error: {message}\n"

@@ -59,13 +59,21 @@ def test_an_exported_run_loads_with_the_auto_classes_and_matches_attnlab(exporte
     ids = tokenizer(PROMPT, return_tensors="pt").input_ids
     assert ids[0].tolist() == run.tokenizer.encode(PROMPT).tolist()
     text = tokenizer("Line 3: the quic", return_tensors="pt").input_ids  # SEQ_LEN characters
-    torch.testing.assert_close(model(text).logits, run.model(text)[0], rtol=0, atol=1e-6)
+    logits = model(text).logits
+    torch.testing.assert_close(logits, run.model(text)[0], rtol=0, atol=1e-6)
 
     lengths = decode_lengths(model)
     greedy = model.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False)
     assert greedy.tolist() == run.model.generate(ids, NEW_TOKENS, temperature=0).tolist()
     assert lengths == [len(PROMPT)] + [1] * (NEW_TOKENS - 1)  # one prefill, then one token per step: the states
     assert tokenizer.decode(greedy[0]) == run.tokenizer.decode(greedy[0].tolist())
+
+    # in bf16, within 4 bf16 epsilons (3.1e-2) of the fp32 logits' norm: the weights and activations rounded to
+    # bf16 once each, the mixers' states and inference kept in fp32
+    bf16_logits = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16)(text).logits
+    assert bf16_logits.dtype == torch.bfloat16 and torch.isfinite(bf16_logits).all()
+    error = (bf16_logits.float() - logits).norm() / logits.norm()
+    assert error < 4 * torch.finfo(torch.bfloat16).eps, f"relative error {error:.3g}"
 
 
 def test_save_pretrained_round_trips_and_trust_remote_code_loads_without_importing_attnlab(exported, tmp_path):
@@ -102,6 +110,38 @@ def test_tokenizers_encode_and_decode_as_attnlab_does_after_a_round_trip(tokeniz
     assert loaded(text).input_ids == ids
     assert loaded.decode(ids) == tokenizer.decode(ids)
     assert len(loaded) == tokenizer.vocab_size
+    newline = None if tokenizer.kind == "ids" else int(tokenizer.encode("\n")[0])  # ids have no text boundary
+    assert loaded.bos_token_id == loaded.eos_token_id == loaded.pad_token_id == newline
+
+
+def test_a_vocabulary_without_a_newline_has_no_special_tokens():
+    tokenizer = hf_tokenizer(CharTokenizer("abc "))
+    assert tokenizer.eos_token_id is None and tokenizer.pad_token_id is None
+    assert tokenizer("cab").input_ids == [3, 1, 2]
+
+
+def test_an_export_pads_batches_with_the_newline_as_its_special_tokens(exported):
+    run_dir, folder = exported(["gla", "gla"])
+    (newline,) = load_run(run_dir, device="cpu").tokenizer.encode("\n").tolist()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    assert tokenizer.bos_token_id == tokenizer.eos_token_id == tokenizer.pad_token_id == newline
+    assert model.config.bos_token_id == model.config.eos_token_id == model.config.pad_token_id == newline
+
+    batch = tokenizer(["a", "abc"], padding=True, return_tensors="pt")
+    abc = tokenizer("abc").input_ids
+    assert batch.input_ids.tolist() == [[abc[0], newline, newline], abc]
+    assert batch.attention_mask.tolist() == [[1, 0, 0], [1, 1, 1]]
+    logits = model(**batch).logits  # padded on the right: each text's logits are its own
+    torch.testing.assert_close(logits[0, :1], model(batch.input_ids[:1, :1]).logits[0], rtol=0, atol=1e-6)
+
+    def predict_newlines(_, args, out):
+        out.logits[..., newline] = 1e4
+
+    # the newline ends a line, not a text: generate runs for max_new_tokens even when it predicts only newlines
+    model.register_forward_hook(predict_newlines)
+    generated = model.generate(batch.input_ids[1:], max_new_tokens=4, do_sample=False)
+    assert generated[0, 3:].tolist() == [newline] * 4
 
 
 def test_right_padding_leaves_logits_alone_and_left_padding_is_refused(exported):

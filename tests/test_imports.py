@@ -28,3 +28,24 @@ def test_every_module_imports_first_in_a_fresh_interpreter():
     count, *failed = out.strip().splitlines()
     assert int(count) > 50  # every module was found
     assert failed == []
+
+
+# --help and argument parsing import only the standard library's argparse and attnlab's light modules: the
+# commands import torch, the experiments and their plots when they run
+HELP = """
+import sys
+import attnlab.cli
+attnlab.cli.build_parser()
+for argv in (["--help"], ["reproduce", "--help"], ["bench", "--help"], ["train", "--help"]):
+    try:
+        attnlab.cli.main(argv)
+    except SystemExit:
+        pass
+print(" ".join(name for name in ("torch", "scipy", "matplotlib", "numpy") if name in sys.modules), file=sys.stderr)
+"""
+
+
+def test_help_and_parsing_import_no_heavy_package():
+    done = subprocess.run([sys.executable, "-c", HELP], capture_output=True, text=True, check=True)
+    assert done.stderr.strip() == ""
+    assert "reproduce" in done.stdout and "--import MODULE_OR_FILE" in done.stdout

@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 
@@ -147,3 +149,51 @@ def test_the_papers_block_gelu_feed_forward_and_layernorm():
         ModelConfig(ffn_kind="relu").validate()
     with pytest.raises(ConfigError, match="model.norm"):
         ModelConfig(norm="batch").validate()
+
+
+def reference_forward(model: Decoder, tokens: torch.Tensor, eps: float) -> torch.Tensor:
+    """The decoder's forward written out with every norm computed here at eps: x + mixer(norm(x)), then
+    x + FFN(norm(x)), per block; the head of the final norm."""
+    def norm(module, x):
+        if isinstance(module, torch.nn.LayerNorm):
+            return torch.nn.functional.layer_norm(x, x.shape[-1:], module.weight, module.bias, eps)
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * module.weight
+
+    x = model.embed(tokens)
+    for block in model.blocks:
+        x = x + block.mixer(norm(block.mixer_norm, x))[0]
+        x = x + block.mlp(norm(block.mlp_norm, x))
+    return model.head(norm(model.norm, x))
+
+
+@pytest.mark.parametrize("kind", ["rms", "layer"])
+def test_every_norm_of_the_decoder_uses_the_configured_eps(kind):
+    # the activations' mean square is about 0.02^2 at init: an eps of 0.01 changes every norm's output a lot
+    model = tiny(norm=kind, norm_eps=0.01)
+    norms = [model.norm, *(n for b in model.blocks for n in (b.mixer_norm, b.mlp_norm))]
+    with torch.no_grad():
+        for n in norms:  # gains other than 1, so that the reference must apply them too
+            n.weight.uniform_(0.5, 1.5)
+    tokens = torch.randint(VOCAB, (2, 7))
+    logits, _ = model(tokens)
+    torch.testing.assert_close(logits, reference_forward(model, tokens, 0.01), rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(logits, reference_forward(model, tokens, 1e-6), rtol=1e-2, atol=1e-4)
+
+
+def test_the_parameter_count_adds_up():
+    # embedding V*d; per block two norm gains, attention's qkv and output (4 d^2) and SwiGLU's three matrices;
+    # the final norm; the head is the embedding
+    d, hidden = 32, ffn_width(ModelConfig(d_model=32))
+    assert hidden == 96  # 8/3 * 32 rounded up to a multiple of 32
+    assert tiny().num_params() == VOCAB * d + 2 * (2 * d + 4 * d * d + 3 * d * hidden) + d
+    no_ffn = tiny(ffn=False, tie_embeddings=False)
+    assert no_ffn.num_params() == VOCAB * d + 2 * (d + 4 * d * d) + d + VOCAB * d
+
+
+def test_initial_weights_and_loss():
+    model = tiny(tie_embeddings=False, positions=16, mixer_options={"softmax": {"rope": False}})
+    for weight in (model.embed.weight, model.position.weight, model.head.weight):
+        assert abs(weight.std().item() - 0.02) < 0.002
+    # N(0, 0.02) weights give near-uniform predictions: a loss of about ln(vocab)
+    tokens = torch.randint(VOCAB, (4, 16))
+    assert abs(model.loss(tokens, torch.randint(VOCAB, (4, 16))).item() - math.log(VOCAB)) < 0.02

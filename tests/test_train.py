@@ -11,7 +11,8 @@ from attnlab.errors import ConfigError, UserError
 from attnlab.mixers import build_mixer, list_mixers
 from attnlab.model import Decoder
 from attnlab.nn import set_optim
-from attnlab.train import _resume_point, lr_multiplier, param_groups, train
+from attnlab.starting_point import resume_point
+from attnlab.train import lr_multiplier, param_groups, train
 from helpers import Crash, crash_after_checkpoint
 
 
@@ -98,7 +99,7 @@ def test_resume_refuses_a_different_model(text_file, tmp_path):
     train(tiny_config(text_file, tmp_path, steps=2, ckpt_every=2), progress=False, log=lambda *_: None)
     other = tiny_config(text_file, tmp_path, steps=4)
     other.model.d_model = 64
-    with pytest.raises(UserError, match="model.d_model differ from the checkpoint's config"):
+    with pytest.raises(UserError, match="model.d_model=64 differs from the checkpoint's model.d_model=32; repeat"):
         train(other, resume="auto", progress=False, log=lambda *_: None)
 
 
@@ -151,22 +152,23 @@ def test_bf16_autocast_trains(text_file, tmp_path):
 
 
 def poison_gradient_at(monkeypatch, name, steps):
-    """Make the gradient of parameter `name` nan during the given (1-based) training steps."""
+    """Make the gradient of parameter `name` nan during the given (1-based) training steps (counted by the
+    training loss's calls, so that the passes of the memory probe before the first step do not count)."""
     import attnlab.train as train_module
 
-    build = train_module.Decoder
+    build, loss, calls = train_module.Decoder, train_module._loss, []
+
+    def counted_loss(*args):
+        calls.append(1)
+        return loss(*args)
 
     def build_poisoned(cfg):
         model = build(cfg)
-        param, calls = dict(model.named_parameters())[name], []
-
-        def hook(grad):
-            calls.append(1)
-            return grad * float("nan") if len(calls) in steps else grad
-
-        param.register_hook(hook)
+        dict(model.named_parameters())[name].register_hook(
+            lambda grad: grad * float("nan") if len(calls) in steps else grad)
         return model
 
+    monkeypatch.setattr(train_module, "_loss", counted_loss)
     monkeypatch.setattr(train_module, "Decoder", build_poisoned)
 
 
@@ -245,7 +247,7 @@ def test_a_run_resumed_without_early_stopping_is_measured_at_its_newest_checkpoi
     train(cfg, progress=False, log=lambda *_: None)
     run_dir = tmp_path / "runs" / "run"
     assert load_run(run_dir).folder.name == "step-00000004"
-    assert _resume_point(run_dir, str(run_dir), print).name == "step-00000006"  # training goes on from the newest
+    assert resume_point(run_dir, str(run_dir), print).name == "step-00000006"  # training goes on from the newest
     scripted_validation(monkeypatch, [2.6, 2.7])
     cfg.train.steps, cfg.train.patience = 10, 0
     train(cfg, resume="auto", progress=False, log=lambda *_: None)
@@ -331,3 +333,195 @@ def test_weight_decay_pulls_on_weight_matrices_only_never_on_scalars_or_time_con
     decay = {id(p): g["weight_decay"] for g in groups for p in g["params"]}
     decayed = {n for n, p in mixer.named_parameters() if decay[id(p)] == 0.1}
     assert decayed == DECAYED[name]
+
+
+# ---------------------------------------------------------------------------------------------------
+# resume takes the checkpoint's config; fine-tuning starts a new run from a checkpoint's weights
+
+
+def tiny_overrides(text_file, tmp_path, name="run", **train):
+    settings = dict(steps=4, batch_size=4, seq_len=32, warmup_steps=2, eval_every=4, eval_batches=2, log_every=1,
+                    ckpt_every=4, keep_last=0) | train
+    return [f"name={name}", f"out_dir={tmp_path / 'runs'}", "data.source=text", f"data.path={text_file}",
+            f"data.cache_dir={tmp_path / 'cache'}", "model.d_model=32", "model.n_layers=2", "model.n_heads=4",
+            *(f"train.{k}={v}" for k, v in settings.items())]
+
+
+def test_resume_auto_continues_with_the_checkpoint_s_config_and_the_overrides_it_may_change(text_file, tmp_path,
+                                                                                           capsys):
+    from attnlab.cli import main
+
+    assert main(["train", "demo", *tiny_overrides(text_file, tmp_path), "model.mixer=sigmoid", "--quiet"]) == 0
+    run_dir = tmp_path / "runs" / "run"
+    where = ["name=run", f"out_dir={tmp_path / 'runs'}"]  # the preset's model, data and schedule differ
+    assert main(["train", "demo", *where, "train.steps=6", "--resume", "auto", "--quiet"]) == 0
+    resumed = checkpoint.load_config(run_dir / checkpoint.step_dir_name(6))
+    assert resumed["model"]["mixer"] == "sigmoid" and resumed["model"]["d_model"] == 32
+    assert resumed["data"]["path"] == str(text_file) and resumed["train"]["steps"] == 6
+    assert resumed["train"]["lr"] == load_config("demo").train.lr and resumed["train"]["batch_size"] == 4
+    capsys.readouterr()
+
+    assert main(["train", "demo", *where, "model.d_model=64", "train.lr=0.01", "--resume", "auto"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: cannot resume from {run_dir / checkpoint.step_dir_name(6)}: model.d_model=64, "
+                          "train.lr=0.01 differ from the checkpoint's model.d_model=32, train.lr=0.002; repeat the "
+                          "checkpoint's values or leave them out (a resumed run may change only train.steps, ")
+    assert err.count("\n") == 1
+
+
+def checkpoint_weights(folder):
+    return load_file(folder / "model.safetensors")
+
+
+def test_init_from_starts_a_new_run_from_the_checkpoint_s_weights_and_model(text_file, tmp_path, monkeypatch):
+    import attnlab.train as train_module
+
+    train(tiny_config(text_file, tmp_path, "source", steps=4, ckpt_every=4), progress=False, log=lambda *_: None)
+    source = tmp_path / "runs" / "source"
+    other = tmp_path / "other.txt"  # new data with the same characters: the checkpoint's tokenizer reads it alike
+    other.write_text("".join(reversed(text_file.read_text().splitlines(keepends=True))))
+    at_start, step = [], train_module._train_step
+
+    def record_the_first_step(run, *args):
+        if not at_start:
+            at_start.append({k: v.detach().clone() for k, v in run.model.state_dict().items()})
+        return step(run, *args)
+
+    monkeypatch.setattr(train_module, "_train_step", record_the_first_step)
+    # the model is the checkpoint's, not the preset's (d_model 128): no model override is given
+    overrides = ["name=tuned", f"out_dir={tmp_path / 'runs'}", "data.source=text", f"data.path={other}",
+                 f"data.cache_dir={tmp_path / 'cache'}", "train.steps=3", "train.batch_size=4", "train.seq_len=32",
+                 "train.eval_every=3", "train.eval_batches=2", f"train.init_from={source}"]
+    lines = []
+    summary = train(load_config("demo", overrides), progress=False, log=lines.append, overrides=overrides)
+
+    weights = checkpoint_weights(source / checkpoint.step_dir_name(4))
+    assert weights.keys() <= at_start[0].keys() and all(torch.equal(at_start[0][k], weights[k]) for k in weights)
+    tuned = tmp_path / "runs" / "tuned" / checkpoint.step_dir_name(3)
+    assert summary["steps"] == 3 and not any(torch.equal(checkpoint_weights(tuned)[k], weights[k]) for k in weights)
+    config = checkpoint.load_config(tuned)
+    assert config["model"] == checkpoint.load_config(source / checkpoint.step_dir_name(4))["model"]
+    assert config["data"]["path"] == str(other)
+    assert {s["step"].item() for s in checkpoint.load_state(tuned / "optimizer.pt")["state"].values()} == {3}
+    assert f"starting from the weights of {source / checkpoint.step_dir_name(4)} (train.init_from), with a fresh " \
+           "optimizer" in lines
+
+
+def test_init_from_refuses_another_model_another_tokenizer_and_a_missing_checkpoint(text_file, tmp_path):
+    train(tiny_config(text_file, tmp_path, "source", steps=2, ckpt_every=2), progress=False, log=lambda *_: None)
+    source = tmp_path / "runs" / "source"
+
+    def start(*extra):
+        overrides = [*tiny_overrides(text_file, tmp_path, "tuned"), f"train.init_from={source}", *extra]
+        train(load_config("demo", overrides), progress=False, log=lambda *_: None, overrides=overrides)
+
+    with pytest.raises(UserError) as err:
+        start("model.n_layers=3")
+    assert str(err.value) == (f"train.init_from={source}: model.n_layers=3 differs from the checkpoint's "
+                              "model.n_layers=2; a fine-tuned model is the checkpoint's: repeat its values or leave "
+                              "them out (only model.dropout may change)")
+    unknown = tmp_path / "unknown.txt"
+    unknown.write_text("ZYXW VUTS " * 500)  # characters the checkpoint's vocabulary lacks
+    with pytest.raises(UserError, match=rf"^train.init_from={source}: the data's tokenizer \(char, vocabulary of 9\) "
+                                        r"is not the checkpoint's \(char, vocabulary of 42\); fine-tune on data that"):
+        start(f"data.path={unknown}")
+    with pytest.raises(UserError, match=rf"^train.init_from={tmp_path / 'nowhere'}: .*nowhere is neither a run "
+                                        "folder nor a checkpoint folder"):
+        start(f"train.init_from={tmp_path / 'nowhere'}")
+    assert not (tmp_path / "runs" / "tuned").exists()  # each was refused before anything was written
+    start("model.dropout=0.1")  # what fine-tuning may change
+    assert checkpoint.load_config(tmp_path / "runs" / "tuned" / "step-00000004")["model"]["dropout"] == 0.1
+
+
+@pytest.mark.parametrize("override, message", [
+    ("train.beta1=1.5", "train.beta1=1.5 must be in [0, 1), e.g. 0.9 for beta1 and 0.99 for beta2"),
+    ("train.beta2=1", "train.beta2=1.0 must be in [0, 1), e.g. 0.9 for beta1 and 0.99 for beta2"),
+    ("train.beta1=-0.1", "train.beta1=-0.1 must be in [0, 1), e.g. 0.9 for beta1 and 0.99 for beta2")])
+def test_adam_betas_outside_0_to_1_are_one_line(override, message):
+    with pytest.raises(ConfigError) as err:
+        load_config("demo", [override])
+    assert str(err.value) == message
+
+
+# ---------------------------------------------------------------------------------------------------
+# the numbers training records and prints are the values it computes
+
+
+def record_optimizer_steps(monkeypatch):
+    """The norm of the gradients each optimizer step receives (after clipping), in a list."""
+    import attnlab.train as train_module
+
+    norms, adamw = [], train_module._adamw
+
+    def recording_adamw(*args):
+        optimizer = adamw(*args)
+        step = optimizer.step
+
+        def recorded_step():
+            grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+            norms.append(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item())
+            return step()
+
+        optimizer.step = recorded_step
+        return optimizer
+
+    monkeypatch.setattr(train_module, "_adamw", recording_adamw)
+    return norms
+
+
+def logged(run_dir, key):
+    return [r[key] for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if key in r]
+
+
+@pytest.mark.parametrize("clip", [0.0, 0.05])
+def test_gradients_are_clipped_to_train_grad_clip_and_the_log_has_their_norm_before(text_file, tmp_path,
+                                                                                   monkeypatch, clip):
+    applied = record_optimizer_steps(monkeypatch)
+    train(tiny_config(text_file, tmp_path, steps=4, grad_clip=clip), progress=False, log=lambda *_: None)
+    before = logged(tmp_path / "runs" / "run", "grad_norm")
+    assert len(before) == 4 and min(before) > 0.05  # every step's gradient is larger than the clip
+    assert applied == pytest.approx([clip] * 4 if clip else before, rel=1e-5)
+
+
+def test_the_logged_loss_lr_throughput_and_validation_are_the_values_of_training(text_file, tmp_path, monkeypatch):
+    import types
+
+    import attnlab.train as train_module
+    from attnlab.evaluate import split_loss
+    from attnlab.inference import load_run
+
+    now, micro_losses, loss = [0.0], [], train_module._loss
+
+    def timed_loss(*args):  # the clock advances only with the micro-batches: the n-th takes n seconds
+        now[0] += len(micro_losses) + 1
+        value = loss(*args)
+        micro_losses.append(value.item())
+        return value
+
+    monkeypatch.setattr(train_module, "_loss", timed_loss)
+    monkeypatch.setattr(train_module, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    cfg = tiny_config(text_file, tmp_path, steps=6, grad_accum=2, log_every=2, eval_every=6, ckpt_every=6)
+    lines = []
+    summary = train(cfg, progress=False, log=lines.append)
+    run_dir = tmp_path / "runs" / "run"
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if "loss" in r]
+
+    assert [r["step"] for r in steps] == [2, 4, 6]
+    for r in steps:  # a step's loss is the mean of its two micro-batches'
+        assert r["loss"] == pytest.approx(sum(micro_losses[2 * r["step"] - 2 : 2 * r["step"]]) / 2, rel=1e-6)
+        assert r["lr"] == pytest.approx(cfg.train.lr * lr_multiplier(r["step"] - 1, cfg.train), rel=1e-12)
+        # since the last line: 2 steps of 4 x 32 tokens, in micro-batches 2 * step - 3 to 2 * step
+        assert r["tokens_per_s"] == 2 * 4 * 32 / sum(range(2 * r["step"] - 3, 2 * r["step"] + 1))
+        assert f"step {r['step']}: loss {r['loss']:.3f}, {r['tokens_per_s']:,.0f} tokens/s" in lines
+    [val] = [r for r in records if "val_loss" in r]
+    run = load_run(run_dir)  # the checkpoint of step 6, measured again: the same windows give the same loss
+    again = split_loss(run.model, run.corpus(), "val", cfg.train.eval_batches, 4, 32, None, chunk=2)
+    assert val["step"] == 6 and val["val_loss"] == pytest.approx(again, rel=1e-6)
+    assert val["val_ppl"] == pytest.approx(math.exp(val["val_loss"]), rel=1e-12)
+    assert f"step 6: val loss {val['val_loss']:.4f} (perplexity {val['val_ppl']:.2f})" in lines
+    assert summary["val_loss"] == val["val_loss"] and summary["val_ppl"] == val["val_ppl"]
+    assert summary["train_loss"] == steps[-1]["loss"] and summary["tokens_per_s"] == steps[-1]["tokens_per_s"]
+    assert summary["steps"] == 6 and summary["train_seconds"] == sum(range(1, 13)) and summary["skipped_steps"] == 0
+    assert summary["params"] == run.model.num_params()
+    assert checkpoint.load_state(run_dir / "step-00000006" / "train_state.pt")["train_seconds"] == sum(range(1, 13))

@@ -10,7 +10,8 @@ import argparse
 import math
 from pathlib import Path
 
-from .errors import UserError, unknown_name
+from .errors import UserError
+from .plugins import unknown_mixer
 
 # ---------------------------------------------------------------------------------------------------
 # argument types: each parses one value or says, in one line, what is wrong with it
@@ -52,6 +53,13 @@ def positive_float(text: str) -> float:
     return value
 
 
+def probability(text: str) -> float:
+    value = _number(text, float)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{value:g} is not a probability; give a number above 0 and at most 1")
+    return value
+
+
 MIN_TEMPERATURE = 1e-6  # below it sampling is greedy in effect, and the scaled logits overflow float32 early
 
 
@@ -73,14 +81,6 @@ def context_size(text: str) -> int:
 def non_empty(text: str) -> str:
     if not text:
         raise argparse.ArgumentTypeError("is empty; give at least one character")
-    return text
-
-
-def mixer_name(text: str) -> str:
-    from .mixers import list_mixers
-
-    if text != "all" and text not in list_mixers():
-        raise argparse.ArgumentTypeError(unknown_name("mixer", text, [*list_mixers(), "all"]))
     return text
 
 
@@ -143,7 +143,7 @@ def check_list(args) -> None:
     if args.name in list_presets() or Path(args.name).expanduser().is_file():
         raise UserError(f"{args.name} is a config, not a mixer; attnlab list --params {args.name} compares the "
                         "mixers on it")
-    raise UserError(unknown_name("mixer", args.name, list_mixers()) + "; or give --params and a preset")
+    raise UserError(unknown_mixer(args.name, list_mixers()) + "; or give --params and a preset")
 
 
 def check_couplings(args) -> None:
@@ -167,11 +167,44 @@ def check_results(args) -> None:
         raise UserError(f"--readme {args.readme} is not a file; give the README whose results section to update")
 
 
+# the parts of the bench that each option sets up (the whole bench takes none of them)
+BENCH_OPTIONS = {"lengths": ("mixers", "ops"), "batch": ("mixers",), "repeats": ("mixers", "ops", "model"),
+                 "mixers": ("model",)}
+BENCH_PARTS = {"mixers": "the mixers alone (--lengths)", "ops": "--ops", "model": "--model",
+               "boltzmann": "--boltzmann", "interdomain": "--interdomain", "whole": "the whole bench"}
+BENCH_EXAMPLES = {"mixers": "--lengths 1024 4096", "model": "--model coupled-qk-char"}
+
+
+def _bench_part(args) -> str:
+    """The part of the bench that the flags pick, in the order cmd_bench tries them."""
+    for part in ("boltzmann", "interdomain", "ops", "model"):
+        if getattr(args, part):
+            return part
+    return "mixers" if args.lengths else "whole"
+
+
+def _check_bench_options(args) -> None:
+    """An option that the picked part of the bench would ignore is refused: it says which part takes it."""
+    if args.quick and args.lengths:
+        raise UserError("--quick is the whole bench at toy sizes, --lengths times the mixers alone; give one of them")
+    part = _bench_part(args)
+    for name, parts in BENCH_OPTIONS.items():
+        if getattr(args, name) is None or part in parts:
+            continue
+        takers = ", ".join(BENCH_PARTS[p] for p in parts)
+        fix = f"add e.g. {BENCH_EXAMPLES[parts[0]]} or drop it" if part == "whole" else "drop it"
+        raise UserError(f"--{name} applies only to {takers}, not to {BENCH_PARTS[part]}; {fix}")
+
+
 def check_bench(args) -> None:
     from .config import load_config
+    from .mixers import list_mixers
 
-    if args.mixers and not args.model:
-        raise UserError("--mixers applies to --model; add --model <preset>, e.g. --model coupled-qk-char")
+    _check_bench_options(args)
+    for name in args.mixers or ():
+        if name != "all" and name not in list_mixers():
+            raise UserError(f"argument --mixers: {unknown_mixer(name, [*list_mixers(), 'all'])} (see attnlab bench "
+                            "--help)")
     if args.model:
         try:
             load_config(args.model)

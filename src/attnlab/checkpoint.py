@@ -2,11 +2,13 @@
 
 A checkpoint is first written to a hidden temporary folder; its ``manifest.json`` (SHA-256 of every
 file) is written last, and only then is the folder renamed into place. A folder without a manifest or
-whose files do not match it is incomplete or corrupt and is never loaded or counted.
+whose files do not match it is incomplete or corrupt and is never loaded or counted. While a training writes
+a run folder it holds the folder's lock (``run_lock``).
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -14,6 +16,8 @@ import pickle
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -21,10 +25,12 @@ import yaml
 from safetensors.torch import load_model, save_model
 
 from .errors import UserError
+from .permissions import follow_umask
 
 STEP_DIR = re.compile(r"^step-(\d{8})$")
 MANIFEST = "manifest.json"
 BEST = "best.json"  # {"step", "val_loss"} of the best checkpoint, written by training with early stopping
+LOCK = ".lock"  # held by the training that writes the run folder; names its pid
 
 
 def step_dir_name(step: int) -> str:
@@ -65,6 +71,7 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, train_state: dic
                 os.fsync(f.fileno())
         manifest = {"step": step, "files": {name: _sha256(tmp / name) for name in files}}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        follow_umask(tmp)
         _fsync_dir(tmp)
         if final.exists():  # a stale or corrupt folder from an earlier, interrupted run
             stale = run_dir / f".stale-{final.name}-{os.getpid()}"
@@ -75,6 +82,52 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, train_state: dic
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+@contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """Hold the run folder's lock, made if need be, while the block runs: fcntl.flock on <run>/.lock, which the
+    kernel releases when the process ends, however it ends, so a crash or SIGKILL leaves no stale lock. A
+    second holder is refused with the first one's pid. A folder made here that holds only the lock at the end
+    (the start failed before writing anything) is removed again."""
+    made = not run_dir.exists()
+    fd = _lock(run_dir)
+    try:
+        yield
+    finally:
+        if made and run_dir.is_dir() and [p.name for p in run_dir.iterdir()] == [LOCK]:
+            (run_dir / LOCK).unlink()
+            run_dir.rmdir()
+        os.close(fd)
+
+
+def _lock(run_dir: Path) -> int:
+    """The open, locked and pid-stamped lock file of run_dir."""
+    path = run_dir / LOCK
+    while True:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise UserError(f"{run_dir} is in use by another training (pid {holder}); choose another name= or "
+                            "wait for it to finish") from None
+        if _is_open_file(fd, path):
+            break
+        os.close(fd)  # a failed start removed the file we locked, after we opened it: lock the new one
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    return fd
+
+
+def _is_open_file(fd: int, path: Path) -> bool:
+    try:
+        found, opened = path.stat(), os.fstat(fd)
+    except FileNotFoundError:
+        return False
+    return (found.st_dev, found.st_ino) == (opened.st_dev, opened.st_ino)
 
 
 def verify(folder: Path) -> str | None:

@@ -3,7 +3,8 @@ results | bench | doctor.
 
 Arguments are checked in one layer before any work starts (``attnlab.arguments``), and against the
 loaded run (its vocabulary, its data) where a value depends on the run. Every mistake is one line naming
-the argument and the fix, and exits with code 2.
+the argument and the fix, and exits with code 2. Parsing imports neither torch nor the experiments: each
+command imports what it needs, so that --help answers at once.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import traceback
 from dataclasses import MISSING, fields
 from pathlib import Path
 
+from . import plugins
 from .arguments import (
     Parser,
     check_bench,
@@ -30,11 +32,11 @@ from .arguments import (
     check_results,
     check_train,
     context_size,
-    mixer_name,
     non_empty,
     non_negative_int,
     positive_float,
     positive_int,
+    probability,
     seed_count,
     seed_value,
     temperature,
@@ -52,7 +54,7 @@ def cmd_train(args) -> None:
     cfg = load_config(args.config, args.overrides)
     # a bar redraws in place on a terminal; written to a file or a pipe it would be one line per refresh
     progress = not args.quiet and sys.stderr.isatty()
-    summary = train(cfg, resume=args.resume, progress=progress)
+    summary = train(cfg, resume=args.resume, progress=progress, overrides=args.overrides)
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, rank 0 speaks for all
         print(f"done: val loss {summary['val_loss']:.4f}, perplexity {summary['val_ppl']:.2f}, "
               f"checkpoints in {summary['run_dir']}")
@@ -202,9 +204,26 @@ def cmd_export(args) -> None:
     _needs("transformers", "attnlab export", "hf")
     from .hf.export import export
 
+    _check_built_in_mixers(args.checkpoint)
     folder = export(args.checkpoint, args.folder)
     print(f"{folder}: AutoModelForCausalLM.from_pretrained and AutoTokenizer.from_pretrained load it after "
           "import attnlab, or with trust_remote_code=True without it")
+
+
+def _check_built_in_mixers(path: str) -> None:
+    """The exported folder carries attnlab's code (for trust_remote_code) and so only attnlab's own mixers."""
+    from . import checkpoint
+    from .config import RunConfig
+    from .mixers import mixer_class
+    from .typed import from_dict
+
+    config = from_dict(RunConfig, checkpoint.load_config(checkpoint.resolve_checkpoint(path))).validate()
+    for name in config.mixers():
+        module = mixer_class(name).__module__
+        if module.split(".")[0] != "attnlab":
+            origin = plugins.source_of(mixer_class(name)) or module
+            raise UserError(f"attnlab export: mixer '{name}' comes from {origin}, not attnlab, and an exported "
+                            "folder can carry attnlab's mixers only; export a run of built-in mixers")
 
 
 def _needs(package: str, what: str, extra: str) -> None:
@@ -217,19 +236,32 @@ def cmd_generate(args) -> None:
     from .inference import load_run
 
     run = load_run(args.checkpoint)
-    _check_prompt(run, args.prompt)
+    prompt = _check_prompt(run, args.prompt)
     context = -1 if args.context is None else (args.context or None)
-    print(run.complete(args.prompt, args.tokens, args.temperature, args.top_k, args.seed, context))
+    texts = run.complete(prompt, args.tokens, args.temperature, args.top_k, args.seed, context, top_p=args.top_p,
+                         repetition_penalty=args.repetition_penalty, stop=args.stop, num_samples=args.samples)
+    for i, text in enumerate(texts, 1):
+        if len(texts) > 1:
+            print(f"--- sample {i} of {len(texts)} ---")
+        print(text)
 
 
-def _check_prompt(run, prompt: str) -> None:
-    """The prompt must be text the run's tokenizer can encode, into at least one token."""
+def _check_prompt(run, prompt: str | None) -> str:
+    """The prompt to continue: --prompt, which the run's tokenizer must encode into at least one token, or
+    a newline when it is not given and the run reads text (a run on token ids has no text to start from)."""
+    reads_ids = run.tokenizer.kind == "ids"
+    if prompt is None and not reads_ids:
+        return "\n"
     try:
-        ids = run.tokenizer.encode(prompt)
+        ids = run.tokenizer.encode(prompt or "")
     except UserError as err:
-        raise UserError(f"--prompt: {err}; write the prompt without them") from None
-    if len(ids) == 0:
-        raise UserError("--prompt encodes to no tokens; give at least one")
+        raise UserError(f"--prompt: {err}" + ("" if reads_ids else "; write the prompt without them")) from None
+    if len(ids) == 0:  # text always encodes to tokens: this is a run on token ids given none
+        given = "no --prompt" if prompt is None else f"--prompt {prompt!r} holds no tokens"
+        raise UserError(f"{given}: this run was trained on data.source={run.config.data.source}, whose tokens are "
+                        f"ids; give --prompt with ids from 0 to {run.tokenizer.vocab_size - 1} separated by spaces, "
+                        "e.g. --prompt '3 1 4'")
+    return prompt
 
 
 def cmd_list(args) -> None:
@@ -253,8 +285,8 @@ def _list_fields(name: str) -> None:
     from .typed import field_docs
 
     cls = mixer_class(name)
-    doc = (cls.__doc__ or "").strip()
-    print(f"  {name}: {doc.splitlines()[0]}" if doc else f"  {name}")
+    summary = describe(cls)
+    print(f"  {name}: {summary}" if summary else f"  {name}")
     shared = {f.name for f in fields(MixerConfig)}  # set by the model for every layer
     docs = field_docs(cls.config_class)
     for f in fields(cls.config_class):
@@ -265,6 +297,12 @@ def _list_fields(name: str) -> None:
         print(f"    {f.name:<22} {kind:<6} {default!r:<12} {docs[f.name]}".rstrip())
 
 
+def describe(mixer_class) -> str:
+    """A mixer's description: the first paragraph of its class docstring, on one line."""
+    paragraph = (mixer_class.__doc__ or "").strip().split("\n\n")[0]
+    return " ".join(line.strip() for line in paragraph.splitlines())
+
+
 def _list_params(config: str | None, overrides: list[str]) -> None:
     import torch
 
@@ -273,8 +311,8 @@ def _list_params(config: str | None, overrides: list[str]) -> None:
     from .model import Decoder
 
     cfg = load_config(config, overrides)
-    base = cfg.sized_model()
-    print(f"{config or 'default'} model, vocab {base.vocab_size}, state at T={cfg.train.seq_len}:")
+    base, vocabulary = _model_as_trained(cfg)
+    print(f"{config or 'default'} model, vocab {base.vocab_size:,} ({vocabulary}), state at T={cfg.train.seq_len}:")
     print(f"  {'mixer':<22} {'parameters':>12} {'vs softmax':>11} {'state numbers':>14}")
     baseline = None
     for name in ["softmax"] + [m for m in list_mixers() if m != "softmax"]:
@@ -287,6 +325,25 @@ def _list_params(config: str | None, overrides: list[str]) -> None:
         n = model.num_params()
         baseline = baseline or n
         print(f"  {name:<22} {n:>12,} {100 * (n / baseline - 1):>+10.3f}% {model.state_size(cfg.train.seq_len):>14,}")
+
+
+def _model_as_trained(cfg):
+    """The model config that train would build, with its vocabulary (and a task's pointer head) fitted to the
+    data as train fits them, and how the vocabulary was found. A BPE is not trained here, nor a Hugging Face
+    corpus downloaded: their vocabulary is the bound that sized_model gives."""
+    from .config import TASK_SOURCES
+    from .data import load_data
+    from .train import fit_to_data
+
+    data = cfg.data
+    local = data.tokenizer != "bpe" and not data.source.startswith("hf:")
+    if data.source in TASK_SOURCES or local:  # a task's tokens, or local text read once (and cached for train)
+        return fit_to_data(cfg.model, load_data(data, cfg.train.seq_len)), "fitted to the data, as train builds it"
+    if cfg.model.vocab_size:
+        return cfg.model, "model.vocab_size"
+    if data.tokenizer == "bpe":
+        return cfg.sized_model(), "data.bpe_vocab: the BPE, trained when the run starts, may stop below it"
+    return cfg.sized_model(), "at most: train fits it to the corpus, which is not downloaded here"
 
 
 def cmd_couplings(args) -> None:
@@ -393,7 +450,7 @@ def cmd_bench(args) -> None:
     elif args.model:
         bench.bench_training_step(args.model, args.mixers, repeats=args.repeats or 10)
     elif args.lengths:
-        bench.bench_mixers(lengths=args.lengths, batch=args.batch, repeats=args.repeats or 3)
+        bench.bench_mixers(lengths=args.lengths, batch=args.batch or 1, repeats=args.repeats or 3)
     else:
         bench.run_bench("quick" if args.quick else "default", args.out)
 
@@ -430,6 +487,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="attnlab", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"attnlab {_version()}")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks for user errors too")
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE_OR_FILE",
+                        help="import a module or .py file that registers mixers first (repeatable; also "
+                        f"{plugins.ENV_VAR}=mod1,mod2 and the entry points {plugins.ENTRY_POINTS})")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in SUBCOMMANDS:
         add(sub)
@@ -473,11 +533,19 @@ def _eval_parser(sub) -> None:
 def _generate_parser(sub) -> None:
     p = sub.add_parser("generate", help="sample text from a checkpoint")
     p.add_argument("checkpoint", help=RUN)
-    p.add_argument("--prompt", default="\n", type=non_empty, help="text to continue (default: a newline)")
-    p.add_argument("--tokens", type=positive_int, default=300, help="tokens to sample (default: %(default)s)")
+    p.add_argument("--prompt", type=non_empty, help="text to continue (default: a newline; a run on token ids "
+                   "needs one, e.g. '3 1 4')")
+    p.add_argument("--tokens", type=positive_int, default=300, help="most tokens to sample (default: %(default)s)")
     p.add_argument("--temperature", type=temperature, default=0.8,
                    help="softmax temperature; 0 picks the most likely token (default: %(default)s)")
     p.add_argument("--top-k", type=positive_int, help="sample among the k most likely tokens (default: all)")
+    p.add_argument("--top-p", type=probability, help="sample among the fewest most likely tokens whose "
+                   "probability reaches p (default: all)")
+    p.add_argument("--repetition-penalty", type=positive_float, default=1.0, help="divide the positive logits "
+                   "of tokens already in the text by it and multiply the negative ones (default: 1, none)")
+    p.add_argument("--stop", type=non_empty, action="append", default=[], metavar="TEXT",
+                   help="end a sample where it writes TEXT, cut before it; may be given several times")
+    p.add_argument("--samples", type=positive_int, default=1, help="independent samples (default: 1)")
     p.add_argument("--seed", type=seed_value, default=0, help="random seed of the sampling (default: %(default)s)")
     p.add_argument("--context", type=context_size,
                    help="most tokens the model sees at once (default: its training length; 0: unbounded)")
@@ -515,11 +583,13 @@ def _demo_parser(sub) -> None:
     p.set_defaults(func=cmd_demo, check=check_demo)
 
 
-def _reproduce_parser(sub) -> None:
-    from .experiments import PAPERS
+# the paper suites (attnlab.experiments.PAPERS), named here so that parsing need not import the experiments
+PAPER_SUITES = ("coupled-qk", "ccq", "boltzmann", "interdomain")
 
+
+def _reproduce_parser(sub) -> None:
     p = sub.add_parser("reproduce", help="a paper's claims in miniature over seeds, with a report")
-    p.add_argument("suite", choices=[*PAPERS, "all"], help="the paper's suite, or all of them")
+    p.add_argument("suite", choices=[*PAPER_SUITES, "all"], help="the paper's suite, or all of them")
     p.add_argument("--tier", default="default", help="default (about 45 minutes on 2 CPU cores each), converged "
                    "(trained until validation stops improving) or paper (the paper's protocol or scale); reports "
                    "of other tiers go to <out>/<suite>-<tier>/")
@@ -555,11 +625,11 @@ def _bench_parser(sub) -> None:
                       help="the smoke preset (seconds) instead of the default (~10 min)")
     p.add_argument("--out", default="runs/bench", help="folder for bench.json and the PNG plots")
     p.add_argument("--lengths", type=positive_int, nargs="+", help="only the mixers alone, at these sequence lengths")
-    p.add_argument("--batch", type=positive_int, default=1, help="--lengths: sequences per batch (default: 1)")
+    p.add_argument("--batch", type=positive_int, help="--lengths: sequences per batch (default: 1)")
     p.add_argument("--repeats", type=positive_int, help="timed repeats per contender (default 3; --model 10)")
     view.add_argument("--model", type=non_empty,
                       help="only training steps of this preset with each of --mixers (and softmax)")
-    p.add_argument("--mixers", nargs="+", type=mixer_name, help="mixers for --model, or 'all' (default: the preset's)")
+    p.add_argument("--mixers", nargs="+", help="mixers for --model, or 'all' (default: the preset's)")
     view.add_argument("--boltzmann", action="store_true",
                       help="only Boltzmann attention: exact enumeration at T=8,12,16 and banded inference at "
                       "T=256..4096")
@@ -591,6 +661,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     which argparse alone leaves unparsed."""
     args, extra = build_parser().parse_known_args(argv)
     stray = [a for a in extra if a.startswith("-") or "=" not in a or not hasattr(args, "overrides")]
+    if "--import" in stray:
+        raise UserError(f"--import goes before the command: attnlab --import MODULE_OR_FILE {args.command} ...")
     if stray:
         raise UserError(f"unrecognized arguments: {' '.join(stray)} (see attnlab {args.command} --help)")
     if extra:
@@ -607,6 +679,9 @@ def main(argv=None) -> int:
     try:
         args = parse_args(argv)
         debug = args.debug
+        plugins.import_installed()
+        for spec in args.imports:
+            plugins.import_plugin(spec, "--import")
         if hasattr(args, "check"):
             args.check(args)
         args.func(args)

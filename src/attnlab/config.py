@@ -5,18 +5,21 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from . import plugins
 from .data.brackets import BracketsConfig
+from .data.hf import reads_files
 from .data.mqar import MQARConfig
 from .data.niah import NIAHConfig
 from .data.texts import SOURCES
-from .errors import ConfigError, unknown_name
+from .errors import ConfigError, UserError, unknown_name
 from .loggers import SINKS
-from .mixers import MixerConfig, list_mixers, mixer_config
+from .mixers import MixerConfig, list_mixers, mixer_class, mixer_config
 from .nn import FFNS, NORMS
 from .typed import from_dict
 
@@ -65,12 +68,6 @@ class ModelConfig:
         _positive(self, "model", "d_model", "n_layers", "n_heads")
         if self.vocab_size < 0:
             raise ConfigError(f"model.vocab_size={self.vocab_size} must be >= 0 (0 takes it from the tokenizer)")
-        if self.d_model % self.n_heads:
-            divisors = [h for h in range(1, self.d_model + 1) if self.d_model % h == 0][:8]
-            raise ConfigError(
-                f"model.n_heads={self.n_heads} does not divide model.d_model={self.d_model}; "
-                f"choose n_heads from {divisors}... or change d_model"
-            )
         if self.layers is not None and len(self.layers) != self.n_layers:
             raise ConfigError(
                 f"model.layers lists {len(self.layers)} mixers but model.n_layers={self.n_layers}; "
@@ -80,7 +77,8 @@ class ModelConfig:
         places = [("model.layers" if self.layers is not None else "model.mixer", name) for name in self.layer_mixers()]
         for where, name in places + [("model.mixer_options", name) for name in self.mixer_options]:
             if name not in known:
-                raise ConfigError(f"{where}: {unknown_name('mixer', name, known)}")
+                raise ConfigError(f"{where}: {plugins.unknown_mixer(name, known)}")
+        self._check_heads()
         if self.output_size < 0:
             raise ConfigError(f"model.output_size={self.output_size} must be >= 0 (0: the vocabulary)")
         if self.positions < 0:
@@ -99,6 +97,49 @@ class ModelConfig:
         for name in self.mixer_options:
             self.mixer_config(name)
 
+    def _check_heads(self) -> None:
+        """The head count must divide d_model and fit every layer's mixer; the counts the error suggests do."""
+        problem = self._head_problem()
+        if problem is None:
+            return
+        where, message, other_fix = problem
+        counts = self._fitting_head_counts(where)
+        choose = f"choose {where} from {counts}" if counts else f"no head count fits model.d_model={self.d_model}"
+        raise ConfigError(f"{message}; {choose}{other_fix} or change model.d_model")
+
+    def _head_problem(self) -> tuple[str, str, str] | None:
+        """(the field that sets the head count, what is wrong, another fix) or None when the heads fit."""
+        if self.d_model % self.n_heads:
+            return "model.n_heads", f"model.n_heads={self.n_heads} does not divide model.d_model={self.d_model}", ""
+        for name in dict.fromkeys(self.layer_mixers()):
+            cfg = self.mixer_config(name)
+            # RoPE rotates channel pairs (i, i + D/2) of each head: its width D must be even
+            if getattr(cfg, "rope", False) and cfg.head_dim % 2:
+                own = "n_heads" in self.mixer_options.get(name, {})
+                where = f"model.mixer_options.{name}.n_heads" if own else "model.n_heads"
+                return where, (f"{where}={cfg.n_heads} makes {name}'s heads {self.d_model} / {cfg.n_heads} = "
+                               f"{cfg.head_dim} channels wide, and RoPE needs an even width"), \
+                    f", set model.mixer_options.{name}.rope=false"
+        return None
+
+    def _fitting_head_counts(self, where: str, most: int = 6) -> list[int]:
+        """The head counts for `where` (model.n_heads or a mixer's own) that fit, the `most` nearest the given."""
+        def fits(heads: int) -> bool:
+            try:
+                return self._with_heads(where, heads)._head_problem() is None
+            except ConfigError:  # the count breaks another rule of a mixer (e.g. a width it must divide)
+                return False
+
+        counts = [h for h in range(1, self.d_model + 1) if self.d_model % h == 0 and fits(h)]
+        return sorted(sorted(counts, key=lambda h: abs(h - self.n_heads))[:most])
+
+    def _with_heads(self, where: str, heads: int) -> ModelConfig:
+        if where == "model.n_heads":
+            return dataclasses.replace(self, n_heads=heads)
+        name = where.split(".")[2]
+        options = {**self.mixer_options, name: {**self.mixer_options[name], "n_heads": heads}}
+        return dataclasses.replace(self, mixer_options=options)
+
 
 TEXT_SOURCES = ("shakespeare", "shakespeare-dialogue", "text", "mixed")
 TASK_SOURCES = ("mqar", "brackets", "niah")
@@ -108,9 +149,10 @@ TASK_SOURCES = ("mqar", "brackets", "niah")
 class DataConfig:
     # shakespeare (the plays as printed) | shakespeare-dialogue (their speeches in Tiny Shakespeare's layout,
     # Coriolanus first) | text (data.path) | mixed (plays + Python source + docs) | mqar | brackets | niah |
-    # hf:<dataset>[/<config>] (Hugging Face datasets; hf:text with data.path reads local text files)
+    # hf:<dataset>[/<config>] (Hugging Face datasets; its file builders hf:text, hf:json, hf:csv, hf:parquet, ...
+    # read data.path)
     source: str = "shakespeare"
-    path: str | None = None  # a UTF-8 text file or a folder of them (any name), for source=text or hf:text
+    path: str | None = None  # a file or a folder of them (any name), for source=text or a file builder (hf:json)
     tokenizer: str = "char"  # char (vocabulary of the corpus) | byte (256 symbols) | bpe (trained locally)
     bpe_vocab: int = 4096
     max_chars: int | None = None  # keep only the first max_chars characters (e.g. 100_000)
@@ -129,9 +171,9 @@ class DataConfig:
             raise ConfigError(unknown_name("data.source", self.source, [*known, "hf:<dataset>"]))
         if self.tokenizer not in ("char", "byte", "bpe"):
             raise ConfigError(unknown_name("data.tokenizer", self.tokenizer, ["char", "byte", "bpe"]))
-        if self.source == "text" or self.source == "hf:text":
+        if self.source == "text" or reads_files(self.source):
             if not self.path:
-                raise ConfigError(f"data.source={self.source} needs data.path=<a text file or a folder of them>")
+                raise ConfigError(f"data.source={self.source} needs data.path=<a file or a folder of them>")
             if not Path(self.path).expanduser().exists():
                 raise ConfigError(f"data.path={self.path} does not exist; give an existing file or folder")
         if self.source == "mixed":
@@ -150,6 +192,43 @@ class DataConfig:
             raise ConfigError(f"data.max_chars={self.max_chars} must be positive (or null for everything)")
         if not 0.0 < self.val_fraction < 1.0:
             raise ConfigError(f"data.val_fraction={self.val_fraction} must be between 0 and 1")
+        self._refuse_unread_settings()
+
+    def reads(self, name: str) -> bool:
+        """Whether this source reads field `name` (source and cache_dir: always)."""
+        return self._readers().get(name, (True, ""))[0]
+
+    def _refuse_unread_settings(self) -> None:
+        """A field changed from its default that this source never reads is a mistake, not a no-op: refuse it."""
+        default = DataConfig()
+        for name, (applies, where) in self._readers().items():
+            value = getattr(self, name)
+            if applies or value == getattr(default, name):
+                continue
+            setting = f"data.{name}.*" if name in ("mqar", "brackets", "niah") else f"data.{name}={value}"
+            run = f"data.source={self.source}"
+            if name == "bpe_vocab":
+                run += f" with data.tokenizer={self.tokenizer}"
+            raise ConfigError(f"{setting} applies only to {where}, not to {run}; remove it")
+
+    def _readers(self) -> dict[str, tuple[bool, str]]:
+        """{field: (whether this source reads it, what reads it)} for every field but source and cache_dir (a place
+        to keep prepared data, which every source accepts)."""
+        corpus = self.source in TEXT_SOURCES or self.source.startswith("hf:")
+        corpora = "text corpora (data.source=shakespeare, shakespeare-dialogue, text, mixed or hf:...)"
+        mixed = self.source == "mixed"
+        files = "data.source=text and the file builders of Hugging Face datasets (hf:text, hf:json, hf:csv, ...)"
+        return {"path": (self.source == "text" or reads_files(self.source), files),
+                "tokenizer": (corpus, corpora),
+                "bpe_vocab": (corpus and self.tokenizer == "bpe", "data.tokenizer=bpe on a text corpus"),
+                "max_chars": (corpus, corpora),
+                "val_fraction": (corpus, corpora),
+                "mix": (mixed, "data.source=mixed"),
+                "chunk_chars": (mixed, "data.source=mixed"),
+                "seed": (mixed, "data.source=mixed"),
+                "mqar": (self.source == "mqar", "data.source=mqar"),
+                "brackets": (self.source == "brackets", "data.source=brackets"),
+                "niah": (self.source == "niah", "data.source=niah")}
 
 
 @dataclass
@@ -182,10 +261,20 @@ class TrainConfig:
     fsdp: bool = False  # under torchrun: shard the model with FSDP instead of replicating it with DDP
     compile: bool = False  # torch.compile each block whose mixer compiles (the others are logged and run eagerly)
     log_to: list[str] = field(default_factory=list)  # also stream metrics.jsonl's scalars to: tensorboard, wandb
+    # fine-tuning: a run folder (its best or newest checkpoint) or step-XXXXXXXX folder whose weights and model
+    # config a new run starts from, at step 0 with a fresh optimizer
+    init_from: str | None = None
 
     def validate(self) -> None:
         _positive(self, "train", "steps", "batch_size", "seq_len", "grad_accum", "eval_every", "log_every",
                   "ckpt_every")
+        for name in ("beta1", "beta2"):  # AdamW's decay rates of its moment averages
+            if not 0 <= getattr(self, name) < 1:
+                raise ConfigError(f"train.{name}={getattr(self, name)} must be in [0, 1), e.g. 0.9 for beta1 and "
+                                  "0.99 for beta2")
+        if self.init_from is not None and not self.init_from.strip():
+            raise ConfigError("train.init_from is empty; give a run folder or a step-XXXXXXXX checkpoint folder, "
+                              "or leave it out")
         if self.batch_size % self.grad_accum:
             raise ConfigError(
                 f"train.batch_size={self.batch_size} is not divisible by train.grad_accum={self.grad_accum}; "
@@ -214,8 +303,9 @@ class TrainConfig:
         cap = int(self.steps * MAX_WARMUP_FRACTION)
         if self.warmup_steps <= cap:
             return self
-        log.warning(f"note: train.warmup_steps={self.warmup_steps} is more than half of train.steps={self.steps}; "
-                    f"warming up for {cap} steps (set train.warmup_steps={cap} or less to choose)")
+        if int(os.environ.get("RANK", "0")) == 0:  # under torchrun every rank makes the config; rank 0 speaks
+            log.warning(f"note: train.warmup_steps={self.warmup_steps} is more than half of train.steps="
+                        f"{self.steps}; warming up for {cap} steps (set train.warmup_steps={cap} or less to choose)")
         return dataclasses.replace(self, warmup_steps=cap)
 
 
@@ -223,6 +313,9 @@ class TrainConfig:
 class RunConfig:
     name: str = "run"  # checkpoints and logs go to <out_dir>/<name>/
     out_dir: str = "runs"
+    # modules or .py files to import first, which register mixers from outside attnlab (see attnlab.plugins);
+    # a run saves those its mixers come from
+    imports: list[str] = field(default_factory=list)
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -230,6 +323,7 @@ class RunConfig:
     def validate(self) -> RunConfig:
         if not self.name or "/" in self.name:
             raise ConfigError(f"name='{self.name}' must be a non-empty folder name without '/'")
+        self._import_plugins()
         self.model.validate()
         self.data.validate()
         self.train.validate()
@@ -238,8 +332,33 @@ class RunConfig:
                               f"train.seq_len={self.train.seq_len}: raise model.positions or lower the length")
         return self
 
+    def _import_plugins(self) -> None:
+        """Import the installed plugins and those of `imports`. One that fails to import matters only while a
+        mixer of the config is unknown: --import can stand in for a plugin that moved since a run saved it."""
+        plugins.import_installed()
+        failed = None
+        for spec in self.imports:
+            try:
+                plugins.import_plugin(spec, "imports")
+            except UserError as err:
+                failed = failed or err
+        unknown = [name for name in self.mixers() if name not in list_mixers()]
+        if failed and unknown:
+            raise UserError(f"{failed} (mixer '{unknown[0]}' is not built in: {plugins.HINT} to where its module "
+                            "is now)") from failed
+
+    def mixers(self) -> list[str]:
+        """Every mixer the config names: its layers' and those it has options for."""
+        return list(dict.fromkeys([*self.model.layer_mixers(), *self.model.mixer_options]))
+
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The config as plain values, as a run saves it: `imports` adds the plugin each mixer comes from, so
+        that the run loaded back in another process imports them."""
+        values = dataclasses.asdict(self)
+        known = list_mixers()
+        sources = [plugins.source_of(mixer_class(name)) for name in self.mixers() if name in known]
+        values["imports"] = list(dict.fromkeys([*map(plugins.absolute, self.imports), *filter(None, sources)]))
+        return values
 
     def sized_model(self) -> ModelConfig:
         """The model config with a vocabulary where it leaves it to the tokenizer (0), for shapes before any

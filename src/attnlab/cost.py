@@ -1,20 +1,35 @@
 """What a training step will cost, measured before the first one, so that a configuration whose steps are
-expensive (Boltzmann inference over long chains, say) is reported before hours go into it.
+expensive (Boltzmann inference over long chains, say) is reported before hours go into it, and one whose
+step cannot fit in memory is refused before it is killed.
 
-The probe times a forward+backward of one sequence through the model and through a softmax model of the
+The time probe runs a forward+backward of one sequence through the model and through a softmax model of the
 same shape, on this machine, now. Their ratio decides whether the estimate is printed (a ratio holds across
 machines where seconds do not); the model's seconds, scaled to the sequences of a step, give the estimate.
+
+The memory probe measures the peak memory of a forward+backward of one and of two sequences: the difference
+is what each sequence of a micro-batch adds, the rest is fixed (the gradients); AdamW's two moments add twice
+the parameters' bytes. On a GPU the allocator counts the peak; elsewhere ``LiveBytes`` counts the tensors
+alive at once.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import weakref
+from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.weak import WeakIdKeyDictionary
 
 from .bench.timing import round_robin
 from .config import RunConfig
+from .errors import ConfigError
 from .model import Decoder
 
 EXPENSIVE_X_SOFTMAX = 10.0  # a step dearer than this many softmax steps of the same shape gets an estimate
@@ -89,3 +104,130 @@ def warn_if_expensive(model: Decoder, cfg: RunConfig, device, log=print) -> Step
     if report:
         log(report)
     return cost
+
+
+# ---------------------------------------------------------------------------------------------------
+# memory
+
+GiB = 1 << 30
+
+
+class LiveBytes(TorchDispatchMode):
+    """Within its block, the bytes of the tensor storages that operations allocate and that are still alive, and
+    the peak of that count: what an allocator must hold at once, without its caching (which blurs a process's
+    resident memory). A storage counts once, however many views share it, and not at all if it existed before
+    (an operation's inputs: a view or an in-place update of a weight allocates nothing)."""
+
+    def __init__(self):
+        super().__init__()
+        self.live = self.peak = 0
+        self.seen = WeakIdKeyDictionary()  # storage -> a weak reference whose callback uncounts it, None: not counted
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        for value in tree_leaves((args, kwargs)):
+            if isinstance(value, torch.Tensor):
+                self.seen.setdefault(value.untyped_storage(), None)
+        out = func(*args, **(kwargs or {}))
+        for value in tree_leaves(out):
+            if isinstance(value, torch.Tensor) and value.untyped_storage() not in self.seen:
+                self._count(value.untyped_storage())
+        return out
+
+    def _count(self, storage) -> None:
+        size = storage.nbytes()
+        self.seen[storage] = weakref.ref(storage, lambda _, size=size: self._free(size))
+        self.live += size
+        self.peak = max(self.peak, self.live)
+
+    def _free(self, size: int) -> None:
+        self.live -= size
+
+
+def peak_bytes(fn, device) -> int:
+    """The peak memory that fn's tensors take at once: the CUDA allocator's peak above what was allocated
+    before, elsewhere ``LiveBytes``'s."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        fn()
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - before
+    with LiveBytes() as live:
+        fn()
+    return live.peak
+
+
+def step_memory(model: Decoder, cfg: RunConfig, device, sequences: int, shards: int = 1,
+                autocast: Callable = nullcontext) -> int:
+    """Bytes that a training step with `sequences` sequences per micro-batch takes besides the weights, measured
+    now: a fixed part (the gradients) and a part per sequence, from passes of one and of two sequences, plus
+    AdamW's two moments; FSDP splits the gradients and moments over `shards` ranks. The random numbers drawn
+    (dropout) are put back and the gradients cleared, so the run that follows is unchanged."""
+
+    def forward_backward(batch: int) -> None:
+        tokens = torch.randint(cfg.model.vocab_size, (batch, cfg.train.seq_len),
+                               generator=torch.Generator().manual_seed(0)).to(device)
+        with autocast():
+            loss = model.loss(tokens, torch.zeros_like(tokens))  # a valid class for any head, tokens or positions
+        loss.backward()
+        model.zero_grad(set_to_none=True)  # each pass allocates its gradients anew, as a training step does
+
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        one = peak_bytes(lambda: forward_backward(1), device)
+        two = peak_bytes(lambda: forward_backward(2), device)
+    per_sequence = max(two - one, 0)
+    moments = 2 * sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    return (max(one - per_sequence, 0) + moments) // shards + sequences * per_sequence
+
+
+def available_memory(device) -> int | None:
+    """Bytes this process can still allocate on device: on CUDA the device's free memory plus what PyTorch
+    holds cached; on a CPU the RAM the system calls available (psutil if installed, else /proc/meminfo).
+    None where neither says."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    if device.type != "cpu":
+        return None
+    try:
+        import psutil
+    except ImportError:
+        return _meminfo_available()
+    return psutil.virtual_memory().available
+
+
+def _meminfo_available() -> int | None:
+    try:
+        lines = Path("/proc/meminfo").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024  # kB
+    return None
+
+
+def check_memory(model: Decoder, cfg: RunConfig, device, sequences: int, shards: int = 1,
+                 autocast: Callable = nullcontext) -> None:
+    """Refuse a step that cannot fit (see ``step_memory``) in what the device has available, which on a CPU the
+    processes of this machine share (torchrun's LOCAL_WORLD_SIZE). Skipped where nothing says what is
+    available."""
+    available = available_memory(device)
+    if available is None:
+        return
+    processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if device.type == "cpu" else 1
+    need = processes * step_memory(model, cfg, device, sequences, shards, autocast)
+    if need <= available:
+        return
+    where = "this machine has" if device.type == "cpu" else f"{device} has"
+    shared = f" ({processes} processes here)" if processes > 1 else ""
+    fix = ("lower train.batch_size or train.seq_len, or raise train.grad_accum" if sequences > 1
+           else "lower train.seq_len or the model's size (model.d_model, model.n_layers)")
+    raise ConfigError(f"a step needs about {readable_size(need)}{shared}; {where} {readable_size(available)} "
+                      f"available: {fix}")
+
+
+def readable_size(nbytes: int) -> str:
+    """'31 GiB', '512 MiB'."""
+    return f"{nbytes / GiB:.3g} GiB" if nbytes >= GiB else f"{nbytes / (1 << 20):.3g} MiB"

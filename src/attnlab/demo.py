@@ -4,10 +4,14 @@ and a report. About eight minutes on two CPU cores."""
 
 from __future__ import annotations
 
+import logging
 import shutil
+import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
+from . import config
 from .config import load_config
 from .experiments import demo
 from .experiments.report import write_report
@@ -19,6 +23,29 @@ from .train import train
 SAMPLE_PROMPT = "ROMEO.\n"
 
 
+@contextmanager
+def _each_note_once():
+    """Each distinct note of the configs said once: the demo's runs share their settings, and each run's
+    config is read more than once (to train it, to fingerprint it, for the report), so a note such as a
+    warmup cut to fit a shortened run would come again and again."""
+    said = set()
+
+    def first_time(record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message in said:
+            return False
+        said.add(message)
+        return True
+
+    notes = logging.getLogger(config.__name__)
+    notes.addFilter(first_time)
+    try:
+        yield
+    finally:
+        notes.removeFilter(first_time)
+
+
+@_each_note_once()
 def run_demo(out_dir: str = "runs/demo", quick: bool = False) -> dict:
     out = Path(out_dir)
     if out.exists():
@@ -46,7 +73,8 @@ def _shakespeare(out: Path, quick: bool) -> dict:
     cfg = load_config("demo", [f"out_dir={out}", f"train.steps={steps}", f"train.eval_every={steps}",
                                f"train.ckpt_every={steps}"])
     start = time.perf_counter()
-    summary = train(cfg)
+    # a bar redraws in place on a terminal; written to a file or a pipe it would be one line per refresh
+    summary = train(cfg, progress=sys.stderr.isatty())
     sample = load_run(Path(cfg.out_dir) / cfg.name).complete(SAMPLE_PROMPT, tokens=300, temperature=0.8, seed=0)
     print(f"softmax Transformer, {summary['params']:,} parameters, {steps} steps in "
           f"{time.perf_counter() - start:.0f} s ({summary['tokens_per_s']:,.0f} tokens/s): validation loss "

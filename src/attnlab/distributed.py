@@ -2,11 +2,14 @@
 LOCAL_RANK; we join the process group (NCCL on CUDA, gloo on CPU), replicate the model with DDP or shard
 it with FSDP (train.fsdp=true), give each rank its slice of every batch, and let rank 0 alone log and
 write checkpoints. Checkpoints always hold the full, unsharded state in the single-process format, so a
-run resumes with any number of ranks that divides its batch."""
+run resumes with any number of ranks that divides its batch. A refusal during the set-up is said once, by
+rank 0 (``refusals_once``)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -19,6 +22,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
+
+from .errors import UserError
 
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
@@ -51,6 +56,31 @@ def setup(device: str) -> Ranks:
 def teardown(ranks: Ranks) -> None:
     if ranks.world > 1 and dist.is_initialized():
         dist.destroy_process_group()
+
+
+@contextmanager
+def refusals_once(ranks: Ranks) -> Iterator[None]:
+    """The set-up checks of every rank, which mostly find the same problem everywhere (they read one config):
+    if a rank refuses (a UserError), rank 0 raises the first refusal, the one line the user sees, and the
+    other ranks leave quietly with the status the CLI gives it (2). Every rank must reach the end of the
+    block before any other collective, so a rank that refuses early waits there for the others."""
+    refusal = None
+    try:
+        yield
+    except UserError as err:
+        if ranks.world == 1:
+            raise
+        refusal = str(err)
+    if ranks.world == 1:
+        return
+    found = [None] * ranks.world
+    dist.all_gather_object(found, refusal)
+    first = next((message for message in found if message is not None), None)
+    if first is None:
+        return
+    if ranks.main:
+        raise UserError(first)
+    raise SystemExit(2)
 
 
 def wrap(model: nn.Module, ranks: Ranks, fsdp: bool) -> nn.Module:

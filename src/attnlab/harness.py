@@ -14,15 +14,27 @@ no end-of-text token.
 from __future__ import annotations
 
 import logging
+import sys
 
 import torch
 import torch.nn.functional as F
-from lm_eval.api.model import TemplateLM
-from lm_eval.api.registry import register_model
-from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
 from .errors import UserError
 from .inference import load_run
+
+MISSING = "attnlab.harness needs lm-evaluation-harness: pip install 'attnlab[eval]'"
+
+try:
+    from lm_eval.api.model import TemplateLM
+    from lm_eval.api.registry import register_model
+    from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
+except ModuleNotFoundError as err:
+    if (err.name or "").split(".")[0] != "lm_eval":  # lm-eval is there, and what it lacks its error says
+        raise
+    if __name__ == "__main__":  # python -m attnlab.harness: the command line's one line and exit code
+        print(f"error: {MISSING}", file=sys.stderr)
+        raise SystemExit(2) from None
+    raise UserError(MISSING) from None
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -166,25 +168,33 @@ class Decoder(nn.Module):
         top_k: int | None = None,
         generator: torch.Generator | None = None,
         context: int | None = None,
+        top_p: float | None = None,
+        repetition_penalty: float = 1.0,
+        num_samples: int = 1,
+        finished: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """Continue prompt [B, T0] by max_new_tokens tokens, decoding incrementally through the mixer
-        states (one prefill, then one token per step). temperature 0 picks the most likely token.
+        """Continue prompt [B, T0] by up to max_new_tokens tokens, decoding incrementally through the mixer
+        states (one prefill, then one token per step). The sampling options are those of transformers'
+        generate (see Sampling); temperature 0 picks the most likely token.
 
+        num_samples: independent continuations of each prompt row, as consecutive rows of the result
+        [B * num_samples, T0 + new tokens] (transformers' num_return_sequences).
+        finished: called after each new token with the rows so far; returns which rows are done (bool
+        [rows]). Generation ends once all are; rows done earlier go on sampling until then, for the caller
+        to cut.
         context: the most tokens the model sees at once, for models trained on shorter windows than the
         text to generate. When the view grows past it, the model re-reads the newest context // 2
         tokens from a fresh state and continues incrementally from there. None: the view is unbounded.
         """
-        if prompt.ndim != 2 or prompt.shape[1] == 0:
-            raise ValueError("prompt must be a non-empty [batch, length] tensor of token ids")
-        if temperature < 0 or (top_k is not None and top_k <= 0) or (context is not None and context < 2):
-            raise ValueError("temperature must be >= 0, top_k positive or None, context >= 2 or None")
-        out = prompt
-        view_start = 0 if context is None else max(0, prompt.shape[1] - context)
+        sampling = Sampling(temperature, top_k, top_p, repetition_penalty)
+        _check_generate_arguments(prompt, max_new_tokens, num_samples, context)
+        out = prompt.repeat_interleave(num_samples, dim=0)
+        view_start = 0 if context is None else max(0, out.shape[1] - context)
         logits, states = self(out[:, view_start:])
         for i in range(max_new_tokens):
-            token = _sample(logits[:, -1].float(), temperature, top_k, generator)
+            token = sampling.pick(logits[:, -1].float(), out, generator)
             out = torch.cat((out, token), dim=1)
-            if i + 1 == max_new_tokens:
+            if i + 1 == max_new_tokens or (finished is not None and bool(finished(out).all())):
                 break
             if context is not None and out.shape[1] - view_start > context:
                 view_start = out.shape[1] - context // 2
@@ -194,12 +204,79 @@ class Decoder(nn.Module):
         return out
 
 
-def _sample(logits: torch.Tensor, temperature: float, top_k: int | None, generator) -> torch.Tensor:
-    """One token id per row of logits [B, vocab]."""
-    if temperature == 0:
-        return logits.argmax(-1, keepdim=True)
-    logits = (logits - logits.amax(-1, keepdim=True)) / temperature  # shifted first: no overflow when small
-    if top_k is not None and top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)
+def _check_generate_arguments(prompt: torch.Tensor, max_new_tokens: int, num_samples: int, context: int | None):
+    if prompt.ndim != 2 or prompt.shape[1] == 0:
+        raise ConfigError("prompt must be a non-empty [batch, length] tensor of token ids")
+    if max_new_tokens < 0:
+        raise ConfigError(f"max_new_tokens={max_new_tokens} must be 0 or more")
+    if num_samples < 1:
+        raise ConfigError(f"num_samples={num_samples} must be 1 or more")
+    if context is not None and context < 2:
+        raise ConfigError(f"context={context} must be 2 or more (the view re-reads its newest half when full), "
+                          "or None for an unbounded view")
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How generate picks each token, as transformers' generate does: the repetition penalty on the logits,
+    then the temperature, then top-k, then top-p.
+
+    temperature: the logits are divided by it; 0 picks the most likely token (after the penalty).
+    top_k: only the k most likely tokens can be drawn (None: all).
+    top_p: only the smallest set of most likely tokens whose probability reaches top_p, and always the most
+    likely one (nucleus sampling, Holtzman et al. 2020; None or 1: all).
+    repetition_penalty: CTRL's (Keskar et al. 2019): the logit of every token already in the row, prompt
+    included, is divided by it where positive and multiplied by it where negative (1: none; above 1
+    discourages repeats).
+    """
+
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    repetition_penalty: float = 1.0
+
+    def __post_init__(self):
+        if not self.temperature >= 0:
+            raise ConfigError(f"temperature={self.temperature} must be 0 (the most likely token) or more")
+        if self.top_k is not None and self.top_k < 1:
+            raise ConfigError(f"top_k={self.top_k} must be 1 or more, or None for every token")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p={self.top_p} must be above 0 and at most 1, or None for every token")
+        if not self.repetition_penalty > 0:
+            raise ConfigError(f"repetition_penalty={self.repetition_penalty} must be above 0 (1: no penalty)")
+
+    def pick(self, logits: torch.Tensor, seen: torch.Tensor, generator=None) -> torch.Tensor:
+        """One token id per row of logits [B, vocab], given the tokens of each row so far, seen [B, S]."""
+        if self.repetition_penalty != 1:
+            logits = penalize_repeats(logits, seen, self.repetition_penalty)
+        if self.temperature == 0:
+            return logits.argmax(-1, keepdim=True)
+        logits = (logits - logits.amax(-1, keepdim=True)) / self.temperature  # shifted first: no overflow when small
+        if self.top_k is not None and self.top_k < logits.shape[-1]:
+            logits = keep_top_k(logits, self.top_k)
+        if self.top_p is not None and self.top_p < 1:
+            logits = keep_top_p(logits, self.top_p)
+        return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)
+
+
+def penalize_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
+    """logits [B, vocab] with the logit l of every token in seen [B, S] made l / penalty if l > 0, else
+    l * penalty."""
+    scores = logits.gather(1, seen)
+    return logits.scatter(1, seen, torch.where(scores > 0, scores / penalty, scores * penalty))
+
+
+def keep_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """logits [B, vocab] with -inf for all but the k largest of each row (ties with the k-th stay)."""
+    kth = torch.topk(logits, k).values[:, -1:]
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def keep_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """logits [B, vocab] with -inf for all but the smallest set of most likely tokens whose probability
+    reaches p, in transformers' form: drop the least likely tokens while their probabilities sum to at most
+    1 - p, and never the most likely one."""
+    ascending, order = logits.sort(dim=-1)
+    dropped = torch.softmax(ascending, dim=-1).cumsum(dim=-1) <= 1 - p
+    dropped[:, -1] = False
+    return logits.masked_fill(dropped.scatter(1, order, dropped), float("-inf"))

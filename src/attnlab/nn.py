@@ -13,6 +13,14 @@ def at_least_fp32(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
+def rms_norm_fp32(norm: nn.RMSNorm, x: torch.Tensor) -> torch.Tensor:
+    """norm(x) computed in fp32 or wider, its gains cast up alike: the norm of a read from a state, which
+    bf16 or fp16 gains and inputs would round again."""
+    x = at_least_fp32(x)
+    weight = None if norm.weight is None else norm.weight.to(x.dtype)
+    return F.rms_norm(x, norm.normalized_shape, weight, norm.eps)
+
+
 def inverse_softplus(y):
     """softplus^-1(y) = log(exp(y) - 1), written y + log(-expm1(-y)) so that it is exact for small y and does
     not overflow for large y: of a float (in Python floats) or of a tensor."""

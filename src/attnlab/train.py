@@ -1,16 +1,19 @@
 """The training loop: AdamW with parameter groups, warmup + cosine, clipping, accumulation, periodic
-evaluation with optional early stopping, a JSONL metrics log and checkpoints that resume bit for bit."""
+evaluation with optional early stopping, a JSONL metrics log and checkpoints that resume bit for bit.
+Before the first step the run folder is locked and checked to be writable, and a step too large for the
+memory is refused."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
+import os
 import signal
 import threading
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,10 +24,11 @@ from tqdm.auto import tqdm
 from . import checkpoint, cost, distributed, loggers
 from .config import ModelConfig, RunConfig, TrainConfig
 from .data import TokenCorpus, load_data
+from .data.corpus import default_cache_dir
 from .errors import ConfigError, UserError
 from .evaluate import perplexity, split_loss, to_device
 from .model import Decoder, next_token_loss
-from .typed import from_dict
+from .starting_point import check_tokenizer, starting_point
 
 
 def pick_device(name: str) -> torch.device:
@@ -182,15 +186,22 @@ def fit_to_data(model: ModelConfig, data) -> ModelConfig:
     return model
 
 
-def train(cfg: RunConfig, resume: str | None = None, progress: bool = True, log=print) -> dict:
+def train(cfg: RunConfig, resume: str | None = None, progress: bool = True, log=print,
+          overrides: list[str] | None = None) -> dict:
     """Train cfg's model; resume='auto' continues from the run's newest intact checkpoint, a path from
-    that checkpoint. Under torchrun every rank calls this; see ``attnlab.distributed``. Returns a summary
-    (final losses, tokens/s, run folder) with the trained model under "model": the model at the last step;
-    with early stopping the losses are the best checkpoint's, which ``load_run`` loads. SIGINT and SIGTERM end it
-    after the current step, which is checkpointed (see ``StopSignals``). cfg itself is left unchanged."""
+    that checkpoint, with the checkpoint's config. Of the fields that overrides set (the command line's dotted
+    ones; None: every field of cfg, a config made in Python), those a resumed run may change
+    (``starting_point.RESUMABLE``) take cfg's value and any other that differs from the checkpoint's is refused.
+    train.init_from starts a new run from a checkpoint's weights and model (fine-tuning). Under torchrun every
+    rank calls this; see ``attnlab.distributed``. While training, the run folder is locked against a second
+    training (see ``checkpoint.run_lock``). Returns a summary (final losses, tokens/s, run folder) with the
+    trained model under "model": the model at the last step; with early stopping the losses are the best
+    checkpoint's, which ``load_run`` loads. SIGINT and SIGTERM end it after the current step, which is
+    checkpointed (see ``StopSignals``). cfg itself is left unchanged."""
     ranks = distributed.setup(cfg.train.device)
     try:
-        return _train(cfg, resume, progress, log if ranks.main else (lambda *_: None), ranks)
+        with ExitStack() as held:  # the run folder's lock, from the set-up to the end
+            return _train(cfg, resume, overrides, progress, log if ranks.main else (lambda *_: None), ranks, held)
     finally:
         distributed.teardown(ranks)
 
@@ -199,7 +210,7 @@ def train(cfg: RunConfig, resume: str | None = None, progress: bool = True, log=
 class Run:
     """The state of one training run, from its set-up through its steps, evaluations and checkpoints."""
 
-    cfg: RunConfig  # the given config with the checkpoint's model on resume, sized to the data
+    cfg: RunConfig  # as given, the checkpoint's on resume (its model when fine-tuning), sized to the data
     ranks: distributed.Ranks
     device: torch.device
     run_dir: Path
@@ -226,9 +237,7 @@ class Run:
         return self.cfg.train.batch_size // self.cfg.train.grad_accum
 
     def autocast(self):
-        if self.cfg.train.precision == "bf16":
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
-        return nullcontext()
+        return _autocast(self.cfg.train.precision, self.device)
 
     def twin(self) -> tuple[Decoder, torch.optim.Optimizer]:
         """A plain copy of the model and optimizer, for checkpoints of a sharded model."""
@@ -240,8 +249,9 @@ class Run:
         (self.bar.write if self.progress else self.log)(line)
 
 
-def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distributed.Ranks) -> dict:
-    run = _set_up(cfg, resume, progress, log, ranks)
+def _train(cfg: RunConfig, resume: str | None, overrides: list[str] | None, progress: bool, log,
+           ranks: distributed.Ranks, held: ExitStack) -> dict:
+    run = _set_up(cfg, resume, overrides, progress, log, ranks, held)
     t, interrupted = run.cfg.train, False
     with StopSignals() as stop, run.metrics or nullcontext():  # only rank 0 has a log to close
         for step in run.bar:
@@ -267,29 +277,33 @@ def _train(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distr
 # set-up and resume
 
 
-def _set_up(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: distributed.Ranks) -> Run:
-    """The run's data, model and optimizer, restored from the checkpoint when resuming; its metrics log and
-    progress bar open. The seeding and the order of these steps make a resumed run continue bit for bit."""
+def _set_up(cfg: RunConfig, resume: str | None, overrides: list[str] | None, progress: bool, log,
+            ranks: distributed.Ranks, held: ExitStack) -> Run:
+    """The run's data, model and optimizer, restored from the checkpoint when resuming (the weights of
+    train.init_from when fine-tuning); its metrics log and progress bar open. Whatever refuses the run does so
+    before the first step: a run folder that cannot be written or that another training holds before the model
+    is built, a step too large for the memory after. The seeding and the order of these steps make a resumed
+    run continue bit for bit."""
     run_dir = Path(cfg.out_dir) / cfg.name
-    ckpt = _resume_point(run_dir, resume, log)
-    if ckpt is not None:  # the model and data must be the checkpoint's; train settings may change
-        saved = from_dict(RunConfig, checkpoint.load_config(ckpt)).validate()
-        _check_same_run(saved, cfg, ckpt)
-        cfg = dataclasses.replace(cfg, model=saved.model)
-    t = cfg.train
-    micro_batch = t.batch_size // t.grad_accum  # drawn alike on every rank, which trains on its slice
-    if micro_batch % ranks.world:
-        raise ConfigError(f"train.batch_size / train.grad_accum = {micro_batch} must be divisible by the "
-                          f"{ranks.world} ranks; change train.batch_size or the number of processes")
-    device = ranks.device or pick_device(t.device)
-    torch.manual_seed(t.seed)
-    corpus = load_data(cfg.data, t.seq_len)
-    _check_splits(corpus, t)
-    cfg = dataclasses.replace(cfg, model=fit_to_data(cfg.model, corpus))  # as the checkpoints record it
-    model = Decoder(cfg.model).to(device)
+    with distributed.refusals_once(ranks):
+        if ranks.main:  # rank 0 alone writes the run folder
+            _check_writable(run_dir, cfg.out_dir)
+            held.enter_context(checkpoint.run_lock(run_dir))
+        cfg, ckpt, source = starting_point(cfg, run_dir, resume, overrides, log)
+        t = cfg.train
+        _check_ranks(t, ranks)
+        device = ranks.device or pick_device(t.device)
+        torch.manual_seed(t.seed)
+        corpus = _load_data(cfg)
+        _check_splits(corpus, t)
+        if source is not None:
+            check_tokenizer(corpus, source, t.init_from)
+        cfg = dataclasses.replace(cfg, model=fit_to_data(cfg.model, corpus))  # as the checkpoints record it
+        model = Decoder(cfg.model).to(device)
+        _check_memory(model, cfg, device, ranks)
     cost.warn_if_expensive(model, cfg, device, log)  # an expensive configuration is reported before its first step
-    if ckpt is not None:
-        checkpoint.load_weights(model, ckpt)
+    if ckpt is not None or source is not None:
+        checkpoint.load_weights(model, ckpt or source)
     if t.compile:
         model.compile_blocks(log)
     groups = param_groups(model, t)
@@ -300,8 +314,60 @@ def _set_up(cfg: RunConfig, resume: str | None, progress: bool, log, ranks: dist
               data_rng=torch.Generator().manual_seed(t.seed), stopping=EarlyStopping(t.patience, t.min_delta))
     if ckpt is not None:
         _restore(run, ckpt)
+    elif source is not None:
+        log(f"starting from the weights of {source} (train.init_from), with a fresh optimizer")
     _start(run, resumed=ckpt is not None)
     return run
+
+
+def _autocast(precision: str, device: torch.device):
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return nullcontext()
+
+
+def _check_ranks(t: TrainConfig, ranks: distributed.Ranks) -> None:
+    micro_batch = t.batch_size // t.grad_accum  # drawn alike on every rank, which trains on its slice
+    if micro_batch % ranks.world:
+        raise ConfigError(f"train.batch_size / train.grad_accum = {micro_batch} must be divisible by the "
+                          f"{ranks.world} ranks; change train.batch_size or the number of processes")
+
+
+def _check_memory(model: Decoder, cfg: RunConfig, device: torch.device, ranks: distributed.Ranks) -> None:
+    """A step of this rank's share of a micro-batch must fit in the device's memory (see ``cost.check_memory``)."""
+    t = cfg.train
+    shards = ranks.world if t.fsdp else 1  # FSDP splits the gradients and optimizer moments over the ranks
+    cost.check_memory(model, cfg, device, t.batch_size // t.grad_accum // ranks.world, shards,
+                      lambda: _autocast(t.precision, device))
+
+
+def _check_writable(run_dir: Path, out_dir: str) -> None:
+    """The run folder must be one that training can make and write in: refused now, not at its first checkpoint."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"{run_dir} is a file, not a run folder; choose another name= or out_dir=")
+    existing = next(folder for folder in (run_dir, *run_dir.parents) if folder.exists())
+    if not existing.is_dir():
+        raise ConfigError(f"out_dir={out_dir}: {existing} is a file, not a folder; choose another out_dir=")
+    if os.access(existing, os.W_OK | os.X_OK):
+        return
+    if existing == run_dir:
+        raise ConfigError(f"{run_dir} cannot be written (permission denied or a read-only file system), so no "
+                          "checkpoint could be saved; make it writable, or copy the run to a writable out_dir= and "
+                          "resume it there")
+    raise ConfigError(f"out_dir={out_dir}: {existing} cannot be written (permission denied or a read-only file "
+                      "system); choose another out_dir= or make it writable")
+
+
+def _load_data(cfg: RunConfig):
+    """The run's data; a token cache that cannot be written is refused naming the setting that moves it."""
+    try:
+        return load_data(cfg.data, cfg.train.seq_len)
+    except OSError as err:
+        cache = Path(cfg.data.cache_dir).expanduser() if cfg.data.cache_dir else default_cache_dir()
+        if err.filename is None or not Path(err.filename).resolve().is_relative_to(cache.resolve()):
+            raise
+        raise ConfigError(f"data.cache_dir={cache}: the token cache cannot be written there ({err.strerror}); give "
+                          "a writable data.cache_dir= (or set $ATTNLAB_CACHE)") from None
 
 
 def _adamw(groups: list[dict], t: TrainConfig, device: torch.device) -> torch.optim.AdamW:
@@ -528,38 +594,3 @@ def _loss(trained: nn.Module, tokens: torch.Tensor, targets: torch.Tensor) -> to
     """Mean next-token cross-entropy through the trained module's forward (DDP and FSDP hook into it)."""
     logits, _ = trained(tokens)
     return next_token_loss(logits, targets)
-
-
-def _resume_point(run_dir: Path, resume: str | None, log) -> Path | None:
-    if resume is None:
-        if checkpoint.list_checkpoints(run_dir):
-            raise UserError(f"{run_dir} already holds checkpoints; pass --resume auto to continue it, "
-                            "or choose another run name (name=...)")
-        return None
-    if resume == "auto":
-        found = checkpoint.latest_checkpoint(run_dir, warn=log)
-        if found is None:
-            log(f"no checkpoint in {run_dir} to resume from; starting from scratch")
-        return found
-    return checkpoint.resolve_checkpoint(resume, best=False)  # a run folder continues from its newest
-
-
-def as_fitted(given: RunConfig, saved: RunConfig) -> RunConfig:
-    """given with the model sizes it leaves to the data (0) taken from saved, a checkpoint's config, which
-    records them as the data fixed them."""
-    model = given.model
-    if model.vocab_size == 0:  # 0 means "the tokenizer's"
-        model = dataclasses.replace(model, vocab_size=saved.model.vocab_size)
-    if model.output_size == 0 and saved.model.output_size:  # a pointer head the data chose
-        model = dataclasses.replace(model, output_size=saved.model.output_size,
-                                    tie_embeddings=saved.model.tie_embeddings)
-    return dataclasses.replace(given, model=model)
-
-
-def _check_same_run(saved: RunConfig, given: RunConfig, ckpt: Path) -> None:
-    old, new = saved.to_dict(), as_fitted(given, saved).to_dict()
-    changed = [f"{section}.{key}" for section in ("model", "data") for key in old[section]
-               if key != "cache_dir" and old[section][key] != new[section][key]]
-    if changed:
-        raise UserError(f"cannot resume from {ckpt}: {', '.join(changed)} differ from the checkpoint's config; "
-                        "resume with the same model and data settings, or start a new run (name=...)")

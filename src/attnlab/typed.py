@@ -39,7 +39,11 @@ def _coerce(hint, value, path: str):
             return None
         (inner,) = [a for a in args if a is not type(None)]
         return _coerce(inner, value, path)
+    if value is None and hint is not typing.Any:  # `field=` on the command line, or `field:` in YAML
+        raise ConfigError(f"{path}= needs a value: give {_kind(hint, origin)}")
     if origin is list:
+        if isinstance(value, (str, int, float, bool)):  # one name is a list of one: train.log_to=tensorboard
+            value = [value]
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{path} must be a list, e.g. {path}=[a,b], got {value!r}")
         return [_coerce(args[0], v, f"{path}[{i}]") for i, v in enumerate(value)]
@@ -59,6 +63,16 @@ def _coerce(hint, value, path: str):
     if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
         raise ConfigError(f"{path}={value!r} must be of type {hint.__name__}")
     return value
+
+
+def _kind(hint, origin) -> str:
+    """What a field of this type takes, for messages: 'an int', 'a str', 'a list, ...'."""
+    if origin is list:
+        return "a list, e.g. [a,b], or one name"
+    if origin is dict:
+        return "a mapping, e.g. {a: 1}"
+    name = getattr(hint, "__name__", str(hint))
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
 def field_docs(cls) -> dict[str, str]:

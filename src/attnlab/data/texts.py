@@ -8,7 +8,7 @@ import sysconfig
 from pathlib import Path
 
 from ..errors import ConfigError
-from .files import shakespeare_files, strip_licence
+from .files import read_play, shakespeare_files, strip_licence
 
 SOURCES = ("plays", "python", "docs")
 DEFAULT_MIXED_CHARS = 3_000_000  # asked for when data.max_chars is unset; cut to what the sources hold
@@ -33,13 +33,11 @@ def source_text(name: str, limit: int) -> str:
     if name == "docs":
         return python_docs_text()[:limit]
     if name == "plays":
-        files = shakespeare_files()
+        texts = (strip_licence(read_play(path)) for path in shakespeare_files())
     else:
-        files = python_source_files()
+        texts = (path.read_text(encoding="utf-8", errors="replace") for path in python_source_files())
     parts, size = [], 0
-    for path in files:
-        text = path.read_text(encoding="utf-8", errors="replace")
-        text = strip_licence(text) if name == "plays" else text
+    for text in texts:
         parts.append(text)
         size += len(text)
         if size >= limit:

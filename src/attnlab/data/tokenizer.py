@@ -73,7 +73,7 @@ class BPETokenizer:
         try:
             from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
         except ImportError:
-            raise UserError("data.tokenizer=bpe needs the tokenizers package: pip install tokenizers") from None
+            raise UserError("data.tokenizer=bpe needs the tokenizers package: pip install 'attnlab[hf]'") from None
         model = Tokenizer(models.BPE())
         model.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         model.decoder = decoders.ByteLevel()

@@ -23,13 +23,14 @@ from pathlib import Path
 import torch
 
 from .. import checkpoint
-from ..config import RunConfig, load_config
+from ..config import RunConfig, apply_overrides, load_config, load_yaml
 from ..data import niah
 from ..errors import ConfigError, UserError
 from ..evaluate import perplexity, perplexity_by_length, scored_positions, task_accuracy, whole_split_loss
 from ..inference import load_run
 from ..plots import coupling_profile
-from ..train import as_fitted, train
+from ..starting_point import as_fitted
+from ..train import train
 from ..typed import from_dict
 from .spec import ABLATED, Arm, Experiment, Suite, seed_count, split_key
 
@@ -154,13 +155,20 @@ def run_config(experiment: Experiment, arm: Arm, seed: int, lr: float | None, ou
     """The config of one run of the suite: the arm's preset and overrides at this seed and learning rate (None:
     the preset's), the quick tier's overrides and the caller's, its steps multiplied by scale."""
     name = "-".join([experiment.name, arm.label, *([f"lr{lr:g}"] if lr else []), f"s{seed}"])
-    overrides = [*arm.overrides, *(learning_rate(arm, lr) if lr else []), *quick, *extra,
-                 f"name={name}".replace("+", "p"), f"out_dir={out / 'runs'}", f"train.seed={1000 + seed}",
-                 "train.keep_last=1"]
+    own = [*arm.overrides, *(learning_rate(arm, lr) if lr else []), *quick]
+    overrides = [*own, *_read_by_run(arm.preset, own, extra), f"name={name}".replace("+", "p"),
+                 f"out_dir={out / 'runs'}", f"train.seed={1000 + seed}", "train.keep_last=1"]
     cfg = load_config(arm.preset, overrides)
     if scale == 1.0:
         return cfg
     return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=max(1, round(cfg.train.steps * scale))))
+
+
+def _read_by_run(preset: str, own: list[str], extra: list[str]) -> list[str]:
+    """The caller's overrides but those of data fields that this run's source does not read (which its config
+    would refuse): one list of them shrinks a suite whose arms train on text and on tasks alike."""
+    data = from_dict(RunConfig, apply_overrides(load_yaml(preset), [*own, *extra])).data
+    return [o for o in extra if not o.startswith("data.") or data.reads(o.partition("=")[0].split(".")[1])]
 
 
 def superseded(suite: Suite, results: dict) -> set[str]:

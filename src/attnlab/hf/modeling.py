@@ -73,6 +73,9 @@ class AttnlabForCausalLM(SavesRemoteModule, PreTrainedModel, GenerationMixin):
         super().__init__(config)
         self.model = Decoder(config.model_config())
         self.post_init()
+        # the eos token is the newline, which ends a line rather than a text: generate runs for max_new_tokens,
+        # as attnlab's own does, unless given eos_token_id
+        self.generation_config.eos_token_id = None
 
     def _init_weights(self, module):
         """The decoder initialises its parameters when built; only computed buffers (RoPE's frequencies)

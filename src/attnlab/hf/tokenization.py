@@ -1,11 +1,16 @@
 """attnlab's tokenizers for transformers: the character, byte and id vocabularies as a slow
-`PreTrainedTokenizer` that encodes with attnlab's own tokenizer; the BPE as the fast tokenizer it is."""
+`PreTrainedTokenizer` that encodes with attnlab's own tokenizer; the BPE as the fast tokenizer it is.
+
+The vocabularies have no token of their own for the end of a text, and adding one would change the
+model's vocabulary; the newline, the document boundary of attnlab's corpora (which join documents by a
+blank line), is the bos, eos and pad token instead, so that transformers can pad batches."""
 
 from __future__ import annotations
 
 from transformers import PreTrainedTokenizer, PreTrainedTokenizerFast
 
 from ..data.tokenizer import BPETokenizer, tokenizer_from_dict
+from ..errors import UserError
 from .remote import TOKENIZER_AUTO_MAP, SavesRemoteModule, write_module
 
 
@@ -61,8 +66,28 @@ def _token_strings(tokenizer) -> list[str]:
     return [str(i) for i in range(tokenizer.vocab_size)]
 
 
+def newline_id(tokenizer) -> int | None:
+    """The id of the newline where the vocabulary has it as one token (not the id vocabularies of synthetic
+    tasks, nor a character vocabulary whose text had no line breaks)."""
+    try:
+        ids = tokenizer.encode("\n")
+    except UserError:  # a character vocabulary without it
+        return None
+    return int(ids[0]) if len(ids) == 1 else None
+
+
+def special_tokens(tokenizer) -> dict[str, str]:
+    """bos, eos and pad token: the newline's token string, or none where the vocabulary has no newline."""
+    newline = newline_id(tokenizer)
+    if newline is None:
+        return {}
+    token = tokenizer.model.id_to_token(newline) if isinstance(tokenizer, BPETokenizer) else "\n"
+    return {"bos_token": token, "eos_token": token, "pad_token": token}
+
+
 def hf_tokenizer(tokenizer):
-    """The transformers tokenizer of an attnlab tokenizer."""
+    """The transformers tokenizer of an attnlab tokenizer, with the newline as its special tokens."""
+    special = special_tokens(tokenizer)
     if isinstance(tokenizer, BPETokenizer):
-        return PreTrainedTokenizerFast(tokenizer_object=tokenizer.model, clean_up_tokenization_spaces=False)
-    return AttnlabTokenizer(tokenizer.to_dict())
+        return PreTrainedTokenizerFast(tokenizer_object=tokenizer.model, clean_up_tokenization_spaces=False, **special)
+    return AttnlabTokenizer(tokenizer.to_dict(), **special)

@@ -116,8 +116,8 @@ class AttentionMixer(Mixer):
         if self.rotary is not None:
             q, k = self.rotary(q, offset=past), self.rotary(k, offset=past)
         state = KVCache.holding(k, v) if state is None else state.extend(k, v)
-        y = self.attend(q, state.k, state.v)  # [B, H', T, D']
-        return self.out_proj(y.transpose(1, 2).reshape(B, T, -1)), state
+        y = self.attend(q, state.k, state.v)  # [B, H', T, D'], in fp32 where attend normalises in it
+        return self.out_proj(y.transpose(1, 2).reshape(B, T, -1).to(x.dtype)), state
 
     def prepare_qk(self, q: torch.Tensor, k: torch.Tensor):
         """Per-token transform of q and k before RoPE and scoring (identity here)."""

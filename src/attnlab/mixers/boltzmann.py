@@ -132,15 +132,17 @@ class BoltzmannAttention(AttentionMixer):
         return overwritten(*[(p, 0.0) for p in couplings]) if couplings else None
 
     def coupling_matrix(self, size: int) -> torch.Tensor | None:
-        """J over the first `size` positions [H, size, size] (strict upper triangle meaningful)."""
+        """J over the first `size` positions [H, size, size] (strict upper triangle meaningful), in fp32 or
+        wider, as inference runs."""
         if self.J is None:
             return None
+        J = at_least_fp32(self.J)
         if self.cfg.couplings == "position":
-            return self.J[:, :size, :size]
-        position = torch.arange(size, device=self.J.device)
+            return J[:, :size, :size]
+        position = torch.arange(size, device=J.device)
         offset = position[None, :] - position[:, None]  # k - j
-        reach = self.J.shape[-1]
-        table = torch.cat((self.J.new_zeros(self.J.shape[0], 1), self.J), dim=-1)  # distance 0 -> 0
+        reach = J.shape[-1]
+        table = torch.cat((J.new_zeros(J.shape[0], 1), J), dim=-1)  # distance 0 -> 0
         index = torch.where((offset >= 1) & (offset <= reach), offset, 0)
         return table[:, index]
 
@@ -230,7 +232,7 @@ class BoltzmannAttention(AttentionMixer):
         S = h.shape[-1]
         inference = self.cfg.inference
         J = self.coupling_matrix(S)
-        K = None if self.K is None else self.K[:, :S, :S, :S]
+        K = None if self.K is None else at_least_fp32(self.K[:, :S, :S, :S])
         closed_form = self.closed_form(h, J, K)
         if closed_form is not None:
             return closed_form

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError
-from ..nn import at_least_fp32
+from ..nn import rms_norm_fp32
 from .attention import AttentionConfig, AttentionMixer
 from .registry import register_mixer
 from .softmax import causal_sdpa, one_query_weights
@@ -62,7 +62,7 @@ class DifferentialAttention(AttentionMixer):
 
     def attend(self, q, k, v):
         y = self._one_query(q, k, v) if q.shape[-2] == 1 < k.shape[-2] else self._fused(q, k, v)
-        return self.head_norm(at_least_fp32(y)) * (1.0 - self.lambda_init)  # the norm in fp32, as its weights
+        return rms_norm_fp32(self.head_norm, y) * (1.0 - self.lambda_init)
 
     def _fused(self, q, k, v):
         H, D = v.shape[1], v.shape[-1]

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError
-from ..nn import ShortConv, at_least_fp32, inverse_softplus, log_uniform_dt, overwritten, set_optim
+from ..nn import ShortConv, at_least_fp32, inverse_softplus, log_uniform_dt, overwritten, rms_norm_fp32, set_optim
 from ..ops import fla as fla_ops
 from ..ops.ccq import CCQStats, ccq_chunk, ccq_step
 from ..ops.delta_rule import delta_rule_chunk, delta_rule_step
@@ -143,8 +143,8 @@ class LinearAttention(Mixer):
         gates = self.gates(x)
         q, k, ccq_state = self.read_query(q, k, gates, state.ccq)
         o, memory = self.recur(q, k, v, gates, state.memory)
-        o = self.out_norm(at_least_fp32(o)) * F.silu(self.split_heads(self.gate_proj(x)))  # norm weights are fp32
-        y = self.out_proj(o.transpose(1, 2).reshape(B, T, -1))
+        o = rms_norm_fp32(self.out_norm, o) * F.silu(self.split_heads(self.gate_proj(x)))
+        y = self.out_proj(o.transpose(1, 2).reshape(B, T, -1).to(x.dtype))
         return y, LinearState(memory, conv_state, ccq_state)
 
     def read_query(self, q, k, gates, ccq_state):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 import torch
 from torch import nn
 
-from ..errors import ConfigError, unknown_name
+from ..errors import ConfigError, UserError, unknown_name
 from ..typed import from_dict
 
 
@@ -36,6 +36,14 @@ class MixerConfig:
             )
 
 
+def check_input(x, d_model: int) -> None:
+    """A UserError unless x is a tensor [batch, time, d_model] holding at least one token."""
+    if isinstance(x, torch.Tensor) and x.ndim == 3 and x.shape[-1] == d_model and 0 not in x.shape[:2]:
+        return
+    got = list(x.shape) if isinstance(x, torch.Tensor) else f"a {type(x).__name__}, not a tensor"
+    raise UserError(f"mixer input must be [batch, time, d_model={d_model}] with batch and time >= 1; got {got}")
+
+
 class Mixer(nn.Module):
     """Base class of all token mixers."""
 
@@ -46,6 +54,12 @@ class Mixer(nn.Module):
     def __init__(self, cfg: MixerConfig):
         super().__init__()
         self.cfg = cfg
+
+    def __call__(self, x: torch.Tensor, state=None):
+        """forward(x, state) of an input checked here, for every mixer: a wrong shape fails in one line that
+        names the expected one rather than deep inside the mixer's arithmetic."""
+        check_input(x, self.cfg.d_model)
+        return super().__call__(x, state)
 
     def forward(self, x: torch.Tensor, state=None):
         """x [B, T, d_model], state from ``init_state`` or a previous call -> (y [B, T, d_model], state)."""

@@ -90,6 +90,8 @@ class HeadNorm(nn.Module):
 
 @register_mixer("interdomain")
 class InterdomainAttention(Mixer):
+    """Interdomain attention: queries read a fixed-size S4D state of keys and values through xi(q)."""
+
     config_class = InterdomainConfig
     compile_exclusion = ("the complex-valued state and the serial carry between chunks did not finish compiling "
                          "in 75 s for one small layer on a 2-core CPU")
@@ -124,10 +126,11 @@ class InterdomainAttention(Mixer):
             set_optim(param, max_lr=cfg.ssm_max_lr, weight_decay=0.0)
 
     def ssm(self):
-        """(lambda, B_bar, C) of every head."""
-        A = torch.complex(-self.log_A_real.exp(), self.A_imag)
-        lam, B_bar = s4d.discretize(self.log_dt, A, self.cfg.discretization)
-        return lam, B_bar, torch.view_as_complex(self.C)
+        """(lambda, B_bar, C) of every head, complex64 or wider: complex arithmetic in bf16 or fp16 is missing
+        or too coarse for powers of lambda."""
+        log_dt, log_A_real, A_imag, C = (at_least_fp32(p) for p in (self.log_dt, self.log_A_real, self.A_imag, self.C))
+        lam, B_bar = s4d.discretize(log_dt, torch.complex(-log_A_real.exp(), A_imag), self.cfg.discretization)
+        return lam, B_bar, torch.view_as_complex(C)
 
     def heads(self, x):
         B, T, _ = x.shape

@@ -14,6 +14,7 @@ Lengths need not be multiples of the chunk: the kernels mask the last, partial c
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 import torch.nn.functional as F
@@ -44,10 +45,20 @@ def scalar_gated_backward_works() -> bool:
     return not (IS_NVIDIA_HOPPER and TRITON_ABOVE_3_4_0 and not TRITON_ABOVE_3_7_1)
 
 
+NEEDS_CUDA = "backend=fla runs flash-linear-attention's Triton kernels, which need a CUDA GPU"
+
+
+def _interpreted() -> bool:
+    """Whether Triton interprets the kernels (TRITON_INTERPRET=1), which runs them on the CPU."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
 def require() -> None:
-    """Raise a one-line ConfigError naming the fix when fla is missing."""
+    """Raise a one-line ConfigError naming the fix when fla is missing or this machine has no CUDA GPU."""
     if not available():
         raise ConfigError(f"backend=fla needs flash-linear-attention, which is not installed: {INSTALL_HINT}")
+    if not (torch.cuda.is_available() or _interpreted()):
+        raise ConfigError(f"{NEEDS_CUDA}, and this machine has none; use backend=torch or backend=auto")
 
 
 def _kernels():
@@ -67,6 +78,8 @@ def _kernel_chunk(chunk_size: int) -> int:
 def _time_major(q, k, v, *gates):
     """[B, H, T, ...] -> fla's [B, T, H, ...]: q, k, v in a dtype the kernels take (fp64 becomes fp32), the
     gates (log-decays, beta) in fp32; a gate that is None stays None."""
+    if not (q.is_cuda or _interpreted()):
+        raise ConfigError(f"{NEEDS_CUDA}, and this model runs on {q.device}; use backend=torch or backend=auto")
     dtype = q.dtype if q.dtype in (torch.bfloat16, torch.float16, torch.float32) else torch.float32
     return [x.transpose(1, 2).to(dtype) for x in (q, k, v)] + [
         None if x is None else x.transpose(1, 2).float() for x in gates]

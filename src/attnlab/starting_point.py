@@ -1,0 +1,147 @@
+"""Where a training run starts: from scratch, from the checkpoint it resumes (taking that checkpoint's config,
+of which the command line may change only what RESUMABLE lists), or from the weights and model of
+train.init_from (fine-tuning, which may change only FINE_TUNABLE)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from . import checkpoint
+from .config import RunConfig
+from .data import tokenizer_from_dict
+from .errors import UserError
+from .typed import from_dict
+
+
+def resume_point(run_dir: Path, resume: str | None, log) -> Path | None:
+    if resume is None:
+        if checkpoint.list_checkpoints(run_dir):
+            raise UserError(f"{run_dir} already holds checkpoints; pass --resume auto to continue it, "
+                            "or choose another run name (name=...)")
+        return None
+    if resume == "auto":
+        found = checkpoint.latest_checkpoint(run_dir, warn=log)
+        if found is None:
+            log(f"no checkpoint in {run_dir} to resume from; starting from scratch")
+        return found
+    return checkpoint.resolve_checkpoint(resume, best=False)  # a run folder continues from its newest
+
+
+def as_fitted(given: RunConfig, saved: RunConfig) -> RunConfig:
+    """given with the model sizes it leaves to the data (0) taken from saved, a checkpoint's config, which
+    records them as the data fixed them."""
+    model = given.model
+    if model.vocab_size == 0:  # 0 means "the tokenizer's"
+        model = dataclasses.replace(model, vocab_size=saved.model.vocab_size)
+    if model.output_size == 0 and saved.model.output_size:  # a pointer head the data chose
+        model = dataclasses.replace(model, output_size=saved.model.output_size,
+                                    tie_embeddings=saved.model.tie_embeddings)
+    return dataclasses.replace(given, model=model)
+
+
+# what a resumed run may change: how long it trains (its warmup, which a preset's shortened run caps at half of the
+# steps, with them), how it evaluates, logs, checkpoints and stops early, how its arithmetic runs and where its
+# token cache is; any other change would make it another run
+RESUMABLE = ("train.steps", "train.warmup_steps", "train.eval_every", "train.log_every", "train.ckpt_every",
+             "train.keep_last", "train.patience", "train.min_delta", "train.skip_non_finite", "train.grad_accum",
+             "train.precision", "train.device", "train.fsdp", "train.compile", "train.log_to", "data.cache_dir")
+FINE_TUNABLE = ("model.dropout",)  # what fine-tuning may change of the model it starts from
+
+
+def starting_point(cfg: RunConfig, run_dir: Path, resume: str | None, overrides: list[str] | None,
+                    log) -> tuple[RunConfig, Path | None, Path | None]:
+    """The run's config and where its weights come from: (config, the checkpoint it resumes, None) continuing
+    the checkpoint's config, (config, None, the checkpoint of train.init_from) with that checkpoint's model, or
+    (cfg, None, None) for a run from scratch."""
+    ckpt = resume_point(run_dir, resume, log)
+    if ckpt is not None:
+        resumable = ", ".join(RESUMABLE)
+        advice = (f"repeat the checkpoint's values or leave them out (a resumed run may change only {resumable}), "
+                  "or start a new run with another name=")
+        return _inherit(cfg, ckpt, overrides, lambda key: key not in ("name", "out_dir"), RESUMABLE,
+                        f"cannot resume from {ckpt}", advice), ckpt, None
+    if cfg.train.init_from is None:
+        return cfg, None, None
+    try:
+        source = checkpoint.resolve_checkpoint(cfg.train.init_from)
+    except UserError as err:
+        raise UserError(f"train.init_from={cfg.train.init_from}: {err}") from None
+    advice = (f"a fine-tuned model is the checkpoint's: repeat its values or leave them out (only "
+              f"{', '.join(FINE_TUNABLE)} may change)")
+    return _inherit(cfg, source, overrides, lambda key: key.startswith("model."), FINE_TUNABLE,
+                    f"train.init_from={cfg.train.init_from}", advice), None, source
+
+
+def _inherit(given: RunConfig, ckpt: Path, overrides: list[str] | None, taken: Callable[[str], bool],
+             changeable: tuple[str, ...], context: str, advice: str) -> RunConfig:
+    """given with the fields that `taken` selects set to those of the checkpoint's config, except the
+    changeable ones that overrides set. A taken field that overrides set to another value than the checkpoint's
+    is refused, with all such fields in one line."""
+    saved = from_dict(RunConfig, checkpoint.load_config(ckpt))  # what is taken is validated with the rest below
+    old, new = _fields(saved), _fields(as_fitted(given, saved))
+    asked = _set_by(overrides, new)
+    kept = {key for key in new if taken(key) and not (key in changeable and key in asked)}
+    clashes = sorted(key for key in asked & kept if new[key] != old[key])
+    if clashes:
+        verb = "differs" if len(clashes) == 1 else "differ"
+        raise UserError(f"{context}: {_listing(clashes, new)} {verb} from the checkpoint's {_listing(clashes, old)}; "
+                        f"{advice}")
+    return _config({key: old[key] if key in kept else value for key, value in new.items()})
+
+
+def _fields(cfg: RunConfig) -> dict:
+    """A config's fields by their dotted names: {"name": ..., "model.d_model": ..., "data.mqar": {...}, ...}."""
+    fields = {}
+    for key, value in cfg.to_dict().items():
+        if isinstance(value, dict):  # a section
+            fields |= {f"{key}.{name}": field_value for name, field_value in value.items()}
+        else:
+            fields[key] = value
+    return fields
+
+
+def _config(fields: dict) -> RunConfig:
+    """The config of _fields' dotted names."""
+    values = {}
+    for key, value in fields.items():
+        section, dot, name = key.partition(".")
+        if dot:
+            values.setdefault(section, {})[name] = value
+        else:
+            values[key] = value
+    return from_dict(RunConfig, values).validate()
+
+
+def _set_by(overrides: list[str] | None, fields: dict) -> set[str]:
+    """The fields that dotted overrides set (model.mixer_options.gla.chunk_size sets model.mixer_options); all
+    of them when there are no overrides to tell (None)."""
+    if overrides is None:
+        return set(fields)
+    return {".".join(item.partition("=")[0].split(".")[:2]) for item in overrides}
+
+
+def _listing(keys: list[str], fields: dict) -> str:
+    """'model.d_model=64, train.lr=0.01': fields as the overrides that set them are written."""
+    return ", ".join(f"{key}={_as_override(fields[key])}" for key in keys)
+
+
+def _as_override(value) -> str:
+    """A value as an override writes it (YAML): 64, 0.01, sigmoid, true, null, [a, b]."""
+    return yaml.safe_dump(value, default_flow_style=True, width=1 << 20).strip().removesuffix("...").strip()
+
+
+def check_tokenizer(corpus, source: Path, init_from: str) -> None:
+    """Fine-tuning reads the new data with the ids of the checkpoint's tokenizer: the data's must be the same,
+    or every id would stand for another symbol."""
+    theirs = checkpoint.load_tokenizer_dict(source)
+    if corpus.tokenizer.to_dict() == theirs:
+        return
+    size = tokenizer_from_dict(theirs).vocab_size
+    raise UserError(f"train.init_from={init_from}: the data's tokenizer ({corpus.tokenizer.kind}, vocabulary of "
+                    f"{corpus.vocab_size}) is not the checkpoint's ({theirs['kind']}, vocabulary of {size}); "
+                    "fine-tune on data that tokenizes alike: data.tokenizer=byte in both runs, or char on text "
+                    "with the same characters")

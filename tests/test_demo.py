@@ -1,0 +1,43 @@
+"""attnlab demo, shrunk to tiny models: what it writes where."""
+
+import dataclasses
+import logging
+from collections import Counter
+
+import attnlab.demo
+from attnlab.config import load_config
+from attnlab.experiments import demo as demo_suite
+
+
+def test_the_demo_writes_no_bars_into_a_redirected_stderr_and_each_note_once(tmp_path, monkeypatch, capsys, caplog):
+    text_file = tmp_path / "play.txt"  # holds the characters of the demo's prompt
+    text_file.write_text("".join(f"ROMEO.\nLine {i}: the quick brown fox jumps over the lazy dog.\n"
+                                 for i in range(300)))
+    tiny = ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "train.batch_size=4"]
+    tiny_text = [*tiny, "data.source=text", f"data.path={text_file}", f"data.cache_dir={tmp_path / 'cache'}",
+                 "train.seq_len=16"]
+    tiny_task = [*tiny, "data.mqar.train_examples=64", "data.mqar.test_examples=32"]
+
+    def small_suite(tier="default"):
+        """The demo's suite with two arms per experiment, on tiny models (the lm arms on a small text)."""
+        suite = real_suite(tier)
+        shrink = {"lm": tiny_text, "mqar": tiny_task}
+        experiments = [dataclasses.replace(e, arms=[dataclasses.replace(a, overrides=[*a.overrides, *shrink[e.name]])
+                                                    for a in e.arms[:2]]) for e in suite.experiments]
+        return dataclasses.replace(suite, experiments=experiments)
+
+    real_suite = demo_suite.suite
+    monkeypatch.setattr(demo_suite, "suite", small_suite)
+    monkeypatch.setattr(attnlab.demo, "load_config", lambda preset, overrides: load_config(preset, [*overrides,
+                                                                                                    *tiny_text]))
+    caplog.set_level(logging.INFO)
+    result = attnlab.demo.run_demo(str(tmp_path / "demo"), quick=True)
+
+    assert len(result["comparison"]["runs"]) == 4
+    err = capsys.readouterr().err  # pytest's capture is no terminal
+    assert "%|" not in err and "it/s" not in err
+    notes = Counter(r.getMessage() for r in caplog.records if r.getMessage().startswith("note:"))
+    # the Shakespeare model's warmup of 100, the lm arms' 30 and the MQAR arms' 200 are each cut to 10 steps
+    assert sorted(notes) == [f"note: train.warmup_steps={w} is more than half of train.steps=20; warming up for "
+                             "10 steps (set train.warmup_steps=10 or less to choose)" for w in (100, 200, 30)]
+    assert set(notes.values()) == {1}

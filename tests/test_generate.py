@@ -1,0 +1,288 @@
+"""Sampling: top-k, top-p, the repetition penalty, several samples and stop strings, in Decoder.generate,
+LoadedRun.complete and attnlab generate."""
+
+import contextlib
+import io
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attnlab.cli import main
+from attnlab.config import ModelConfig, RunConfig
+from attnlab.data.tokenizer import CharTokenizer
+from attnlab.errors import ConfigError
+from attnlab.inference import LoadedRun
+from attnlab.model import Decoder, Sampling, keep_top_p, penalize_repeats
+
+VOCAB = 50
+
+
+def tiny(vocab: int = VOCAB) -> Decoder:
+    """A small decoder with large weights, so that its next-token distributions are far from uniform."""
+    torch.manual_seed(0)
+    model = Decoder(ModelConfig(vocab_size=vocab, d_model=32, n_layers=2, n_heads=4)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.5)
+    return model
+
+
+def seeded(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# probabilities 0.15, 0.5, 0.05, 0.3: from the most likely, 0.5, 0.8, 0.95, 1
+PROBS = torch.tensor([[0.15, 0.5, 0.05, 0.3]])
+
+
+@pytest.mark.parametrize(("p", "kept"), [(1e-9, {1}), (0.4, {1}), (0.5, {1}), (0.7, {1, 3}), (0.9, {0, 1, 3}),
+                                         (0.97, {0, 1, 2, 3})])
+def test_top_p_keeps_the_fewest_most_likely_tokens_that_reach_p(p, kept):
+    logits = PROBS.log() + 2.0  # a shift changes no probability
+    out = keep_top_p(logits, p)
+    assert set(torch.isfinite(out[0]).nonzero().flatten().tolist()) == kept
+    assert torch.equal(out[torch.isfinite(out)], logits[torch.isfinite(out)])  # the kept logits are unchanged
+
+
+def test_top_p_samples_the_renormalised_nucleus():
+    logits = PROBS.log().expand(20000, 4)
+    drawn = Sampling(temperature=1.0, top_p=0.7).pick(logits, torch.zeros(20000, 0, dtype=torch.long), seeded(0))
+    counts = torch.bincount(drawn.flatten(), minlength=4) / 20000
+    torch.testing.assert_close(counts, torch.tensor([0, 0.5 / 0.8, 0, 0.3 / 0.8]), rtol=0, atol=0.015)
+
+
+def test_the_repetition_penalty_divides_positive_and_multiplies_negative_logits_of_seen_tokens():
+    logits = torch.tensor([[2.0, -1.0, 0.5, -3.0, 0.0]])
+    seen = torch.tensor([[0, 1, 1, 4]])  # a token seen twice is penalised once
+    assert penalize_repeats(logits, seen, 2.0).tolist() == [[1.0, -2.0, 0.5, -3.0, 0.0]]
+    assert penalize_repeats(logits, seen, 0.5).tolist() == [[4.0, -0.5, 0.5, -3.0, 0.0]]
+    # it acts before the choice: greedy decoding moves off the penalised token
+    assert Sampling(temperature=0, repetition_penalty=5.0).pick(logits, seen).item() == 2
+
+
+def test_top_p_and_the_penalty_agree_with_transformers():
+    from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor, TopPLogitsWarper
+
+    g = seeded(0)
+    logits, seen = 3 * torch.randn(64, VOCAB, generator=g), torch.randint(VOCAB, (64, 20), generator=g)
+    for p in (0.1, 0.5, 0.9, 0.99):
+        expected = TopPLogitsWarper(p)(seen, logits.clone())
+        assert torch.equal(torch.isinf(keep_top_p(logits, p)), torch.isinf(expected))
+    torch.testing.assert_close(penalize_repeats(logits, seen, 1.3),
+                               RepetitionPenaltyLogitsProcessor(1.3)(seen, logits.clone()), rtol=0, atol=0)
+
+
+def test_greedy_decoding_with_a_penalty_decodes_incrementally_as_a_full_forward_would():
+    model = tiny()
+    prompt = torch.randint(VOCAB, (2, 4))
+    out = model.generate(prompt, 12, temperature=0, repetition_penalty=3.0)
+    tokens = prompt
+    for _ in range(12):  # reference: each step recomputed from scratch, the penalty applied by hand
+        logits = model(tokens)[0][:, -1]
+        tokens = torch.cat((tokens, penalize_repeats(logits, tokens, 3.0).argmax(-1, keepdim=True)), dim=1)
+    assert torch.equal(out, tokens)
+    assert not torch.equal(out, model.generate(prompt, 12, temperature=0))
+
+
+def test_greedy_decoding_is_what_top_k_1_and_a_tiny_top_p_give():
+    model = tiny()
+    prompt = torch.randint(VOCAB, (2, 3))
+    greedy = model.generate(prompt, 10, temperature=0)
+    assert torch.equal(model.generate(prompt, 10, top_k=1, generator=seeded(3)), greedy)
+    assert torch.equal(model.generate(prompt, 10, temperature=1.5, top_p=1e-6, generator=seeded(3)), greedy)
+    assert torch.equal(model.generate(prompt, 10, temperature=0, top_k=5, top_p=0.5), greedy)  # no effect on argmax
+
+
+def test_samples_are_independent_rows_after_their_prompt():
+    model = tiny()
+    prompt = torch.randint(VOCAB, (2, 3))
+    out = model.generate(prompt, 6, temperature=1.5, num_samples=4, generator=seeded(0))
+    assert out.shape == (8, 9)
+    assert torch.equal(out[:, :3], prompt.repeat_interleave(4, dim=0))  # rows 0-3 continue prompt 0
+    assert len({tuple(row) for row in out[:, 3:].tolist()}) == 8
+    greedy = model.generate(prompt, 6, temperature=0, num_samples=3)
+    assert torch.equal(greedy, model.generate(prompt, 6, temperature=0).repeat_interleave(3, dim=0))
+
+
+def test_the_first_tokens_of_many_samples_follow_the_models_distribution():
+    model = tiny()
+    prompt = torch.randint(VOCAB, (1, 3))
+    first = model.generate(prompt, 1, temperature=1.0, num_samples=5000, generator=seeded(1))[:, -1]
+    expected = torch.softmax(model(prompt)[0][0, -1], dim=-1)
+    frequencies = torch.bincount(first, minlength=VOCAB) / 5000
+    torch.testing.assert_close(frequencies, expected, rtol=0, atol=0.015)
+
+
+def test_generation_is_deterministic_given_a_seed():
+    model = tiny()
+    prompt = torch.randint(VOCAB, (2, 3))
+    options = dict(temperature=1.2, top_k=20, top_p=0.9, repetition_penalty=1.3, num_samples=2)
+    a = model.generate(prompt, 15, generator=seeded(5), **options)
+    assert torch.equal(a, model.generate(prompt, 15, generator=seeded(5), **options))
+    assert not torch.equal(a, model.generate(prompt, 15, generator=seeded(6), **options))
+
+
+def test_generation_lengths():
+    model = tiny()
+    prompt = torch.randint(VOCAB, (2, 3))
+    assert torch.equal(model.generate(prompt, 0), prompt)
+    assert model.generate(prompt, 7, generator=seeded(0)).shape == (2, 10)
+    assert model.generate(prompt, 7, generator=seeded(0), finished=lambda rows: rows[:, -1] >= 0).shape == (2, 4)
+    # generation ends when every row is done, here when row 1 has 5 new tokens (row 0 is done at once)
+    def row_1_has_5_new(rows):
+        return torch.tensor([True, rows.shape[1] >= 8])
+
+    assert model.generate(prompt, 9, generator=seeded(0), finished=row_1_has_5_new).shape == (2, 8)
+
+
+@pytest.mark.parametrize(("option", "message"), [
+    ({"temperature": -1.0}, "temperature=-1.0 must be 0"),
+    ({"temperature": math.nan}, "temperature=nan must be 0"),
+    ({"top_k": 0}, "top_k=0 must be 1 or more"),
+    ({"top_p": 0.0}, "top_p=0.0 must be above 0 and at most 1"),
+    ({"top_p": 1.5}, "top_p=1.5 must be above 0 and at most 1"),
+    ({"repetition_penalty": 0.0}, "repetition_penalty=0.0 must be above 0"),
+    ({"num_samples": 0}, "num_samples=0 must be 1 or more"),
+    ({"max_new_tokens": -1}, "max_new_tokens=-1 must be 0 or more"),
+    ({"context": 1}, "context=1 must be 2 or more"),
+])
+def test_each_bad_argument_is_named_in_one_line(option, message):
+    arguments = {"max_new_tokens": 3} | option
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        tiny().generate(torch.zeros(1, 2, dtype=torch.long), **arguments)
+
+
+CHARS = "ab\n"
+
+
+def loaded() -> LoadedRun:
+    cfg = RunConfig(model=ModelConfig(vocab_size=len(CHARS), d_model=32, n_layers=2, n_heads=4)).validate()
+    return LoadedRun(cfg, tiny(len(CHARS)), CharTokenizer(CHARS), torch.device("cpu"), Path("."))
+
+
+def cut_before(text: str, stops: list[str], start: int) -> str:
+    """Reference: text up to the earliest stop found from start on."""
+    found = [i for i in (text.find(stop, start) for stop in stops) if i >= 0]
+    return text[: min(found)] if found else text
+
+
+@pytest.mark.parametrize("stops", [["\n"], ["\n", "bb"], ["a"]])  # "a" is in the prompt too: it does not count
+def test_a_stop_string_ends_the_sample_and_cuts_it_before_the_stop(stops):
+    run = loaded()
+    full = run.complete("ab", 40, temperature=1.5, seed=2, num_samples=6)
+    cut = run.complete("ab", 40, temperature=1.5, seed=2, num_samples=6, stop=stops)
+    assert cut == [cut_before(text, stops, 2) for text in full]
+    assert sum(len(c) < len(f) for c, f in zip(cut, full, strict=True)) >= 3  # most samples were cut
+    assert all(c.startswith("ab") for c in cut)
+
+
+def test_generation_stops_once_every_sample_holds_a_stop():
+    run = loaded()
+    steps = []
+    original = run.model.forward
+
+    def counted(*args, **kwargs):
+        steps.append(1)
+        return original(*args, **kwargs)
+
+    run.model.forward = counted
+    texts = run.complete("a", 200, temperature=1.5, seed=0, stop=["a", "b", "\n"], num_samples=3)
+    assert texts == ["a", "a", "a"] and len(steps) == 1  # the prefill gives the first token; every row stops at it
+
+
+def test_one_text_or_a_list_of_samples():
+    run = loaded()
+    text = run.complete("ab", 8, seed=1)
+    assert isinstance(text, str) and text.startswith("ab") and len(text) == 10
+    assert run.complete("ab", 8, seed=1, num_samples=1) == [text]
+    with pytest.raises(ConfigError, match="stop strings must not be empty"):
+        run.complete("ab", 8, stop=["\n", ""])
+
+
+def tiny_run(tmp_path, preset: str, *overrides: str) -> str:
+    assert main(["train", preset, "--quiet", "name=gen", f"out_dir={tmp_path / 'runs'}", "model.d_model=32",
+                 "model.n_layers=1", "train.steps=2", "train.batch_size=4", "train.eval_batches=1",
+                 "train.ckpt_every=2", *overrides]) == 0
+    return str(tmp_path / "runs" / "gen")
+
+
+@pytest.fixture(scope="module")
+def text_run(tmp_path_factory) -> str:
+    folder = tmp_path_factory.mktemp("generate")
+    (folder / "corpus.txt").write_text("".join(f"Line {i}: the quick brown fox jumps over the lazy dog.\n"
+                                               for i in range(300)))
+    return tiny_run(folder, "demo", "data.source=text", f"data.path={folder / 'corpus.txt'}",
+                    f"data.cache_dir={folder}", "train.seq_len=16")
+
+
+def test_cli_samples_with_the_new_options(text_run, capsys):
+    run = text_run
+    capsys.readouterr()
+    argv = ["generate", run, "--prompt", "Line", "--tokens", "30", "--temperature", "1.5", "--top-p", "0.9",
+            "--repetition-penalty", "1.2", "--samples", "3", "--stop", " ", "--stop", "e"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    samples = out.split("--- sample ")[1:]
+    assert [s.split(" ---\n")[0] for s in samples] == ["1 of 3", "2 of 3", "3 of 3"]
+    texts = [s.split(" ---\n")[1].removesuffix("\n") for s in samples]
+    assert all(t.startswith("Line") and " " not in t[4:] and "e" not in t[4:] for t in texts)
+    assert main(argv) == 0 and capsys.readouterr().out == out  # the same seed, the same samples
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--top-p", "0", "argument --top-p: 0 is not a probability; give a number above 0 and at most 1"),
+    ("--top-p", "1.5", "argument --top-p: 1.5 is not a probability"),
+    ("--repetition-penalty", "0", "argument --repetition-penalty: 0 must be above 0"),
+    ("--samples", "0", "argument --samples: 0 is out of range; give 1 or more"),
+    ("--stop", "", "argument --stop: is empty"),
+])
+def test_cli_refuses_bad_sampling_options_in_one_line(tmp_path, capsys, flag, value, message):
+    assert main(["generate", str(tmp_path), flag, value]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {message}") and err.count("\n") == 1
+
+
+def test_a_run_on_token_ids_asks_for_a_prompt_of_ids(tmp_path, capsys):
+    run = tiny_run(tmp_path, "mqar", "data.mqar.train_examples=64", "data.mqar.test_examples=32")
+    capsys.readouterr()
+    assert main(["generate", run]) == 2
+    err = capsys.readouterr().err
+    assert err == ("error: no --prompt: this run was trained on data.source=mqar, whose tokens are ids; give --prompt "
+                   "with ids from 0 to 255 separated by spaces, e.g. --prompt '3 1 4'\n")
+    assert main(["generate", run, "--prompt", "  "]) == 2
+    assert "error: --prompt '  ' holds no tokens: this run was trained on data.source=mqar" in capsys.readouterr().err
+    assert main(["generate", run, "--prompt", "3 1 4", "--tokens", "2", "--samples", "2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "--- sample 1 of 2 ---" and out[1].startswith("3 1 4 ") and len(out[1].split()) == 5
+
+
+def cli_value(draw_from):
+    """A flag's value: in or out of its range, junk, or not a finite number."""
+    return st.one_of(draw_from, st.sampled_from(["0", "-1", "nan", "inf", "1e-300", "x", ""]))
+
+
+SAMPLING = {
+    "--top-p": cli_value(st.floats(-1, 2).map(str)),
+    "--repetition-penalty": cli_value(st.floats(-1, 5).map(str)),
+    "--samples": cli_value(st.integers(-2, 3).map(str)),
+    "--stop": st.text(max_size=3),
+    "--tokens": st.integers(1, 8).map(str),
+}
+
+
+@settings(max_examples=20, deadline=None, database=None)
+@given(st.data())
+def test_cli_sampling_options_fuzzed_exit_0_or_one_line(text_run, data):
+    argv = ["generate", text_run, "--prompt", "Line"]
+    for name in data.draw(st.lists(st.sampled_from(sorted(SAMPLING)), unique=True, min_size=1)):
+        argv += [name, data.draw(SAMPLING[name])]
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        code = main(argv)
+    assert code in (0, 2) and "Traceback" not in err.getvalue()
+    if code == 2:
+        assert err.getvalue().startswith("error: ") and err.getvalue().count("\n") == 1, (argv, err.getvalue())
