@@ -41,8 +41,8 @@ class Block(nn.Module):
         self.mlp = FFNS[cfg.ffn_kind](cfg.d_model, ffn_width(cfg)) if cfg.ffn else None
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: torch.Tensor, state=None):
-        y, state = self.mixer(self.mixer_norm(x), state)
+    def forward(self, x: torch.Tensor, state=None, cu_seqlens: torch.Tensor | None = None):
+        y, state = self.mixer(self.mixer_norm(x), state, cu_seqlens)
         x = x + self.dropout(y)
         if self.mlp is not None:
             x = x + self.dropout(self.mlp(self.mlp_norm(x)))
@@ -95,31 +95,46 @@ class Decoder(nn.Module):
                 block.mlp.reset_parameters(self.cfg.n_layers)
         nn.init.normal_(self.head.weight, std=0.02)
 
-    def forward(self, tokens: torch.Tensor, states: list | None = None, start: int = 0):
+    def forward(self, tokens: torch.Tensor, states: list | None = None, start: int = 0,
+                cu_seqlens: torch.Tensor | None = None):
         """tokens [B, T] -> (logits [B, T, vocab], per-layer states to continue from).
 
         start: the position of tokens[:, 0] in its sequence (the tokens the states have seen); only
         learned position embeddings need it.
+        cu_seqlens: packed sequences, tokens [1, N] holding sequences that start at cu_seqlens (0, ...,
+        N; flash-linear-attention's convention): each is read from a fresh state and its positions count from
+        0, and every layer's state is a list, one per sequence.
         """
         x = self.embed(tokens)
         if self.position is not None:
-            end = start + tokens.shape[1]
-            if end > self.cfg.positions:
-                raise ConfigError(f"positions {start}..{end - 1} are beyond the model's {self.cfg.positions} "
-                                  "learned position embeddings (model.positions): give it at most "
-                                  f"{self.cfg.positions} tokens per sequence")
-            x = x + self.position(torch.arange(start, end, device=tokens.device))
+            x = x + self.position(self._positions(tokens, start, cu_seqlens))
         x = self.dropout(x)
         states = states if states is not None else [None] * len(self.blocks)
         new_states = []
         for block, state in zip(self.blocks, states, strict=True):
-            x, state = block(x, state)
+            x, state = block(x, state, cu_seqlens)
             new_states.append(state)
         return self.head(self.norm(x)), new_states
 
-    def loss(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Mean next-token cross-entropy in nats; targets of -100 are ignored."""
-        logits, _ = self(tokens)
+    def _positions(self, tokens: torch.Tensor, start: int, cu_seqlens: torch.Tensor | None) -> torch.Tensor:
+        """The position of every token in its sequence, for the learned position embeddings."""
+        if cu_seqlens is None:
+            first, last = start, start + tokens.shape[1] - 1
+            position = torch.arange(first, last + 1, device=tokens.device)
+        else:  # counted from each sequence's start
+            first, last = 0, int(cu_seqlens.diff().max()) - 1
+            position = torch.arange(tokens.shape[1], device=tokens.device) - torch.repeat_interleave(
+                cu_seqlens[:-1], cu_seqlens.diff()).to(tokens.device)
+        if last >= self.cfg.positions:
+            raise ConfigError(f"positions {first}..{last} are beyond the model's {self.cfg.positions} "
+                              "learned position embeddings (model.positions): give it at most "
+                              f"{self.cfg.positions} tokens per sequence")
+        return position
+
+    def loss(self, tokens: torch.Tensor, targets: torch.Tensor, cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
+        """Mean next-token cross-entropy in nats; targets of -100 are ignored (a packed row's caller sets the
+        target of each sequence's last token to -100: nothing is predicted across a boundary)."""
+        logits, _ = self(tokens, cu_seqlens=cu_seqlens)
         return next_token_loss(logits, targets)
 
     def compile_blocks(self, log=print) -> None:

@@ -34,6 +34,22 @@ def log_uniform_dt(n: int, dt_min: float, dt_max: float) -> torch.Tensor:
     return torch.exp(torch.rand(n) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
 
 
+def positions_in_sequences(cu_seqlens: torch.Tensor, device=None) -> torch.Tensor:
+    """The position of every token of a packed row in its own sequence: [0, 1, .., 0, 1, ..] [N]."""
+    cu_seqlens = cu_seqlens.to(device)
+    lengths = cu_seqlens.diff()
+    return torch.arange(int(cu_seqlens[-1]), device=device) - torch.repeat_interleave(cu_seqlens[:-1], lengths)
+
+
+def document_causal_mask(cu_seqlens: torch.Tensor, device=None) -> torch.Tensor:
+    """Boolean [N, N] mask (True = attend) of a packed row: each token sees the tokens of its own sequence up to
+    itself (block-diagonal and causal)."""
+    cu_seqlens = cu_seqlens.to(device)
+    lengths = cu_seqlens.diff()
+    sequence = torch.repeat_interleave(torch.arange(len(lengths), device=device), lengths)
+    return (sequence[:, None] == sequence[None, :]).tril()
+
+
 def causal_mask(n_queries: int, n_keys: int, device=None, window: int | None = None) -> torch.Tensor:
     """Boolean [n_queries, n_keys] mask (True = attend) for queries that are the last n_queries keys.
 
@@ -124,9 +140,12 @@ class Rotary(nn.Module):
         device = None if self.inv_freq.is_meta else self.inv_freq.device
         self.inv_freq = self._frequencies(device)
 
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """x: [B, H, T, D] holding positions offset .. offset + T - 1."""
-        positions = torch.arange(offset, offset + x.shape[-2], device=x.device, dtype=torch.float32)
+    def forward(self, x: torch.Tensor, offset: int = 0, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """x: [B, H, T, D] holding positions offset .. offset + T - 1, or the given positions [T] (packed
+        sequences, each counted from its start)."""
+        if positions is None:
+            positions = torch.arange(offset, offset + x.shape[-2], device=x.device)
+        positions = positions.to(x.device, torch.float32)
         angles = positions[:, None] * self.inv_freq[None, :]  # [T, D/2]
         cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
         x1, x2 = x.chunk(2, dim=-1)

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..nn import Rotary
-from .registry import Mixer, MixerConfig
+from ..nn import Rotary, document_causal_mask, positions_in_sequences
+from .registry import Mixer, MixerConfig, sequences
 
 
 @dataclass
@@ -119,9 +119,31 @@ class AttentionMixer(Mixer):
         y = self.attend(q, state.k, state.v)  # [B, H', T, D'], in fp32 where attend normalises in it
         return self.out_proj(y.transpose(1, 2).reshape(B, T, -1).to(x.dtype)), state
 
+    def packed(self, x: torch.Tensor, cu_seqlens: torch.Tensor):
+        """Every packed sequence at once where the mixer's attention takes a mask (``attend_masked``): one
+        block-diagonal causal mask, RoPE counted from each sequence's start, and each sequence's KV cache a view
+        of its keys and values. Else each sequence on its own (Mixer.packed)."""
+        if type(self).attend_masked is AttentionMixer.attend_masked:
+            return super().packed(x, cu_seqlens)
+        _, N, _ = x.shape
+        q, k, v = self.qkv(x).view(1, N, 3, self.cfg.n_heads, self.cfg.head_dim).permute(2, 0, 3, 1, 4)
+        q, k = self.prepare_qk(q, k)
+        if self.rotary is not None:
+            position = positions_in_sequences(cu_seqlens, x.device)
+            q, k = self.rotary(q, positions=position), self.rotary(k, positions=position)
+        y = self.attend_masked(q, k, v, document_causal_mask(cu_seqlens, x.device))
+        states = [KVCache.holding(k[:, :, start:end], v[:, :, start:end]) for start, end in sequences(cu_seqlens)]
+        return self.out_proj(y.transpose(1, 2).reshape(1, N, -1).to(x.dtype)), states
+
     def prepare_qk(self, q: torch.Tensor, k: torch.Tensor):
         """Per-token transform of q and k before RoPE and scoring (identity here)."""
         return q, k
+
+    def attend_masked(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """attend() of queries and keys at the same positions [B, H, T, D] where each query reads only the keys
+        that mask [T, T] allows (True), for packed sequences; a mixer whose attention has a masked form
+        overrides it."""
+        raise NotImplementedError
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

@@ -2,7 +2,9 @@
 
 A mixer maps x [B, T, d_model] to y [B, T, d_model] and may continue from a state (a KV cache, a
 recurrent state, ...) so that one forward over a sequence equals a prefill followed by token-by-token
-steps. The decoder only ever talks to mixers through this protocol.
+steps. A packed call, mixer(x, cu_seqlens=...), runs several sequences laid end to end in one row
+(flash-linear-attention's convention): no token reads anything before its own sequence's start. The
+decoder only ever talks to mixers through this protocol.
 """
 
 from __future__ import annotations
@@ -36,6 +38,34 @@ class MixerConfig:
             )
 
 
+def check_boundaries(cu_seqlens, x: torch.Tensor, state) -> None:
+    """A UserError unless cu_seqlens can pack x [1, N, d]: a 1-D integer tensor 0 = s_0 < s_1 < ... = N, the
+    start of every sequence and the end of the last, with no state to continue (each sequence starts afresh)."""
+    def refuse(problem: str):
+        raise UserError(f"cu_seqlens {problem}; give the starts of the packed sequences and the end of the last, "
+                        f"e.g. [0, 5, {max(x.shape[1], 6)}] for a row of {x.shape[1]} tokens")
+
+    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.ndim != 1 or cu_seqlens.is_floating_point():
+        refuse("must be a 1-D tensor of integers")
+    if x.shape[0] != 1:
+        refuse(f"packs sequences into one row, so the input must be [1, N, d_model]; got batch {x.shape[0]}")
+    if state is not None:
+        refuse("starts every sequence afresh: a packed call takes no state")
+    bounds = cu_seqlens.tolist()
+    if len(bounds) < 2 or bounds[0] != 0:
+        refuse(f"must start at 0 and hold at least one sequence; got {bounds[:4]}")
+    if any(b <= a for a, b in zip(bounds, bounds[1:], strict=False)):
+        refuse(f"must be strictly increasing; got {bounds if len(bounds) <= 8 else bounds[:8] + ['...']}")
+    if bounds[-1] != x.shape[1]:
+        refuse(f"must end at the row's length {x.shape[1]}; got {bounds[-1]}")
+
+
+def sequences(cu_seqlens: torch.Tensor) -> list[tuple[int, int]]:
+    """[(start, end)] of every packed sequence."""
+    bounds = cu_seqlens.tolist()
+    return list(zip(bounds[:-1], bounds[1:], strict=True))
+
+
 def check_input(x, d_model: int) -> None:
     """A UserError unless x is a tensor [batch, time, d_model] holding at least one token."""
     if isinstance(x, torch.Tensor) and x.ndim == 3 and x.shape[-1] == d_model and 0 not in x.shape[:2]:
@@ -55,11 +85,27 @@ class Mixer(nn.Module):
         super().__init__()
         self.cfg = cfg
 
-    def __call__(self, x: torch.Tensor, state=None):
-        """forward(x, state) of an input checked here, for every mixer: a wrong shape fails in one line that
-        names the expected one rather than deep inside the mixer's arithmetic."""
+    def __call__(self, x: torch.Tensor, state=None, cu_seqlens: torch.Tensor | None = None):
+        """forward(x, state), or packed(x, cu_seqlens) given the boundaries of packed sequences, of an input
+        checked here, for every mixer: a wrong shape fails in one line that names the expected one rather than
+        deep inside the mixer's arithmetic."""
         check_input(x, self.cfg.d_model)
-        return super().__call__(x, state)
+        if cu_seqlens is None:
+            return super().__call__(x, state)
+        check_boundaries(cu_seqlens, x, state)
+        return self.packed(x, cu_seqlens)
+
+    def packed(self, x: torch.Tensor, cu_seqlens: torch.Tensor):
+        """x [1, N, d_model] holding sequences that start at cu_seqlens (checked) -> (y [1, N, d_model], the
+        state of each sequence at its end, in order), as if each sequence were run on its own. This reference
+        form does exactly that, one sequence at a time; a mixer overrides it with a form that runs them at once
+        (a block-diagonal mask, a state reset at each start)."""
+        outputs, states = [], []
+        for start, end in sequences(cu_seqlens):
+            y, state = super().__call__(x[:, start:end])
+            outputs.append(y)
+            states.append(state)
+        return torch.cat(outputs, dim=1), states
 
     def forward(self, x: torch.Tensor, state=None):
         """x [B, T, d_model], state from ``init_state`` or a previous call -> (y [B, T, d_model], state)."""

@@ -51,6 +51,9 @@ class SoftmaxAttention(AttentionMixer):
     def attend(self, q, k, v):
         return causal_sdpa(q, k, v)
 
+    def attend_masked(self, q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
 
 @dataclass
 class SigmoidConfig(AttentionConfig):

@@ -1,0 +1,116 @@
+"""The packed-sequence contract every registered mixer must pass: a row of sequences laid end to end with their
+starts (cu_seqlens) gives each sequence what it gets alone — outputs, the state it ends in, and gradients."""
+
+import pytest
+import torch
+
+from attnlab.config import ModelConfig
+from attnlab.errors import UserError
+from attnlab.mixers import build_mixer
+from attnlab.model import Decoder
+from helpers import CASE_IDS, CASES
+
+D_MODEL, N_HEADS = 32, 4
+LENGTHS = [1, 5, 7, 11, 3]  # a single token and lengths that are no chunk multiple (with one more step, at most
+# the 12 tokens that exact Boltzmann inference and the other contract tests take)
+contract = pytest.mark.parametrize("name, options", CASES, ids=CASE_IDS)
+
+
+def make(name, **options):
+    torch.manual_seed(0)
+    return build_mixer(name, d_model=D_MODEL, n_heads=N_HEADS, **options).double()
+
+
+def boundaries(lengths):
+    return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
+
+
+def alone(mixer, x, lengths):
+    """Each sequence run on its own: (outputs laid end to end, the state each ends in)."""
+    outputs, states = [], []
+    for piece in x.split(lengths, dim=1):
+        y, state = mixer(piece)
+        outputs.append(y)
+        states.append(state)
+    return torch.cat(outputs, dim=1), states
+
+
+@contract
+def test_a_packed_row_gives_each_sequence_what_it_gets_alone(name, options):
+    mixer = make(name, **options)
+    x = torch.randn(1, sum(LENGTHS), D_MODEL, dtype=torch.float64, requires_grad=True)
+    weights = torch.randn(1, sum(LENGTHS), D_MODEL, dtype=torch.float64)
+    packed, packed_states = mixer(x, cu_seqlens=boundaries(LENGTHS))
+    expected, expected_states = alone(mixer, x, LENGTHS)
+    torch.testing.assert_close(packed, expected, rtol=0, atol=1e-10)
+    grads = torch.autograd.grad((packed * weights).sum(), [x, *mixer.parameters()], allow_unused=True)
+    expected_grads = torch.autograd.grad((expected * weights).sum(), [x, *mixer.parameters()], allow_unused=True)
+    for got, want in zip(grads, expected_grads, strict=True):
+        assert (got is None) == (want is None)
+        if got is not None:
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
+    # each sequence's state continues as the state it has alone: the next token's output is the same
+    assert len(packed_states) == len(LENGTHS)
+    step = torch.randn(1, 1, D_MODEL, dtype=torch.float64)
+    with torch.no_grad():
+        for state, expected_state in zip(packed_states, expected_states, strict=True):
+            torch.testing.assert_close(mixer(step, state)[0], mixer(step, expected_state)[0], rtol=0, atol=1e-10)
+
+
+@contract
+def test_no_token_reads_another_sequence(name, options):
+    mixer = make(name, **options)
+    x = torch.randn(1, sum(LENGTHS), D_MODEL, dtype=torch.float64)
+    other = x.clone()
+    other[:, 6:13] = torch.randn(1, 7, D_MODEL, dtype=torch.float64)  # the third sequence only
+    y, _ = mixer(x, cu_seqlens=boundaries(LENGTHS))
+    y2, _ = mixer(other, cu_seqlens=boundaries(LENGTHS))
+    torch.testing.assert_close(torch.cat((y[:, :6], y[:, 13:]), 1), torch.cat((y2[:, :6], y2[:, 13:]), 1),
+                               rtol=0, atol=1e-12)
+    assert not torch.allclose(y[:, 6:13], y2[:, 6:13])
+
+
+@pytest.mark.parametrize("cu_seqlens, problem", [
+    ([0, 5, 3, 8], "must be strictly increasing"),
+    ([0, 5, 5, 8], "must be strictly increasing"),
+    ([1, 5, 8], "must start at 0"),
+    ([0, 5, 9], "must end at the row's length 8; got 9"),
+    ([0, 5, 7], "must end at the row's length 8; got 7"),
+    ([0.0, 8.0], "must be a 1-D tensor of integers"),
+])
+def test_malformed_boundaries_are_one_line(cu_seqlens, problem):
+    mixer = make("softmax")
+    with pytest.raises(UserError, match=problem) as err:
+        mixer(torch.randn(1, 8, D_MODEL, dtype=torch.float64), cu_seqlens=torch.tensor(cu_seqlens))
+    assert "\n" not in str(err.value)
+
+
+def test_a_packed_call_takes_one_row_and_no_state():
+    mixer = make("gla")
+    with pytest.raises(UserError, match="must be \\[1, N, d_model\\]; got batch 2"):
+        mixer(torch.randn(2, 8, D_MODEL, dtype=torch.float64), cu_seqlens=torch.tensor([0, 8]))
+    _, state = mixer(torch.randn(1, 3, D_MODEL, dtype=torch.float64))
+    with pytest.raises(UserError, match="takes no state"):
+        mixer(torch.randn(1, 8, D_MODEL, dtype=torch.float64), state, cu_seqlens=torch.tensor([0, 8]))
+
+
+@pytest.mark.parametrize("positions", [0, 32])
+def test_a_packed_decoder_gives_each_sequence_its_own_logits(positions):
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=50, d_model=D_MODEL, n_heads=N_HEADS, n_layers=2, layers=["softmax", "gla"],
+                      positions=positions)
+    model = Decoder(cfg).double()
+    tokens = torch.randint(50, (1, sum(LENGTHS)))
+    logits, states = model(tokens, cu_seqlens=boundaries(LENGTHS))
+    expected = torch.cat([model(piece)[0] for piece in tokens.split(LENGTHS, dim=1)], dim=1)
+    torch.testing.assert_close(logits, expected, rtol=0, atol=1e-10)
+    assert [len(layer) for layer in states] == [len(LENGTHS)] * 2
+
+
+@pytest.mark.parametrize("name", ["softmax", "coupled-qk", "uncoupled-qk"])
+def test_the_softmax_family_packs_in_one_masked_call(name, monkeypatch):
+    """Their fast form (one block-diagonal mask) runs, not the reference loop over the sequences."""
+    mixer = make(name)
+    monkeypatch.setattr(mixer, "forward", lambda *_: pytest.fail("the packed call ran the sequences one by one"))
+    y, states = mixer(torch.randn(1, sum(LENGTHS), D_MODEL, dtype=torch.float64), cu_seqlens=boundaries(LENGTHS))
+    assert y.shape == (1, sum(LENGTHS), D_MODEL) and [s.k.shape[2] for s in states] == LENGTHS
