@@ -114,7 +114,8 @@ def _eval_loss(run, args) -> None:
     # by default every position of the split once; --batches: that many batches of random windows, as training's
     # validation with train.eval_batches reads them
     batches = args.batches or 0
-    loss = evaluate.split_loss(run.model, corpus, split, batches, t.batch_size, seq_len, run.device, chunk=micro_batch)
+    loss = evaluate.split_loss(run.model, corpus, split, batches, t.batch_size, seq_len, run.device, chunk=micro_batch,
+                               packed=run.config.data.pack)  # documents as the run trained on them
     if batches:
         scored = f"{batches} batch{'es' if batches > 1 else ''} of {t.batch_size} x {seq_len} tokens, --batches"
     else:

@@ -161,6 +161,7 @@ class DataConfig:
     chunk_chars: int = 512  # source=mixed: size of the shuffled chunks
     seed: int = 0  # source=mixed: chunk order
     cache_dir: str | None = None  # where token arrays are stored; None: $ATTNLAB_CACHE or ~/.cache/attnlab
+    pack: bool = False  # text corpora: rows of whole documents with their boundaries, not windows of the stream
     mqar: MQARConfig = field(default_factory=MQARConfig)
     brackets: BracketsConfig = field(default_factory=BracketsConfig)
     niah: NIAHConfig = field(default_factory=NIAHConfig)
@@ -226,6 +227,7 @@ class DataConfig:
                 "mix": (mixed, "data.source=mixed"),
                 "chunk_chars": (mixed, "data.source=mixed"),
                 "seed": (mixed, "data.source=mixed"),
+                "pack": (corpus, corpora),
                 "mqar": (self.source == "mqar", "data.source=mqar"),
                 "brackets": (self.source == "brackets", "data.source=brackets"),
                 "niah": (self.source == "niah", "data.source=niah")}

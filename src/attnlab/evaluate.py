@@ -7,6 +7,7 @@ from contextlib import nullcontext
 
 import torch
 
+from .data.corpus import IGNORE, packed_rows
 from .plots import new_figure, save_figure
 
 EVAL_SEED = 20240531  # every evaluation of a run reads the same windows
@@ -21,16 +22,27 @@ def to_device(batch: torch.Tensor, device) -> torch.Tensor:
 
 @torch.no_grad()
 def split_loss(model, corpus, split: str, batches: int, batch_size: int, seq_len: int, device,
-               autocast=nullcontext, chunk: int | None = None) -> float:
-    """Mean cross-entropy (nats per token) on a corpus split: over `batches` x `batch_size` fixed random windows
-    of seq_len tokens, or, with batches = 0, over every position of the split once (whole_split_loss). The
-    windows are evaluated `chunk` at a time (default batch_size), which changes the memory it takes, not the
-    number: it does not depend on how training splits its batch into micro-batches."""
+               autocast=nullcontext, chunk: int | None = None, packed: bool = False) -> float:
+    """Mean cross-entropy (nats per scored token) on a corpus split: over `batches` x `batch_size` fixed random
+    windows of seq_len tokens, or, with batches = 0, over every position of the split once (whole_split_loss).
+    packed: rows of whole documents instead of windows, each document read from its start and no target
+    predicted across a boundary. The rows are evaluated `chunk` at a time (default batch_size), which changes
+    the memory it takes, not the number: it does not depend on how training splits its batch into micro-batches."""
+    chunk = chunk or batch_size
+    if packed:
+        rows = (corpus.packed_split(split, seq_len) if batches == 0 else
+                corpus.packed_batch(split, batches * batch_size, seq_len, torch.Generator().manual_seed(EVAL_SEED)))
+        return _mean_loss(model, _packed_chunks(*rows, chunk), device, autocast, chunk=1)
     if batches == 0:
-        return whole_split_loss(model, corpus, split, seq_len, device, autocast, chunk or batch_size)
+        return whole_split_loss(model, corpus, split, seq_len, device, autocast, chunk)
     generator = torch.Generator().manual_seed(EVAL_SEED)
     x, y = corpus.batch(split, batches * batch_size, seq_len, generator)
-    return _mean_loss(model, [(x, y)], device, autocast, chunk or batch_size)
+    return _mean_loss(model, [(x, y)], device, autocast, chunk)
+
+
+def _packed_chunks(x, y, cu_seqlens, chunk: int):
+    """Packed rows `chunk` at a time, each chunk one packed row with its boundaries."""
+    return [packed_rows(x, y, cu_seqlens, slice(lo, lo + chunk)) for lo in range(0, len(x), chunk)]
 
 
 @torch.no_grad()
@@ -52,26 +64,32 @@ def whole_split_loss(model, corpus, split: str, seq_len: int, device, autocast=n
     return _mean_loss(model, windows, device, autocast, chunk)
 
 
-def scored_positions(corpus, split: str = "val") -> int:
-    """How many positions whole_split_loss scores: every token of the split but the first."""
-    return len(corpus.split(split)) - 1
+def scored_positions(corpus, split: str = "val", packed: bool = False) -> int:
+    """How many positions split_loss scores over the whole split: every token of the split but the first, or,
+    packed, every token but the first of each document."""
+    documents = len(corpus.document_bounds(split)) - 1 if packed else 1
+    return len(corpus.split(split)) - documents
 
 
-def _mean_loss(model, windows, device, autocast, chunk: int) -> float:
-    """The token-weighted mean loss over (inputs, targets) batches, evaluated `chunk` rows at a time."""
+def _mean_loss(model, batches, device, autocast, chunk: int) -> float:
+    """The mean loss per scored target (targets of -100 are not) over (inputs, targets[, cu_seqlens]) batches,
+    evaluated `chunk` rows at a time (a packed batch is one row)."""
     was_training = model.training
     model.eval()
     total = torch.zeros((), device=device, dtype=torch.float64)  # summed on the device: one host sync at the end
-    count = 0
-    for x, y in windows:
+    count = torch.zeros((), device=device, dtype=torch.int64)
+    for x, y, *packed in batches:
+        cu_seqlens = packed[0].to(device) if packed else None
         for lo in range(0, len(x), chunk):
-            xs, ys = x[lo : lo + chunk], y[lo : lo + chunk]
+            xs, ys = to_device(x[lo : lo + chunk], device), to_device(y[lo : lo + chunk], device)
+            scored = (ys != IGNORE).sum()
             with autocast():
-                loss = model.loss(to_device(xs, device), to_device(ys, device))
-            total += loss.double() * ys.numel()
-            count += ys.numel()
+                loss = model.loss(xs, ys, cu_seqlens)
+            # the mean over scored targets, weighted by their number (a chunk of padding alone scores none)
+            total += torch.where(scored > 0, loss.double() * scored, 0.0)
+            count += scored
     model.train(was_training)
-    return total.item() / count
+    return total.item() / count.item()
 
 
 def perplexity(loss: float) -> float:

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 from . import checkpoint, cost, distributed, loggers
 from .config import ModelConfig, RunConfig, TrainConfig
 from .data import TokenCorpus, load_data
-from .data.corpus import default_cache_dir
+from .data.corpus import default_cache_dir, packed_rows
 from .errors import ConfigError, UserError
 from .evaluate import perplexity, split_loss, to_device
 from .model import Decoder, next_token_loss
@@ -439,15 +439,27 @@ def _accumulate_gradients(run: Run) -> torch.Tensor:
     t, ranks = run.cfg.train, run.ranks
     loss_sum = torch.zeros((), device=run.device)
     for micro in range(t.grad_accum):
-        batch = run.corpus.batch("train", run.micro_batch, t.seq_len, run.data_rng)
-        x, y = (distributed.my_share(b, ranks) for b in batch)
+        x, y, cu_seqlens = _micro_batch(run)
         last = micro == t.grad_accum - 1  # DDP averages gradients over the ranks once, at the last one
         with nullcontext() if last or ranks.sharded or ranks.world == 1 else run.trained.no_sync():
             with run.autocast():
-                loss = _loss(run.trained, to_device(x, run.device), to_device(y, run.device))
+                loss = _loss(run.trained, to_device(x, run.device), to_device(y, run.device), cu_seqlens)
             (loss / t.grad_accum).backward()
         loss_sum += loss.detach().float()
     return loss_sum
+
+
+def _micro_batch(run: Run):
+    """This rank's share of a micro-batch drawn alike on every rank: (inputs, targets, None) of windows cut from
+    the token stream, or with data.pack its rows of whole documents as one packed row and its boundaries."""
+    t, ranks = run.cfg.train, run.ranks
+    if not run.cfg.data.pack:
+        x, y = run.corpus.batch("train", run.micro_batch, t.seq_len, run.data_rng)
+        return distributed.my_share(x, ranks), distributed.my_share(y, ranks), None
+    x, y, cu_seqlens = run.corpus.packed_batch("train", run.micro_batch, t.seq_len, run.data_rng)
+    share = run.micro_batch // ranks.world
+    x, y, cu_seqlens = packed_rows(x, y, cu_seqlens, slice(ranks.rank * share, (ranks.rank + 1) * share))
+    return x, y, cu_seqlens.to(run.device)
 
 
 def _apply_gradients(run: Run, loss: float, norm: float, grad_norm: torch.Tensor) -> None:
@@ -509,7 +521,7 @@ def _validation_loss(run: Run) -> float:
     t = run.cfg.train
     # the windows of whole batches, evaluated a micro-batch at a time: the loss does not depend on grad_accum
     return split_loss(run.model, run.corpus, "val", t.eval_batches, t.batch_size, t.seq_len, run.device,
-                      run.autocast, chunk=run.micro_batch)
+                      run.autocast, chunk=run.micro_batch, packed=run.cfg.data.pack)
 
 
 def _save_checkpoint(run: Run, best: bool) -> None:
@@ -590,7 +602,8 @@ def _first_non_finite(loss: float, grad_norm: float, model: nn.Module) -> str | 
     return "the gradient norm"
 
 
-def _loss(trained: nn.Module, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def _loss(trained: nn.Module, tokens: torch.Tensor, targets: torch.Tensor,
+          cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
     """Mean next-token cross-entropy through the trained module's forward (DDP and FSDP hook into it)."""
-    logits, _ = trained(tokens)
+    logits, _ = trained(tokens, cu_seqlens=cu_seqlens)
     return next_token_loss(logits, targets)

@@ -7,6 +7,7 @@ import pytest
 
 from attnlab import checkpoint
 from attnlab.errors import UserError
+from attnlab.evaluate import whole_split_loss
 from attnlab.experiments import SUITES, get_suite, report, runner
 from attnlab.experiments.report import README_END, README_START, results_summary, update_readme, write_report
 from attnlab.experiments.runner import run_suite, sweep_key, tokens_to_loss, training_extent
@@ -340,7 +341,7 @@ def test_a_language_model_is_scored_on_the_whole_split_and_without_its_mechanism
     run = runner.load_run(tmp_path / "suite" / coupled["run"])
     corpus = run.corpus()
     assert coupled["val_tokens"] == len(corpus.split("val")) - 1 == softmax["val_tokens"]
-    whole = runner.whole_split_loss(run.model, corpus, "val", run.config.train.seq_len, None)
+    whole = whole_split_loss(run.model, corpus, "val", run.config.train.seq_len, None)
     assert coupled["val_loss"] == pytest.approx(whole, rel=1e-6)  # fp32, evaluated in other chunks
     assert runner.ABLATED not in softmax  # nothing of its own to remove
     assert coupled[runner.ABLATED] != coupled["val_ppl"] > 0

@@ -2,7 +2,8 @@
 
 Every data source offers ``batch(split, batch_size, seq_len, generator) -> (inputs, targets)`` (targets
 of -100 are not scored), ``vocab_size``, ``tokenizer`` and ``describe()``; tasks with a pointer head
-also set ``output_size``.
+also set ``output_size``. Text corpora also serve whole documents packed into rows, with their boundaries:
+``packed_batch`` for training and ``packed_split`` for evaluation.
 """
 
 from __future__ import annotations

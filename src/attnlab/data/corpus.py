@@ -5,6 +5,11 @@ counts characters and collects the character vocabulary, a second pass writes th
 ``tokens.bin`` array. The first ``1 - val_fraction`` of the tokens are the training split, the rest
 the validation split (nanoGPT's 90/10 convention). Prepared arrays are cached by a key of everything
 that affects them, and written to a temporary folder that is renamed into place when complete.
+
+Preparing also records in ``doc_starts.npy`` the token offset where every document starts (the first is
+0). Documents are joined by DOC_SEPARATOR in the token stream, and a document's tokens open with the
+separator that precedes it (the first document has none): the separator is then the context its first
+token is predicted from, and the stream is the same whether batches are windows or packed documents.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,9 +38,10 @@ from .tokenizer import BPETokenizer, ByteTokenizer, CharTokenizer, token_dtype, 
 if TYPE_CHECKING:
     from ..config import DataConfig
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3: doc_starts.npy
 READ_CHUNK = 1 << 22  # characters per read when streaming a file
 DOC_SEPARATOR = "\n\n"
+IGNORE = -100  # the target of a position that is not scored
 
 
 def source_files(cfg: DataConfig) -> list[Path]:
@@ -53,34 +59,44 @@ def source_files(cfg: DataConfig) -> list[Path]:
 
 def read_text(cfg: DataConfig) -> Iterator[str]:
     """The corpus as a stream of text pieces: documents joined by a blank line, cut at max_chars."""
-    budget = cfg.max_chars if cfg.max_chars is not None else float("inf")
-    for piece in _documents(cfg):
-        if budget <= 0:
-            return
-        piece = piece[: int(min(len(piece), budget))]
-        budget -= len(piece)
+    for _, piece in read_pieces(cfg):
         yield piece
 
 
-def _documents(cfg: DataConfig) -> Iterator[str]:
+def read_pieces(cfg: DataConfig) -> Iterator[tuple[bool, str]]:
+    """The pieces of read_text, each with whether it opens a document."""
+    budget = cfg.max_chars if cfg.max_chars is not None else float("inf")
+    for document in _documents(cfg):
+        for i, piece in enumerate(document):
+            if budget <= 0:
+                return
+            piece = piece[: int(min(len(piece), budget))]
+            budget -= len(piece)
+            yield i == 0, piece
+
+
+def _documents(cfg: DataConfig) -> Iterator[Iterable[str]]:
+    """Every document as a stream of pieces; each after the first opens with DOC_SEPARATOR."""
     if cfg.source == "mixed":
-        yield heterogeneous_text(cfg.max_chars, cfg.mix, cfg.chunk_chars, cfg.seed)
+        yield [heterogeneous_text(cfg.max_chars, cfg.mix, cfg.chunk_chars, cfg.seed)]
         return
     if cfg.source.startswith("hf:"):
-        first = True
-        for document in hf_documents(cfg):
-            yield document if first else DOC_SEPARATOR + document
-            first = False
+        for i, document in enumerate(hf_documents(cfg)):
+            yield [DOC_SEPARATOR + document if i else document]
         return
     for i, path in enumerate(source_files(cfg)):
-        if i:
-            yield DOC_SEPARATOR
-        if cfg.source == "shakespeare-dialogue":
-            yield dialogue(read_play(path))
-        elif cfg.source == "shakespeare":
-            yield strip_licence(read_play(path))
-        else:
-            yield from _file_pieces(path)
+        yield _file_document(cfg, path, DOC_SEPARATOR if i else "")
+
+
+def _file_document(cfg: DataConfig, path: Path, separator: str) -> Iterator[str]:
+    if separator:
+        yield separator
+    if cfg.source == "shakespeare-dialogue":
+        yield dialogue(read_play(path))
+    elif cfg.source == "shakespeare":
+        yield strip_licence(read_play(path))
+    else:
+        yield from _file_pieces(path)
 
 
 def _file_pieces(path: Path) -> Iterator[str]:
@@ -95,12 +111,14 @@ def _file_pieces(path: Path) -> Iterator[str]:
 
 @dataclass
 class TokenCorpus:
-    """Memory-mapped token ids split into train and validation, and the tokenizer that made them."""
+    """Memory-mapped token ids split into train and validation, where each document starts, and the tokenizer
+    that made them."""
 
     tokens: np.memmap
     n_train: int
     tokenizer: CharTokenizer | ByteTokenizer
     folder: Path
+    doc_starts: np.ndarray  # int64 token offsets, the first 0
 
     @property
     def vocab_size(self) -> int:
@@ -114,6 +132,13 @@ class TokenCorpus:
             raise ValueError(f"split must be 'train' or 'val', got {name!r}")
         return self.tokens[: self.n_train] if name == "train" else self.tokens[self.n_train:]
 
+    def document_bounds(self, name: str) -> np.ndarray:
+        """Offsets into split(name): document i is split(name)[b[i]:b[i + 1]]. A document that straddles the
+        train/validation cut is cut there, so the validation split's first document starts at 0."""
+        lo, hi = (0, self.n_train) if name == "train" else (self.n_train, len(self.tokens))
+        inside = self.doc_starts[(self.doc_starts > lo) & (self.doc_starts < hi)] - lo
+        return np.unique(np.concatenate([[0], inside, [hi - lo]])).astype(np.int64)
+
     def batch(self, split: str, batch_size: int, seq_len: int, generator: torch.Generator):
         """Random windows: inputs [B, seq_len] and next-token targets [B, seq_len] (int64)."""
         data = self.split(split)
@@ -126,6 +151,87 @@ class TokenCorpus:
         starts = torch.randint(n_starts, (batch_size,), generator=generator).tolist()
         windows = torch.from_numpy(np.stack([data[s : s + seq_len + 1] for s in starts]).astype(np.int64))
         return windows[:, :-1], windows[:, 1:]
+
+    def packed_batch(self, split: str, batch_size: int, seq_len: int, generator: torch.Generator):
+        """batch_size rows of whole documents packed by pack_rows, as rows_to_tensors gives them: (inputs,
+        targets, cu_seqlens). Each call packs the documents in a new order drawn from the generator, every
+        document once before any repeats."""
+        documents = self._documents(split, seq_len)
+        rows = pack_rows(_shuffled(documents, generator), seq_len)
+        return rows_to_tensors(self.split(split), [next(rows) for _ in range(batch_size)], seq_len)
+
+    def packed_split(self, split: str, seq_len: int):
+        """The whole split's documents in order, packed by pack_rows, for evaluation: every token with a
+        predecessor in its own document is scored exactly once. (inputs, targets, cu_seqlens) for all rows."""
+        rows = list(pack_rows(self._documents(split, seq_len), seq_len))
+        return rows_to_tensors(self.split(split), rows, seq_len)
+
+    def _documents(self, split: str, seq_len: int) -> list[tuple[int, int]]:
+        """(start, length) of the split's documents, for rows of seq_len tokens."""
+        if seq_len < 2:
+            raise UserError(f"packed rows need train.seq_len of at least 2 (a token and its target), got {seq_len}")
+        bounds = self.document_bounds(split)
+        if len(bounds) < 2:
+            raise UserError(f"the {split} split is empty; use more text (data.max_chars) or a larger data.val_fraction")
+        return list(zip(bounds[:-1].tolist(), np.diff(bounds).tolist(), strict=True))
+
+
+def _shuffled(documents: list[tuple[int, int]], generator: torch.Generator) -> Iterator[tuple[int, int]]:
+    """Every document in a random order, then again in a new order, without end."""
+    while True:
+        for i in torch.randperm(len(documents), generator=generator).tolist():
+            yield documents[i]
+
+
+def pack_rows(documents: Iterable[tuple[int, int]], seq_len: int) -> Iterator[list[tuple[int, int]]]:
+    """Greedy packing of (start, length) documents into rows of seq_len tokens, each row a list of its
+    sequences as (start, length). A document that does not fit in what is left of a row starts the next row
+    (the rest is padding). One longer than a row is cut into row-sized pieces, each its own sequence; a piece
+    starts at the last token of the piece before, so that every target of the document is still scored once."""
+    row, free = [], seq_len
+    for start, length in documents:
+        if length > free and row:
+            yield row
+            row, free = [], seq_len
+        while length > seq_len:
+            yield [(start, seq_len)]
+            start, length = start + seq_len - 1, length - seq_len + 1
+        row.append((start, length))
+        free -= length
+    if row:
+        yield row
+
+
+def rows_to_tensors(data: np.ndarray, rows: list[list[tuple[int, int]]], seq_len: int):
+    """Inputs and targets, int64 [len(rows), seq_len], and cu_seqlens for the flattened batch.
+
+    Targets are the inputs shifted by one within each sequence; a sequence's last token and padding (id 0)
+    have target IGNORE, so the loss never predicts across a boundary. cu_seqlens (int64) is 0, then the end of
+    every sequence, a padding run counting as one, ending with len(rows) * seq_len."""
+    inputs = np.zeros((len(rows), seq_len), dtype=np.int64)
+    targets = np.full((len(rows), seq_len), IGNORE, dtype=np.int64)
+    ends = [0]
+    for r, row in enumerate(rows):
+        at = 0
+        for start, length in row:
+            inputs[r, at : at + length] = data[start : start + length]
+            targets[r, at : at + length - 1] = data[start + 1 : start + length]
+            at += length
+            ends.append(r * seq_len + at)
+        if at < seq_len:
+            ends.append((r + 1) * seq_len)
+    return torch.from_numpy(inputs), torch.from_numpy(targets), torch.tensor(ends, dtype=torch.int64)
+
+
+def packed_rows(inputs: torch.Tensor, targets: torch.Tensor, cu_seqlens: torch.Tensor, rows: slice):
+    """Rows of a packed batch (as rows_to_tensors gives it) as one packed row: inputs and targets
+    [1, n_rows * seq_len] and the boundaries of its sequences (every row start is one, so any rows cut
+    cleanly)."""
+    seq_len = inputs.shape[1]
+    x, y = inputs[rows], targets[rows]
+    first = (rows.start or 0) * seq_len
+    inside = cu_seqlens[(cu_seqlens >= first) & (cu_seqlens <= first + x.numel())]
+    return x.reshape(1, -1), y.reshape(1, -1), inside - first
 
 
 def default_cache_dir() -> Path:
@@ -152,11 +258,16 @@ def load_corpus(cfg: DataConfig) -> TokenCorpus:
     """Prepare the corpus once (cached) and memory-map it."""
     cache = Path(cfg.cache_dir).expanduser() if cfg.cache_dir else default_cache_dir()
     folder = cache / "corpora" / cache_key(cfg)
-    if not (folder / "meta.json").is_file():
+    if not _complete(folder):
         _prepare(cfg, folder)
     meta = json.loads((folder / "meta.json").read_text())
     tokens = np.memmap(folder / "tokens.bin", dtype=meta["dtype"], mode="r")
-    return TokenCorpus(tokens, meta["n_train"], tokenizer_from_dict(meta["tokenizer"]), folder)
+    doc_starts = np.load(folder / "doc_starts.npy")
+    return TokenCorpus(tokens, meta["n_train"], tokenizer_from_dict(meta["tokenizer"]), folder, doc_starts)
+
+
+def _complete(folder: Path) -> bool:
+    return (folder / "meta.json").is_file() and (folder / "doc_starts.npy").is_file()
 
 
 def _fit_tokenizer(cfg: DataConfig):
@@ -181,12 +292,16 @@ def _prepare(cfg: DataConfig, folder: Path) -> None:
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}-"))
     try:
-        n_tokens = 0
+        n_tokens, doc_starts = 0, [0]
         with open(tmp / "tokens.bin", "wb") as out:
-            for piece in read_text(cfg):
+            for opens_document, piece in read_pieces(cfg):
+                if opens_document:
+                    doc_starts.append(n_tokens)
                 ids = tokenizer.encode(piece).astype(dtype)
                 out.write(ids.tobytes())
                 n_tokens += len(ids)
+        doc_starts = np.unique(doc_starts)  # an empty document starts where the next one does
+        np.save(tmp / "doc_starts.npy", doc_starts[doc_starts < n_tokens].astype(np.int64))
         meta = {
             "dtype": np.dtype(dtype).name,
             "n_tokens": n_tokens,
@@ -196,10 +311,12 @@ def _prepare(cfg: DataConfig, folder: Path) -> None:
         }
         (tmp / "meta.json").write_text(json.dumps(meta))
         follow_umask(tmp)  # mkdtemp makes it 0700: a shared cache is read by others
+        if folder.is_dir() and not _complete(folder):  # a cache from before doc_starts.npy: rebuilt
+            shutil.rmtree(folder, ignore_errors=True)
         try:
             os.replace(tmp, folder)
         except OSError:  # another process finished the same corpus first; theirs is identical
-            if not (folder / "meta.json").is_file():
+            if not _complete(folder):
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

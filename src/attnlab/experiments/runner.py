@@ -26,7 +26,7 @@ from .. import checkpoint
 from ..config import RunConfig, apply_overrides, load_config, load_yaml
 from ..data import niah
 from ..errors import ConfigError, UserError
-from ..evaluate import perplexity, perplexity_by_length, scored_positions, task_accuracy, whole_split_loss
+from ..evaluate import perplexity, perplexity_by_length, scored_positions, split_loss, task_accuracy
 from ..inference import load_run
 from ..plots import coupling_profile
 from ..starting_point import as_fitted
@@ -59,11 +59,13 @@ def measure(experiment: Experiment, run_dir: Path) -> dict:
         curve = perplexity_by_length(run.model, corpus, lengths, max_tokens=16_384, device=run.device)
         return {f"ppl@{length}": value for length, value in curve.items()}
 
-    def score() -> float:  # every position of the validation split once
-        return whole_split_loss(run.model, corpus, "val", t.seq_len, run.device, chunk=t.batch_size // t.grad_accum)
+    def score() -> float:  # every position of the validation split once (within its document, if packed)
+        return split_loss(run.model, corpus, "val", 0, t.batch_size, t.seq_len, run.device,
+                          chunk=t.batch_size // t.grad_accum, packed=run.config.data.pack)
 
     loss = score()
-    record = {"val_loss": loss, "val_ppl": perplexity(loss), "val_tokens": scored_positions(corpus)}
+    record = {"val_loss": loss, "val_ppl": perplexity(loss),
+              "val_tokens": scored_positions(corpus, packed=run.config.data.pack)}
     if run.model.ablates():  # how much the trained model uses its mechanism's own component
         with run.model.ablated():
             record[ABLATED] = perplexity(score())

@@ -1,0 +1,84 @@
+"""Training and evaluation on packed documents (data.pack=true): each document read from its own start, no
+target predicted across a boundary, and the scores equal a hand computation over the documents one by one."""
+
+import torch
+import torch.nn.functional as F
+
+from attnlab import train as train_module
+from attnlab.config import load_config
+from attnlab.data import load_corpus
+from attnlab.data.corpus import IGNORE, packed_rows
+from attnlab.evaluate import scored_positions, split_loss
+from attnlab.model import Decoder
+from attnlab.train import train
+
+SEQ_LEN = 32
+
+
+def documents_folder(tmp_path):
+    """Twelve short documents (each shorter than a row) and three longer than a row."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for i in range(15):
+        words = " ".join(f"w{(i * 7 + j) % 13}" for j in range(4 + 3 * i))
+        (folder / f"{i:02d}.txt").write_text(f"Doc {i}: {words}.")
+    return folder
+
+
+def config(tmp_path, *extra):
+    return load_config("demo", [
+        f"out_dir={tmp_path / 'runs'}", "data.source=text", f"data.path={documents_folder(tmp_path)}",
+        "data.tokenizer=byte", "data.pack=true", "data.val_fraction=0.4", f"data.cache_dir={tmp_path / 'cache'}",
+        "model.d_model=32", "model.n_layers=2", "model.n_heads=4", "model.layers=[softmax,gla]",
+        "train.steps=4", "train.batch_size=4", f"train.seq_len={SEQ_LEN}", "train.warmup_steps=1",
+        "train.eval_every=2", "train.eval_batches=0", "train.ckpt_every=4", "train.log_every=1", *extra])
+
+
+def test_the_packed_whole_split_loss_is_the_mean_over_each_document_read_alone(tmp_path):
+    cfg = config(tmp_path)
+    corpus = load_corpus(cfg.data)
+    torch.manual_seed(0)
+    model = Decoder(train_module.fit_to_data(cfg.model, corpus)).double().eval()
+    data, bounds = torch.from_numpy(corpus.split("val").astype("int64")), corpus.document_bounds("val")
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for start, end in zip(bounds[:-1], bounds[1:], strict=True):
+            document = data[start:end]
+            for lo in range(0, len(document) - 1, SEQ_LEN - 1):  # pieces of a row, each from a fresh state
+                piece = document[lo : lo + SEQ_LEN]
+                logits, _ = model(piece[None, :-1])
+                total += F.cross_entropy(logits[0], piece[1:], reduction="sum").item()
+                count += len(piece) - 1
+    assert scored_positions(corpus, "val", packed=True) == count == len(data) - (len(bounds) - 1)
+    for chunk in (1, 3):  # however many rows a forward takes
+        loss = split_loss(model, corpus, "val", 0, 4, SEQ_LEN, None, chunk=chunk, packed=True)
+        assert abs(loss - total / count) < 1e-9
+    assert abs(split_loss(model, corpus, "val", 0, 4, SEQ_LEN, None) - total / count) > 1e-3  # windows differ
+
+
+def test_packed_training_passes_the_boundaries_and_never_predicts_across_one(tmp_path, monkeypatch):
+    seen = []
+    loss = train_module._loss
+
+    def recording_loss(trained, tokens, targets, cu_seqlens=None):
+        seen.append((tokens, targets, cu_seqlens))
+        return loss(trained, tokens, targets, cu_seqlens)
+
+    monkeypatch.setattr(train_module, "_loss", recording_loss)
+    summary = train(config(tmp_path), progress=False, log=lambda *_: None)
+    assert len(seen) == 4 and summary["val_loss"] < 6
+    for tokens, targets, cu_seqlens in seen:
+        assert tokens.shape == targets.shape == (1, 4 * SEQ_LEN)
+        ends = cu_seqlens[1:] - 1
+        assert bool((targets[0, ends] == IGNORE).all())  # the last token of each sequence predicts nothing
+        assert set(range(0, 4 * SEQ_LEN, SEQ_LEN)) <= set(cu_seqlens.tolist())  # every row starts a sequence
+
+
+def test_rows_of_a_packed_batch_cut_with_their_boundaries():
+    x = torch.arange(12).view(3, 4)
+    y = x + 100
+    cu_seqlens = torch.tensor([0, 2, 4, 8, 9, 12])
+    rows_x, rows_y, inside = packed_rows(x, y, cu_seqlens, slice(1, 3))
+    assert rows_x.tolist() == [[4, 5, 6, 7, 8, 9, 10, 11]] and rows_y.tolist() == [[104, 105, 106, 107, 108, 109,
+                                                                                      110, 111]]
+    assert inside.tolist() == [0, 4, 5, 8]
