@@ -21,7 +21,7 @@ from ..ops import fla as fla_ops
 from ..ops.ccq import CCQStats, ccq_chunk, ccq_step
 from ..ops.delta_rule import delta_rule_chunk, delta_rule_step
 from ..ops.gla import gla_chunk, gla_step
-from .registry import Mixer, MixerConfig, register_mixer
+from .registry import Mixer, MixerConfig, packed_by_left_padding, register_mixer
 
 BACKENDS = ("torch", "fla", "auto")
 
@@ -146,6 +146,12 @@ class LinearAttention(Mixer):
         o = rms_norm_fp32(self.out_norm, o) * F.silu(self.split_heads(self.gate_proj(x)))
         y = self.out_proj(o.transpose(1, 2).reshape(B, T, -1).to(x.dtype))
         return y, LinearState(memory, conv_state, ccq_state)
+
+    def packed(self, x, cu_seqlens):
+        """Every packed sequence in one batched forward (packed_by_left_padding), exact here: a zero input makes
+        q = k = v = 0 (no biases), which adds nothing to the memory whatever the gates, the short convolution's
+        fresh state is zeros, and nothing reads positions."""
+        return packed_by_left_padding(self, x, cu_seqlens)
 
     def read_query(self, q, k, gates, ccq_state):
         """Transform the queries before the read (identity here; CCQ cleans them)."""
@@ -274,6 +280,11 @@ class CCQRead:
         H, D = cfg.n_heads, cfg.key_dim // cfg.n_heads
         self.lambda_weight = nn.Parameter(torch.zeros(H, D))  # zero: lambda starts at ccq_lambda_init exactly
         self.lambda_bias = nn.Parameter(torch.full((H,), math.log(cfg.ccq_lambda_init / (1 - cfg.ccq_lambda_init))))
+
+    def packed(self, x, cu_seqlens):
+        """Each sequence on its own (Mixer.packed): the key statistics count tokens, so zeros in front of a
+        sequence would change them."""
+        return Mixer.packed(self, x, cu_seqlens)
 
     def ablated(self):
         """lambda = sigmoid(w . q_bar + b) set to 0 (w = 0, b = -30): the backbone's own read."""

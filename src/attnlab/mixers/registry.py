@@ -9,6 +9,7 @@ decoder only ever talks to mixers through this protocol.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, fields
 
@@ -64,6 +65,34 @@ def sequences(cu_seqlens: torch.Tensor) -> list[tuple[int, int]]:
     """[(start, end)] of every packed sequence."""
     bounds = cu_seqlens.tolist()
     return list(zip(bounds[:-1], bounds[1:], strict=True))
+
+
+def packed_by_left_padding(mixer: nn.Module, x: torch.Tensor, cu_seqlens: torch.Tensor):
+    """Mixer.packed for a mixer whose state a zero input leaves exactly as it was before the first token and
+    that reads no positions (a linear recurrence without biases into its state): the sequences become the rows
+    of one batch, right-aligned behind zeros, so that every row ends in its sequence's final state; one forward,
+    then each sequence's outputs and state taken back out. Its cost is that of the batch: rows as long as the
+    longest sequence."""
+    pieces = [x[0, start:end] for start, end in sequences(cu_seqlens)]
+    batch = nn.utils.rnn.pad_sequence(pieces, batch_first=True, padding_side="left")
+    y, state = nn.Module.__call__(mixer, batch)
+    width = batch.shape[1]
+    outputs = [y[row, width - len(piece):] for row, piece in enumerate(pieces)]
+    return torch.cat(outputs)[None], [state_row(state, row) for row in range(len(pieces))]
+
+
+def state_row(state, row: int):
+    """Row `row` of a batched state (tensors batched along dim 0, in dataclasses, tuples or lists), as batch 1."""
+    if state is None:
+        return None
+    if isinstance(state, torch.Tensor):
+        return state[row : row + 1]
+    if dataclasses.is_dataclass(state):
+        return dataclasses.replace(state, **{f.name: state_row(getattr(state, f.name), row)
+                                             for f in fields(state) if f.init})
+    if isinstance(state, (tuple, list)):
+        return type(state)(state_row(part, row) for part in state)
+    raise TypeError(f"cannot take a row of a state of type {type(state).__name__}")
 
 
 def check_input(x, d_model: int) -> None:
