@@ -107,7 +107,8 @@ def test_a_packed_decoder_gives_each_sequence_its_own_logits(positions):
     assert [len(layer) for layer in states] == [len(LENGTHS)] * 2
 
 
-@pytest.mark.parametrize("name", ["softmax", "coupled-qk", "uncoupled-qk", "linear", "gla", "gdn"])
+@pytest.mark.parametrize("name", ["softmax", "coupled-qk", "uncoupled-qk", "differential", "coupled-differential",
+                                  "linear", "gla", "gdn"])
 def test_the_fast_forms_run_a_packed_row_at_once(name, monkeypatch):
     """The softmax family's one block-diagonal mask and the linear family's one left-padded batch, not the
     reference loop over the sequences."""
