@@ -64,6 +64,16 @@ def test_the_repetition_penalty_divides_positive_and_multiplies_negative_logits_
     assert Sampling(temperature=0, repetition_penalty=5.0).pick(logits, seen).item() == 2
 
 
+def test_a_penalty_far_from_one_keeps_the_logits_finite():
+    logits, seen = torch.tensor([[1.0, -2.0, 0.5, -3.0]]), torch.tensor([[0, 1]])
+    for penalty in (1e-171, 1e171):  # would overflow to inf, and the softmax after it to nan
+        penalized = penalize_repeats(logits, seen, penalty)
+        assert bool(torch.isfinite(penalized).all())
+        token = Sampling(repetition_penalty=penalty).pick(logits, seen, torch.Generator().manual_seed(0))
+        assert token.shape == (1, 1)
+    assert Sampling(repetition_penalty=1e-171).pick(logits, seen).item() == 0  # the seen positive logit wins
+
+
 def test_top_p_and_the_penalty_agree_with_transformers():
     from transformers.generation.logits_process import RepetitionPenaltyLogitsProcessor, TopPLogitsWarper
 

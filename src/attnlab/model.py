@@ -278,7 +278,9 @@ def penalize_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -
     """logits [B, vocab] with the logit l of every token in seen [B, S] made l / penalty if l > 0, else
     l * penalty."""
     scores = logits.gather(1, seen)
-    return logits.scatter(1, seen, torch.where(scores > 0, scores / penalty, scores * penalty))
+    penalized = torch.where(scores > 0, scores / penalty, scores * penalty)
+    finite = torch.finfo(logits.dtype)  # a penalty far from 1 would overflow to inf, and the softmax to nan
+    return logits.scatter(1, seen, penalized.clamp(finite.min, finite.max))
 
 
 def keep_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
