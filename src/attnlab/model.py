@@ -14,7 +14,7 @@ from torch import nn
 from .config import ModelConfig
 from .errors import ConfigError
 from .mixers import Mixer, mixer_class
-from .nn import FFNS, NORMS, at_least_fp32
+from .nn import FFNS, NORMS, at_least_fp32, positions_in_sequences
 
 
 def ffn_width(cfg: ModelConfig) -> int:
@@ -123,8 +123,7 @@ class Decoder(nn.Module):
             position = torch.arange(first, last + 1, device=tokens.device)
         else:  # counted from each sequence's start
             first, last = 0, int(cu_seqlens.diff().max()) - 1
-            position = torch.arange(tokens.shape[1], device=tokens.device) - torch.repeat_interleave(
-                cu_seqlens[:-1], cu_seqlens.diff()).to(tokens.device)
+            position = positions_in_sequences(cu_seqlens, tokens.device)
         if last >= self.cfg.positions:
             raise ConfigError(f"positions {first}..{last} are beyond the model's {self.cfg.positions} "
                               "learned position embeddings (model.positions): give it at most "
