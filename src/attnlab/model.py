@@ -95,12 +95,14 @@ class Decoder(nn.Module):
                 block.mlp.reset_parameters(self.cfg.n_layers)
         nn.init.normal_(self.head.weight, std=0.02)
 
-    def forward(self, tokens: torch.Tensor, states: list | None = None, start: int = 0,
+    def forward(self, tokens: torch.Tensor, states: list | None = None, start: int | torch.Tensor = 0,
                 cu_seqlens: torch.Tensor | None = None):
         """tokens [B, T] -> (logits [B, T, vocab], per-layer states to continue from).
 
-        start: the position of tokens[:, 0] in its sequence (the tokens the states have seen); only
-        learned position embeddings need it.
+        start: the position of tokens[:, 0] in its sequence (the tokens the states have seen), or one per row
+        [B] where rows have seen different numbers (after a padded prompt); only learned position embeddings
+        need it.
+        states: a layer's state may be a list of one state per row, as packed and padded reads return them.
         cu_seqlens: packed sequences, tokens [1, N] holding sequences that start at cu_seqlens (0, ...,
         N; flash-linear-attention's convention): each is read from a fresh state and its positions count from
         0, and every layer's state is a list, one per sequence.
@@ -116,11 +118,14 @@ class Decoder(nn.Module):
             new_states.append(state)
         return self.head(self.norm(x)), new_states
 
-    def _positions(self, tokens: torch.Tensor, start: int, cu_seqlens: torch.Tensor | None) -> torch.Tensor:
-        """The position of every token in its sequence, for the learned position embeddings."""
+    def _positions(self, tokens: torch.Tensor, start: int | torch.Tensor,
+                   cu_seqlens: torch.Tensor | None) -> torch.Tensor:
+        """The position of every token in its sequence, for the learned position embeddings: [T], or [B, T] given
+        a start per row."""
         if cu_seqlens is None:
-            first, last = start, start + tokens.shape[1] - 1
-            position = torch.arange(first, last + 1, device=tokens.device)
+            position = torch.as_tensor(start, device=tokens.device)[..., None] + torch.arange(
+                tokens.shape[1], device=tokens.device)
+            first, last = int(position.min()), int(position.max())
         else:  # counted from each sequence's start
             first, last = 0, int(cu_seqlens.diff().max()) - 1
             position = positions_in_sequences(cu_seqlens, tokens.device)
@@ -129,6 +134,20 @@ class Decoder(nn.Module):
                               "learned position embeddings (model.positions): give it at most "
                               f"{self.cfg.positions} tokens per sequence")
         return position
+
+    def forward_padded(self, tokens: torch.Tensor, attention_mask: torch.Tensor):
+        """tokens [B, T] padded on the left or the right, attention_mask [B, T] (1: a token, 0: padding, one run of
+        tokens per row) -> (logits [B, T, vocab], per-layer states, one per row): every row read on its own, as one
+        packed forward of the rows' tokens. The states have seen only the tokens, so padding changes nothing; a
+        pad's logits are those of the last token before it (zero before the first)."""
+        lengths = check_padding(attention_mask, tokens.shape)
+        keep = attention_mask.bool()
+        cu_seqlens = F.pad(lengths.cumsum(0), (1, 0))
+        logits, states = self(tokens[keep][None], cu_seqlens=cu_seqlens)
+        # each position's last token at or before it: its index in the packed row, or -1 before the first
+        last = (keep.long().cumsum(1) - 1 + cu_seqlens[:-1, None]).masked_fill(keep.long().cummax(1).values == 0, -1)
+        padded = F.pad(logits[0], (0, 0, 0, 1))  # a row of zeros at index -1
+        return padded[last], states
 
     def loss(self, tokens: torch.Tensor, targets: torch.Tensor, cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
         """Mean next-token cross-entropy in nats; targets of -100 are ignored (a packed row's caller sets the
@@ -186,6 +205,7 @@ class Decoder(nn.Module):
         repetition_penalty: float = 1.0,
         num_samples: int = 1,
         finished: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Continue prompt [B, T0] by up to max_new_tokens tokens, decoding incrementally through the mixer
         states (one prefill, then one token per step). The sampling options are those of transformers'
@@ -199,10 +219,21 @@ class Decoder(nn.Module):
         context: the most tokens the model sees at once, for models trained on shorter windows than the
         text to generate. When the view grows past it, the model re-reads the newest context // 2
         tokens from a fresh state and continues incrementally from there. None: the view is unbounded.
+        attention_mask: prompts of different lengths padded on the left or the right [B, T0] (1: a token,
+        0: padding): every row gets what it would get alone. The result keeps the prompt's layout, padding
+        included, and appends the new tokens (as transformers' generate does): its tokens are where
+        cat(attention_mask, ones) is 1.
         """
         sampling = Sampling(temperature, top_k, top_p, repetition_penalty)
         _check_generate_arguments(prompt, max_new_tokens, num_samples, context)
         out = prompt.repeat_interleave(num_samples, dim=0)
+        lengths = None if attention_mask is None else check_padding(attention_mask, prompt.shape)
+        if lengths is not None and bool((lengths < prompt.shape[1]).any()):
+            if context is not None:
+                raise ConfigError("context (a sliding view) is not available for a padded batch: pass context=None, "
+                                  "or generate the prompts one at a time")
+            mask = attention_mask.repeat_interleave(num_samples, dim=0)
+            return self._generate_padded(out, mask, max_new_tokens, sampling, generator, finished)
         view_start = 0 if context is None else max(0, out.shape[1] - context)
         logits, states = self(out[:, view_start:])
         for i in range(max_new_tokens):
@@ -216,6 +247,38 @@ class Decoder(nn.Module):
             else:  # the token's position counts from the start of the current view
                 logits, states = self(token, states, start=out.shape[1] - 1 - view_start)
         return out
+
+    def _generate_padded(self, out: torch.Tensor, mask: torch.Tensor, max_new_tokens: int, sampling: Sampling,
+                         generator, finished) -> torch.Tensor:
+        """generate for rows padded as `mask` marks: one padded read (each row alone), then one token per row and
+        step, each continuing its own row's states (batched where they stack)."""
+        logits, states = self.forward_padded(out, mask)
+        seen = check_padding(mask, out.shape)
+        last_token = out.gather(1, (mask.long().cumsum(1).argmax(1))[:, None])  # stands in for pads in the penalty
+        for i in range(max_new_tokens):
+            token = sampling.pick(logits[:, -1].float(), torch.where(mask.bool(), out, last_token), generator)
+            out, mask = torch.cat((out, token), dim=1), F.pad(mask, (0, 1), value=1)
+            if i + 1 == max_new_tokens or (finished is not None and bool(finished(out).all())):
+                break
+            logits, states = self(token, states, start=seen + i)
+        return out
+
+
+def check_padding(attention_mask: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """The number of tokens in each row of a padded batch of this shape; a ConfigError unless attention_mask
+    [B, T] has the shape, holds only 0 and 1, and marks one run of at least one token per row."""
+    if attention_mask.shape != shape:
+        raise ConfigError(f"attention_mask has shape {list(attention_mask.shape)}, the tokens {list(shape)}: give "
+                          "one entry per token (1: a token, 0: padding)")
+    if bool(((attention_mask != 0) & (attention_mask != 1)).any()):
+        raise ConfigError("attention_mask must hold only 1 (a token) and 0 (padding)")
+    mask = attention_mask.long()
+    runs = (mask[:, 1:] > mask[:, :-1]).sum(1) + mask[:, 0]
+    if bool((runs != 1).any()):
+        row = int((runs != 1).nonzero()[0])
+        raise ConfigError(f"attention_mask row {row} marks {int(runs[row])} runs of tokens: each row must hold one, "
+                          "padded on the left or the right")
+    return mask.sum(1)
 
 
 def _check_generate_arguments(prompt: torch.Tensor, max_new_tokens: int, num_samples: int, context: int | None):

@@ -81,6 +81,34 @@ def packed_by_left_padding(mixer: nn.Module, x: torch.Tensor, cu_seqlens: torch.
     return torch.cat(outputs)[None], [state_row(state, row) for row in range(len(pieces))]
 
 
+def stack_rows(states: list):
+    """One batched state of per-row states of batch 1 (the inverse of state_row): tensors concatenated along dim
+    0, in dataclasses, tuples or lists; None where the rows cannot be batched (tensors of different shapes, such
+    as KV caches of different lengths, or other fields that differ, such as positions)."""
+    stacked = _stacked(states)
+    return None if stacked is _UNBATCHABLE else stacked
+
+
+_UNBATCHABLE = object()
+
+
+def _stacked(states: list):
+    first = states[0]
+    if any(type(s) is not type(first) for s in states):
+        return _UNBATCHABLE
+    if isinstance(first, torch.Tensor):
+        return torch.cat(states) if all(s.shape[1:] == first.shape[1:] for s in states) else _UNBATCHABLE
+    if dataclasses.is_dataclass(first):
+        parts = {f.name: _stacked([getattr(s, f.name) for s in states]) for f in fields(first) if f.init}
+        return _UNBATCHABLE if any(part is _UNBATCHABLE for part in parts.values()) else type(first)(**parts)
+    if isinstance(first, (tuple, list)):
+        if any(len(s) != len(first) for s in states):
+            return _UNBATCHABLE
+        parts = [_stacked(list(column)) for column in zip(*states, strict=True)]
+        return _UNBATCHABLE if any(part is _UNBATCHABLE for part in parts) else type(first)(parts)
+    return first if all(s == first for s in states) else _UNBATCHABLE  # None, ints: the same in every row
+
+
 def state_row(state, row: int):
     """Row `row` of a batched state (tensors batched along dim 0, in dataclasses, tuples or lists), as batch 1."""
     if state is None:
@@ -119,10 +147,25 @@ class Mixer(nn.Module):
         checked here, for every mixer: a wrong shape fails in one line that names the expected one rather than
         deep inside the mixer's arithmetic."""
         check_input(x, self.cfg.d_model)
-        if cu_seqlens is None:
-            return super().__call__(x, state)
-        check_boundaries(cu_seqlens, x, state)
-        return self.packed(x, cu_seqlens)
+        if cu_seqlens is not None:
+            check_boundaries(cu_seqlens, x, state)
+            return self.packed(x, cu_seqlens)
+        if isinstance(state, list):
+            return self.rows(x, state)
+        return super().__call__(x, state)
+
+    def rows(self, x: torch.Tensor, states: list):
+        """x [B, T, d_model] continuing one state per row (as a packed call returns them, one per sequence) ->
+        (y, the batched state): in one batch where the rows' states stack (stack_rows); else (KV caches of
+        different lengths, different positions) row by row, returning the list of their states."""
+        if len(states) != x.shape[0]:
+            raise UserError(f"a list of states holds one per row: got {len(states)} for a batch of {x.shape[0]}")
+        batched = stack_rows(states)
+        if batched is not None:
+            return super().__call__(x, batched)
+        outputs, ends = zip(*(nn.Module.__call__(self, x[row : row + 1], state) for row, state in enumerate(states)),
+                            strict=True)
+        return torch.cat(outputs), list(ends)
 
     def packed(self, x: torch.Tensor, cu_seqlens: torch.Tensor):
         """x [1, N, d_model] holding sequences that start at cu_seqlens (checked) -> (y [1, N, d_model], the
