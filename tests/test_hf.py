@@ -68,6 +68,17 @@ def test_an_exported_run_loads_with_the_auto_classes_and_matches_attnlab(exporte
     assert lengths == [len(PROMPT)] + [1] * (NEW_TOKENS - 1)  # one prefill, then one token per step: the states
     assert tokenizer.decode(greedy[0]) == run.tokenizer.decode(greedy[0].tolist())
 
+    # prompts of different lengths in one batch, padded on either side: every row generates what it does alone
+    prompts = ["Line 7", "L", "Line 12: t"]
+    alone = [run.model.generate(tokenizer(p, return_tensors="pt").input_ids, 4, temperature=0)[0].tolist()
+             for p in prompts]
+    for side in ("left", "right"):
+        tokenizer.padding_side = side
+        batch = tokenizer(prompts, padding=True, return_tensors="pt")
+        out = model.generate(**batch, max_new_tokens=4, do_sample=False)
+        mask = torch.cat((batch.attention_mask, torch.ones(len(prompts), 4, dtype=torch.long)), 1).bool()
+        assert [row[keep].tolist() for row, keep in zip(out, mask, strict=True)] == alone
+
     # in bf16, within 4 bf16 epsilons (3.1e-2) of the fp32 logits' norm: the weights and activations rounded to
     # bf16 once each, the mixers' states and inference kept in fp32
     bf16_logits = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16)(text).logits
@@ -144,19 +155,23 @@ def test_an_export_pads_batches_with_the_newline_as_its_special_tokens(exported)
     assert generated[0, 3:].tolist() == [newline] * 4
 
 
-def test_right_padding_leaves_logits_alone_and_left_padding_is_refused(exported):
-    _, folder = exported(["gla", "gla"])
+def test_padded_rows_are_read_alone_and_padding_is_never_a_label(exported):
+    _, folder = exported(["gla", "softmax"])
     model = AutoModelForCausalLM.from_pretrained(folder)
-    ids = torch.tensor([[5, 6, 7, 8], [5, 6, 0, 0]])
-    right = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
-    logits = model(ids, attention_mask=right).logits
-    torch.testing.assert_close(logits[1, :2], model(ids[1:, :2]).logits[0], rtol=0, atol=1e-6)
-    with pytest.raises(UserError, match="padding only on the right"):
-        model(ids.flip(1), attention_mask=right.flip(1))
-    with pytest.raises(UserError, match="cannot generate from a padded batch"):
-        model.generate(ids, attention_mask=right, max_new_tokens=2)
+    ids = torch.tensor([[5, 6, 7, 8], [5, 6, 0, 0], [0, 0, 0, 9]])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 1]])
+    out = model(ids, attention_mask=mask, labels=ids)
+    torch.testing.assert_close(out.logits[1, :2], model(ids[1:2, :2]).logits[0], rtol=0, atol=1e-6)
+    torch.testing.assert_close(out.logits[2, 3], model(ids[2:, 3:]).logits[0, 0], rtol=0, atol=1e-6)
+    assert bool((out.logits[1, 2:] == out.logits[1, 1]).all()) and bool((out.logits[2, :3] == 0).all())
+    # the loss scores only the first row's three targets and the second row's one
+    expected = (model(ids[:1], labels=ids[:1]).loss * 3 + model(ids[1:2, :2], labels=ids[1:2, :2]).loss) / 4
+    torch.testing.assert_close(out.loss, expected, rtol=1e-6, atol=1e-6)
     with pytest.raises(UserError, match="attention_mask covers 3 tokens"):
-        model(ids, attention_mask=right[:, :3])
+        model(ids, attention_mask=mask[:, :3])
+    states = model(ids, attention_mask=mask).states
+    with pytest.raises(UserError, match="padding among the new tokens"):
+        model(ids[:, :1], states, attention_mask=torch.cat((mask, torch.zeros(3, 1, dtype=torch.long)), 1))
 
 
 def test_beam_search_is_refused_rather_than_run_on_unordered_states(exported):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from transformers import GenerationMixin, PreTrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput
 
@@ -50,10 +51,12 @@ class AttnlabConfig(SavesRemoteModule, PreTrainedConfig):
 
 @dataclass
 class DecoderStates:
-    """Every layer's mixer state after `seen` tokens of each sequence: generate's cache."""
+    """Every layer's mixer state after `seen` columns of input: generate's cache. tokens: the tokens each row's
+    states have read, [B] after a padded prompt (its padding is not read), else the same as seen."""
 
     layers: list
     seen: int
+    tokens: int | torch.Tensor
 
 
 @dataclass
@@ -99,15 +102,28 @@ class AttnlabForCausalLM(SavesRemoteModule, PreTrainedModel, GenerationMixin):
                 attention_mask: torch.Tensor | None = None, labels: torch.LongTensor | None = None,
                 use_cache: bool = True, return_dict: bool | None = None, **kwargs) -> AttnlabOutput:
         """input_ids [B, T] continue `states` (None: a fresh sequence). labels: the inputs themselves, as in
-        transformers (the model shifts them); -100 is ignored. attention_mask may only mark right padding:
-        the mixers are causal, so padding after a sequence cannot change its logits."""
-        _check_right_padded(attention_mask, input_ids.shape[1] + (states.seen if states else 0))
-        start = states.seen if states is not None else 0
-        logits, layers = self.model(input_ids, states.layers if states is not None else None, start=start)
+        transformers (the model shifts them); -100 is ignored. attention_mask: rows padded on the left or the
+        right, each read on its own (Decoder.forward_padded): padding never enters the states, a pad's logits are
+        those of the row's last token before it, and no label is predicted from or at a pad."""
+        seen = states.seen if states is not None else 0
+        mask = _padding(attention_mask, seen + input_ids.shape[1])
+        if states is None and mask is not None:
+            logits, layers = self.model.forward_padded(input_ids, mask)
+            read = mask.sum(1)
+        else:
+            if mask is not None and not bool(mask[:, seen:].all()):
+                raise UserError("attention_mask marks padding among the new tokens of a continued sequence; pad only "
+                                "the prompt (the first call), on the left or the right")
+            start = states.tokens if states is not None else 0
+            logits, layers = self.model(input_ids, states.layers if states is not None else None, start=start)
+            read = start + input_ids.shape[1]
         loss = None
         if labels is not None:
+            if mask is not None:  # a label at a pad, or after one, has nothing of its own row to predict it from
+                unread = ~(mask[:, seen:].bool() & F.pad(mask[:, seen:], (1, 0))[:, :-1].bool())
+                labels = labels.masked_fill(unread, -100)
             loss = next_token_loss(logits[:, :-1], labels[:, 1:])
-        states = DecoderStates(layers, start + input_ids.shape[1]) if use_cache else None
+        states = DecoderStates(layers, seen + input_ids.shape[1], read) if use_cache else None
         output = AttnlabOutput(loss=loss, logits=logits, states=states)
         return output if return_dict is not False else output.to_tuple()
 
@@ -139,17 +155,11 @@ class AttnlabForCausalLM(SavesRemoteModule, PreTrainedModel, GenerationMixin):
         return super()._update_model_kwargs_for_generation(outputs, model_kwargs, is_encoder_decoder, num_new_tokens)
 
 
-def _check_right_padded(mask: torch.Tensor | None, length: int) -> None:
-    """Left padding would put pad tokens inside the mixers' states; refuse it rather than return wrong logits.
-    generate appends each new token's mask after the padding, so a padded batch cannot be generated either."""
+def _padding(mask: torch.Tensor | None, length: int) -> torch.Tensor | None:
+    """The attention mask of the sequence so far if it marks any padding, else None."""
     if mask is None or bool(mask.all()):
-        return
+        return None
     if mask.shape[1] != length:
         raise UserError(f"attention_mask covers {mask.shape[1]} tokens where the model has seen {length}; pass the "
                         "mask of the whole sequence so far")
-    if bool((mask[:, 1:] > mask[:, :-1]).any()):
-        if bool(mask[:, 0].all()):  # right-padded prompts with generated tokens appended after the padding
-            raise UserError("attnlab models cannot generate from a padded batch (the new tokens would follow the "
-                            "padding); generate one prompt at a time, or prompts of one length")
-        raise UserError("attnlab models take padding only on the right (tokenizer.padding_side='right'): their "
-                        "mixers carry state from token to token, so left padding would change the result")
+    return mask
