@@ -62,7 +62,7 @@ def setting(tmp_path_factory):
 def samples(setting):
     run_dir, tasks = setting
     out = simple_evaluate(model="attnlab", model_args=f"path={run_dir},device=cpu", tasks=list(TASKS),
-                          task_manager=TaskManager(include_path=str(tasks)), log_samples=True)
+                          task_manager=TaskManager(include_path=str(tasks)), log_samples=True, batch_size=3)
     return out["samples"]
 
 
@@ -141,7 +141,7 @@ def test_a_continuation_longer_than_the_context_is_refused_in_one_line(setting):
     model = harness.AttnlabLM(path=str(run_dir), device="cpu")
     tokens = model.tok_encode("the quick brown fox jumps")
     with pytest.raises(UserError, match=f"does not fit the model's context of {SEQ_LEN}"):
-        model._score(tokens[:2], tokens * 2)
+        model._scores([(tokens[:2], tokens * 2)])
 
 
 def test_without_lm_eval_the_harness_names_the_extra_in_one_line(monkeypatch, capsys):
@@ -155,3 +155,43 @@ def test_without_lm_eval_the_harness_names_the_extra_in_one_line(monkeypatch, ca
     with pytest.raises(SystemExit) as exit:  # python -m attnlab.harness
         runpy.run_module("attnlab.harness", run_name="__main__")
     assert exit.value.code == 2 and capsys.readouterr().err == f"error: {message}\n"
+
+
+class Request:  # what the model type reads of lm-eval's Instance
+    def __init__(self, *args):
+        self.args = args
+
+
+def counting_forwards(model):
+    calls = []
+    model.run.model.register_forward_pre_hook(lambda *_: calls.append(1))
+    return calls
+
+
+@pytest.mark.parametrize("mixer_batch", [2, "auto"])
+def test_requests_are_read_batch_size_at_a_time_and_score_as_alone(setting, mixer_batch):
+    run_dir, _ = setting
+    alone, batched = (harness.AttnlabLM(path=str(run_dir), device="cpu", batch_size=b) for b in (1, mixer_batch))
+    encode = alone.tok_encode
+    pairs = [(encode("Line 3: the"), encode(" quick")), (encode("L"), encode("ine")),
+             (encode("Line 12: the quick brown fox"), encode(" jumps")), (encode("x"), encode("y"))]
+    calls = counting_forwards(batched)
+    for (score, greedy), (expected, expected_greedy) in zip(batched._scores(pairs), alone._scores(pairs),
+                                                            strict=True):
+        assert score == pytest.approx(expected, abs=1e-4) and greedy == expected_greedy
+    assert len(calls) == (2 if mixer_batch == 2 else 1)
+
+
+def test_short_generations_run_as_one_left_padded_batch_and_match_each_alone(setting):
+    run_dir, _ = setting
+    alone, batched = (harness.AttnlabLM(path=str(run_dir), device="cpu", batch_size=b) for b in (1, 8))
+    requests = [Request(context, {"until": ["\n"], "max_gen_toks": 6})
+                for context in ["Line 3", "L", "Line 1: t", "Line 4: the quick brown"]]  # the last one slides
+    calls = counting_forwards(batched)
+    assert batched.generate_until(requests) == alone.generate_until(requests)
+    assert len(calls) == 2 * 6  # two generations, a read and five steps each
+
+
+def test_a_batch_size_that_is_not_a_number_is_one_line(setting):
+    with pytest.raises(UserError, match="batch_size=many must be a whole number"):
+        harness.AttnlabLM(path=str(setting[0]), device="cpu", batch_size="many")

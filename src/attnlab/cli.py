@@ -196,8 +196,8 @@ def _eval_lm_eval(args) -> None:
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise UserError(f"--lm-eval: unknown task '{task}'{hint} (lm-eval ls tasks lists them; your own task "
                             "YAML files: --include-path DIR)")
-    results = simple_evaluate(model=AttnlabLM(args.checkpoint), tasks=args.lm_eval, task_manager=tasks,
-                              limit=args.limit, log_samples=False)
+    model = AttnlabLM(args.checkpoint, batch_size="auto")  # requests packed into one row per forward
+    results = simple_evaluate(model=model, tasks=args.lm_eval, task_manager=tasks, limit=args.limit, log_samples=False)
     print(make_table(results))
 
 
