@@ -41,13 +41,27 @@ def positions_in_sequences(cu_seqlens: torch.Tensor, device=None) -> torch.Tenso
     return torch.arange(int(cu_seqlens[-1]), device=device) - torch.repeat_interleave(cu_seqlens[:-1], lengths)
 
 
-def document_causal_mask(cu_seqlens: torch.Tensor, device=None) -> torch.Tensor:
-    """Boolean [N, N] mask (True = attend) of a packed row: each token sees the tokens of its own sequence up to
-    itself (block-diagonal and causal)."""
-    cu_seqlens = cu_seqlens.to(device)
-    lengths = cu_seqlens.diff()
-    sequence = torch.repeat_interleave(torch.arange(len(lengths), device=device), lengths)
-    return (sequence[:, None] == sequence[None, :]).tril()
+def packed_windows(cu_seqlens: torch.Tensor, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Packed sequences regrouped for attention: consecutive sequences fill windows as wide as the longest
+    sequence, so that attending within windows costs about N x longest rather than the whole row's N^2.
+
+    Returns index [G, W] (the row position of each window slot; N, one past the row, for the padding at a
+    window's end) and mask [G, 1, W, W] (True = attend): each token sees its own sequence up to itself, and a
+    padding slot sees itself alone (a query that sees nothing would make attention's softmax 0/0)."""
+    bounds = cu_seqlens.tolist()
+    width, n = max(b - a for a, b in zip(bounds, bounds[1:], strict=False)), bounds[-1]
+    windows, start = [], 0
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        if b - start > width:
+            windows.append((start, a))
+            start = a
+    windows.append((start, n))
+    slots = torch.arange(width)
+    index = torch.stack([torch.where(slots < b - a, a + slots, n) for a, b in windows]).to(device)
+    sequence = torch.bucketize(index, cu_seqlens.to(device), right=True)  # 1.. for tokens, len(bounds) for padding
+    sequence = torch.where(index == n, -1 - slots.to(device), sequence)  # each padding slot a sequence of its own
+    mask = (sequence[:, :, None] == sequence[:, None, :]).tril()
+    return index, mask[:, None]
 
 
 def causal_mask(n_queries: int, n_keys: int, device=None, window: int | None = None) -> torch.Tensor:

@@ -8,6 +8,7 @@ from attnlab.config import ModelConfig
 from attnlab.errors import UserError
 from attnlab.mixers import build_mixer
 from attnlab.model import Decoder
+from attnlab.nn import packed_windows
 from helpers import CASE_IDS, CASES
 
 D_MODEL, N_HEADS = 32, 4
@@ -107,13 +108,27 @@ def test_a_packed_decoder_gives_each_sequence_its_own_logits(positions):
     assert [len(layer) for layer in states] == [len(LENGTHS)] * 2
 
 
-@pytest.mark.parametrize("name", ["softmax", "coupled-qk", "uncoupled-qk", "differential", "coupled-differential",
-                                  "linear", "gla", "gdn"])
+@pytest.mark.parametrize("name", ["softmax", "sigmoid", "coupled-qk", "uncoupled-qk", "differential",
+                                  "coupled-differential", "linear", "gla", "gdn"])
 def test_the_fast_forms_run_a_packed_row_at_once(name, monkeypatch):
-    """The softmax family's one block-diagonal mask and the linear family's one left-padded batch, not the
+    """The attention mixers' one batch of masked windows and the linear family's one left-padded batch, not the
     reference loop over the sequences."""
     mixer = make(name)
     forward, calls = mixer.forward, []
     monkeypatch.setattr(mixer, "forward", lambda *args: calls.append(1) or forward(*args))
     y, states = mixer(torch.randn(1, sum(LENGTHS), D_MODEL, dtype=torch.float64), cu_seqlens=boundaries(LENGTHS))
     assert y.shape == (1, sum(LENGTHS), D_MODEL) and len(states) == len(LENGTHS) and len(calls) <= 1
+
+
+@pytest.mark.parametrize("lengths", [LENGTHS, [4], [2, 2, 2, 2, 9, 1, 1]])
+def test_packed_windows_hold_every_token_once_no_wider_than_the_longest_sequence(lengths):
+    index, mask = packed_windows(boundaries(lengths))
+    n = sum(lengths)
+    assert index.shape[1] == max(lengths) and sorted(index[index < n].tolist()) == list(range(n))
+    assert index.shape[0] <= 2 * n / max(lengths) + 1  # windows are filled greedily: no two half-empty in a row
+    sequence = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+    for window, allowed in zip(index, mask[:, 0], strict=True):
+        for i, a in enumerate(window.tolist()):
+            for j, b in enumerate(window.tolist()):
+                same = a < n and b < n and sequence[a] == sequence[b] and b <= a
+                assert bool(allowed[i, j]) == (same or (a == n and i == j))

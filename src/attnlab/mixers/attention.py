@@ -6,9 +6,10 @@ import dataclasses
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from ..nn import Rotary, document_causal_mask, positions_in_sequences
+from ..nn import Rotary, packed_windows, positions_in_sequences
 from .registry import Mixer, MixerConfig, sequences
 
 
@@ -120,9 +121,10 @@ class AttentionMixer(Mixer):
         return self.out_proj(y.transpose(1, 2).reshape(B, T, -1).to(x.dtype)), state
 
     def packed(self, x: torch.Tensor, cu_seqlens: torch.Tensor):
-        """Every packed sequence at once where the mixer's attention takes a mask (``attend_masked``): one
-        block-diagonal causal mask, RoPE counted from each sequence's start, and each sequence's KV cache a view
-        of its keys and values. Else each sequence on its own (Mixer.packed)."""
+        """Every packed sequence at once where the mixer's attention takes a mask (``attend_masked``): the
+        sequences regrouped into a batch of windows as wide as the longest (nn.packed_windows), each window under
+        its block-diagonal causal mask, RoPE counted from each sequence's start, and each sequence's KV cache a
+        view of its keys and values. Else each sequence on its own (Mixer.packed)."""
         if type(self).attend_masked is AttentionMixer.attend_masked:
             return super().packed(x, cu_seqlens)
         _, N, _ = x.shape
@@ -131,9 +133,12 @@ class AttentionMixer(Mixer):
         if self.rotary is not None:
             position = positions_in_sequences(cu_seqlens, x.device)
             q, k = self.rotary(q, positions=position), self.rotary(k, positions=position)
-        y = self.attend_masked(q, k, v, document_causal_mask(cu_seqlens, x.device))
+        index, mask = packed_windows(cu_seqlens, x.device)
+        windows = [F.pad(t[0], (0, 0, 0, 1))[:, index].transpose(0, 1) for t in (q, k, v)]  # [G, H, W, D]
+        y = self.attend_masked(*windows, mask)  # [G, H', W, D']
+        y = y.transpose(0, 1).flatten(1, 2)[:, index.flatten() < N]  # back to the row's order: [H', N, D']
         states = [KVCache.holding(k[:, :, start:end], v[:, :, start:end]) for start, end in sequences(cu_seqlens)]
-        return self.out_proj(y.transpose(1, 2).reshape(1, N, -1).to(x.dtype)), states
+        return self.out_proj(y.transpose(0, 1).reshape(1, N, -1).to(x.dtype)), states
 
     def prepare_qk(self, q: torch.Tensor, k: torch.Tensor):
         """Per-token transform of q and k before RoPE and scoring (identity here)."""
@@ -141,7 +146,7 @@ class AttentionMixer(Mixer):
 
     def attend_masked(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """attend() of queries and keys at the same positions [B, H, T, D] where each query reads only the keys
-        that mask [T, T] allows (True), for packed sequences; a mixer whose attention has a masked form
+        that mask [B, 1, T, T] allows (True), for packed sequences; a mixer whose attention has a masked form
         overrides it."""
         raise NotImplementedError
 

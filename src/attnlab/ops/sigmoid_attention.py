@@ -23,6 +23,16 @@ def sigmoid_attention_reference(q, k, v, bias: float):
 
 
 @autocast_off
+def sigmoid_attention_masked(q, k, v, bias: float, mask: torch.Tensor):
+    """Queries and keys at the same positions [B, H, T, D], each query reading only the keys mask [B, 1, T, T]
+    allows (True): packed sequences. The dense weights, in the inputs' common dtype with autocast off."""
+    dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5 + bias
+    return (torch.sigmoid(scores) * mask) @ v
+
+
+@autocast_off
 def sigmoid_attention(q, k, v, bias: float, block_size: int = 128):
     """Blockwise form: `block_size` queries at a time against the keys they can see, so that at most
     [block_size, S] weights per head exist at once. Each weight depends on its own score alone (there is no
