@@ -80,3 +80,16 @@ def test_the_loss_is_reduced_on_its_own_device(monkeypatch):
     loss = torch.ones((), device="meta")
     reduced = distributed.mean(loss, distributed.Ranks(rank=0, world=2, device=loss.device))
     assert seen == [torch.device("meta")] and reduced.device == torch.device("meta")
+
+
+def test_two_processes_train_packed_documents_like_one(tmp_path):
+    """data.pack=true: each rank's rows of documents as one packed row, their boundaries cut with them."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for i in range(12):
+        (folder / f"{i:02d}.txt").write_text(f"Doc {i}: " + " ".join(f"w{(i * 5 + j) % 11}" for j in range(3 + 4 * i)))
+    packed = ["data.pack=true", "data.tokenizer=byte", "data.val_fraction=0.3", "train.eval_batches=0"]
+    train(load_config("demo", [*settings(folder, tmp_path, "single"), *packed]), progress=False, log=lambda *_: None)
+    torchrun(tmp_path, [*settings(folder, tmp_path, "pair"), *packed])
+    runs = tmp_path / "runs"
+    assert_same_records(losses(runs / "pair"), losses(runs / "single"))

@@ -1,8 +1,12 @@
 """Training and evaluation on packed documents (data.pack=true): each document read from its own start, no
 target predicted across a boundary, and the scores equal a hand computation over the documents one by one."""
 
+import json
+
+import pytest
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file
 
 from attnlab import train as train_module
 from attnlab.config import load_config
@@ -11,6 +15,7 @@ from attnlab.data.corpus import IGNORE, packed_rows
 from attnlab.evaluate import scored_positions, split_loss
 from attnlab.model import Decoder
 from attnlab.train import train
+from helpers import Crash, crash_after_checkpoint
 
 SEQ_LEN = 32
 
@@ -18,7 +23,7 @@ SEQ_LEN = 32
 def documents_folder(tmp_path):
     """Twelve short documents (each shorter than a row) and three longer than a row."""
     folder = tmp_path / "docs"
-    folder.mkdir()
+    folder.mkdir(exist_ok=True)
     for i in range(15):
         words = " ".join(f"w{(i * 7 + j) % 13}" for j in range(4 + 3 * i))
         (folder / f"{i:02d}.txt").write_text(f"Doc {i}: {words}.")
@@ -82,3 +87,48 @@ def test_rows_of_a_packed_batch_cut_with_their_boundaries():
     assert rows_x.tolist() == [[4, 5, 6, 7, 8, 9, 10, 11]] and rows_y.tolist() == [[104, 105, 106, 107, 108, 109,
                                                                                       110, 111]]
     assert inside.tolist() == [0, 4, 5, 8]
+
+
+def test_a_packed_run_resumes_bitwise_and_says_it_never_predicts_across_a_boundary(tmp_path, monkeypatch):
+    messages = []
+    train(config(tmp_path, "name=straight"), progress=False, log=messages.append)
+    assert any("packed documents: " in m and "no target is predicted across a document boundary" in m
+               for m in messages)
+    recover = crash_after_checkpoint(monkeypatch, 2)
+    with pytest.raises(Crash):
+        train(config(tmp_path, "name=stopped", "train.ckpt_every=2"), progress=False, log=lambda *_: None)
+    recover()
+    train(config(tmp_path, "name=stopped", "train.ckpt_every=2"), resume="auto", progress=False,
+          log=lambda *_: None)
+    runs = tmp_path / "runs"
+    a, b = (load_file(runs / name / "step-00000004" / "model.safetensors") for name in ("straight", "stopped"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_boundary_that_is_easy_to_predict_across_is_never_a_target(tmp_path, monkeypatch):
+    """Two documents, a run of 'a' and a run of 'b': windows of the stream hold the first document's end and the
+    second's start in about every other batch; packed, no batch ever asks what follows the last 'a'."""
+    folder = tmp_path / "two"
+    folder.mkdir()
+    (folder / "1.txt").write_text("a" * 200)
+    (folder / "2.txt").write_text("b" * 200)
+    overrides = [
+        f"out_dir={tmp_path / 'runs'}", "data.source=text", f"data.path={folder}", "data.tokenizer=byte",
+        "data.val_fraction=0.1", f"data.cache_dir={tmp_path / 'cache'}", "model.d_model=32",
+        "model.n_layers=1", "model.n_heads=4", "train.steps=20", "train.batch_size=8",
+        f"train.seq_len={SEQ_LEN}", "train.warmup_steps=1", "train.eval_every=20", "train.eval_batches=0"]
+    crossings = []
+    loss = train_module._loss
+
+    def recording_loss(trained, tokens, targets, cu_seqlens=None):
+        # the first document is all 'a': only across its end can an 'a' be followed by anything else
+        crossings.append(bool(((tokens == ord("a")) & (targets != ord("a")) & (targets != IGNORE)).any()))
+        return loss(trained, tokens, targets, cu_seqlens)
+
+    monkeypatch.setattr(train_module, "_loss", recording_loss)
+    for pack in ("false", "true"):
+        crossings.clear()
+        train(load_config("demo", [*overrides, f"data.pack={pack}", f"name=pack-{pack}"]),
+              progress=False, log=lambda *_: None)
+        assert len(crossings) == 20 and any(crossings) == (pack == "false")
+

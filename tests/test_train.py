@@ -508,8 +508,8 @@ def test_the_logged_loss_lr_throughput_and_validation_are_the_values_of_training
     steps = [r for r in records if "loss" in r]
 
     assert [r["step"] for r in steps] == [2, 4, 6]
-    for r in steps:  # a step's loss is the mean of its two micro-batches'
-        assert r["loss"] == pytest.approx(sum(micro_losses[2 * r["step"] - 2 : 2 * r["step"]]) / 2, rel=1e-6)
+    for r in steps:  # a step's loss is the mean over its two micro-batches' targets: 4 rows of 32
+        assert r["loss"] == pytest.approx(sum(micro_losses[2 * r["step"] - 2 : 2 * r["step"]]) / (4 * 32), rel=1e-6)
         assert r["lr"] == pytest.approx(cfg.train.lr * lr_multiplier(r["step"] - 1, cfg.train), rel=1e-12)
         # since the last line: 2 steps of 4 x 32 tokens, in micro-batches 2 * step - 3 to 2 * step
         assert r["tokens_per_s"] == 2 * 4 * 32 / sum(range(2 * r["step"] - 3, 2 * r["step"] + 1))

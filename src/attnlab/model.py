@@ -54,10 +54,11 @@ def build_layer_mixer(cfg: ModelConfig, name: str, layer_idx: int) -> Mixer:
     return mixer_class(name)(cfg.mixer_config(name, layer_idx))
 
 
-def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy in nats of logits [B, T, V] against targets [B, T], in fp32 or wider; targets of -100
-    are ignored."""
-    return F.cross_entropy(at_least_fp32(logits).flatten(0, 1), targets.flatten(), ignore_index=-100)
+def next_token_loss(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """Cross-entropy in nats of logits [B, T, V] against targets [B, T], in fp32 or wider, the mean over the
+    targets (or, with reduction="sum", their sum); targets of -100 are ignored."""
+    return F.cross_entropy(at_least_fp32(logits).flatten(0, 1), targets.flatten(), ignore_index=-100,
+                           reduction=reduction)
 
 
 class Decoder(nn.Module):

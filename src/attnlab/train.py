@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 from . import checkpoint, cost, distributed, loggers
 from .config import ModelConfig, RunConfig, TrainConfig
 from .data import TokenCorpus, load_data
-from .data.corpus import default_cache_dir, packed_rows
+from .data.corpus import IGNORE, default_cache_dir, packed_rows
 from .errors import ConfigError, UserError
 from .evaluate import perplexity, split_loss, to_device
 from .model import Decoder, next_token_loss
@@ -398,6 +398,10 @@ def _start(run: Run, resumed: bool) -> None:
     where = f"{ranks.world} ranks ({'FSDP' if ranks.sharded else 'DDP'})" if ranks.world > 1 else f"device {run.device}"
     run.log(f"{cfg.name}: {run.model.num_params():,} parameters, mixers {', '.join(cfg.model.layer_mixers())}, "
             f"{where}; {run.corpus.describe()}")
+    if cfg.data.pack:
+        documents = len(run.corpus.document_bounds("train")) - 1
+        run.log(f"packed documents: {documents:,} training documents in rows of {cfg.train.seq_len} tokens, each "
+                "read from its own start; no target is predicted across a document boundary")
     if ranks.main:
         resume_step = run.step if resumed else None
         sinks = loggers.open_sinks(cfg.train.log_to, run.run_dir, cfg.to_dict(), resume_step)
@@ -421,10 +425,11 @@ def _train_step(run: Run, step: int, stop: StopSignals) -> tuple[float, float, b
     multiplier = lr_multiplier(step, t)
     for group in run.optimizer.param_groups:
         group["lr"] = group["peak_lr"] * multiplier
-    loss_sum = _accumulate_gradients(run)
+    loss_share = _accumulate_gradients(run)
     # a signal at any rank stops them all after this step: its vote travels in the loss's one reduction
     asked = torch.full((), float(stop.received is not None), device=run.device)
-    loss_mean, votes = distributed.mean(torch.stack((loss_sum / t.grad_accum, asked)), run.ranks)
+    share_mean, votes = distributed.mean(torch.stack((loss_share, asked)), run.ranks)
+    loss_mean = share_mean * run.ranks.world  # the ranks' shares sum to the batch's mean loss
     grad_norm = nn.utils.get_total_norm([p.grad for p in run.trained.parameters() if p.grad is not None])
     full_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # FSDP: DTensor
     loss, norm, votes = torch.stack((loss_mean, full_norm.float(), votes)).tolist()  # 1 host sync
@@ -435,31 +440,37 @@ def _train_step(run: Run, step: int, stop: StopSignals) -> tuple[float, float, b
 
 
 def _accumulate_gradients(run: Run) -> torch.Tensor:
-    """The forward and backward passes of the step's micro-batches; the sum of their losses, on the device."""
+    """The forward and backward passes of the step's micro-batches; this rank's share of the step's loss, on the
+    device. The step's loss is the mean over every target the whole batch scores: each micro-batch's summed
+    loss is divided by the batch's count of scored targets, which every rank knows (all draw the batch alike),
+    so that micro-batches and ranks that score different numbers of targets (packed rows, ignored targets)
+    train as one process with the whole batch would."""
     t, ranks = run.cfg.train, run.ranks
-    loss_sum = torch.zeros((), device=run.device)
-    for micro in range(t.grad_accum):
-        x, y, cu_seqlens = _micro_batch(run)
+    micro_batches = [_micro_batch(run) for _ in range(t.grad_accum)]
+    scored = sum(count for *_, count in micro_batches)
+    share = torch.zeros((), device=run.device)
+    for micro, (x, y, cu_seqlens, _) in enumerate(micro_batches):
         last = micro == t.grad_accum - 1  # DDP averages gradients over the ranks once, at the last one
         with nullcontext() if last or ranks.sharded or ranks.world == 1 else run.trained.no_sync():
             with run.autocast():
                 loss = _loss(run.trained, to_device(x, run.device), to_device(y, run.device), cu_seqlens)
-            (loss / t.grad_accum).backward()
-        loss_sum += loss.detach().float()
-    return loss_sum
+            (loss * (ranks.world / scored)).backward()  # times the ranks, whose gradients DDP and FSDP average
+        share += loss.detach().float() / scored
+    return share
 
 
 def _micro_batch(run: Run):
     """This rank's share of a micro-batch drawn alike on every rank: (inputs, targets, None) of windows cut from
-    the token stream, or with data.pack its rows of whole documents as one packed row and its boundaries."""
+    the token stream, or with data.pack its rows of whole documents as one packed row and its boundaries; and
+    the number of targets the whole micro-batch scores."""
     t, ranks = run.cfg.train, run.ranks
     if not run.cfg.data.pack:
         x, y = run.corpus.batch("train", run.micro_batch, t.seq_len, run.data_rng)
-        return distributed.my_share(x, ranks), distributed.my_share(y, ranks), None
+        return distributed.my_share(x, ranks), distributed.my_share(y, ranks), None, scored_targets(y)
     x, y, cu_seqlens = run.corpus.packed_batch("train", run.micro_batch, t.seq_len, run.data_rng)
     share = run.micro_batch // ranks.world
-    x, y, cu_seqlens = packed_rows(x, y, cu_seqlens, slice(ranks.rank * share, (ranks.rank + 1) * share))
-    return x, y, cu_seqlens.to(run.device)
+    mine, targets, cu_seqlens = packed_rows(x, y, cu_seqlens, slice(ranks.rank * share, (ranks.rank + 1) * share))
+    return mine, targets, cu_seqlens.to(run.device), scored_targets(y)
 
 
 def _apply_gradients(run: Run, loss: float, norm: float, grad_norm: torch.Tensor) -> None:
@@ -604,6 +615,12 @@ def _first_non_finite(loss: float, grad_norm: float, model: nn.Module) -> str | 
 
 def _loss(trained: nn.Module, tokens: torch.Tensor, targets: torch.Tensor,
           cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
-    """Mean next-token cross-entropy through the trained module's forward (DDP and FSDP hook into it)."""
+    """Next-token cross-entropy summed over the scored targets, through the trained module's forward (DDP and FSDP
+    hook into it)."""
     logits, _ = trained(tokens, cu_seqlens=cu_seqlens)
-    return next_token_loss(logits, targets)
+    return next_token_loss(logits, targets, reduction="sum")
+
+
+def scored_targets(targets: torch.Tensor) -> int:
+    """How many targets a batch scores (those not ignored)."""
+    return int((targets != IGNORE).sum())
