@@ -1,7 +1,6 @@
 """Training and evaluation on packed documents (data.pack=true): each document read from its own start, no
 target predicted across a boundary, and the scores equal a hand computation over the documents one by one."""
 
-import json
 
 import pytest
 import torch
