@@ -9,6 +9,7 @@ from attnlab.bench import (
     bench_boltzmann,
     bench_decode,
     bench_mixers,
+    bench_packed,
     bench_training_step,
     contenders,
     goals,
@@ -17,6 +18,7 @@ from attnlab.bench import (
     run_bench,
     timing,
 )
+from attnlab.bench.packed import document_starts
 
 
 def test_quick_preset_writes_every_view_the_goals_json_and_plots(tmp_path):
@@ -181,3 +183,28 @@ def test_attention_decode_and_precision_goals_are_judged_from_the_run():
     assert verdicts["bf16 / fp32 training step speed, d 512"] == "NOT MET"
     results["utilisation"]["peaks"]["bf16"] = 100.0  # no faster bf16 products: bf16 is not held to a goal
     assert not any(g["goal"].startswith("bf16") for g in goals(results))
+
+
+def test_document_starts_fill_every_row_with_documents_cut_at_its_end():
+    starts = document_starts(4, 64, 8, 128, seed=3)
+    lengths = starts.diff()
+    assert starts[0] == 0 and starts[-1] == 4 * 64 and bool((lengths >= 1).all()) and bool((lengths <= 128).all())
+    assert set(range(0, 4 * 64 + 1, 64)) <= set(starts.tolist())  # every row starts a document
+    assert len(lengths) > 4  # rows hold several documents
+
+
+def test_the_packed_view_times_every_mixer_that_runs_plain_and_packed():
+    lines = []
+    results = bench_packed(seq_len=32, batch=2, d_model=32, repeats=1, log=lines.append)
+    assert {"softmax", "gla", "interdomain", "boltzmann (banded 4, window 64)"} <= set(results)
+    assert "boltzmann" not in results and any("boltzmann" in line and "not run" in line for line in lines)
+    assert all(r["plain_ms"] > 0 and r["packed_ms"] > 0 and r["x_plain"] > 0 for r in results.values())
+
+
+def test_packed_steps_are_held_to_their_goal():
+    results = {"ops": {"ratios": {}}, "training": {"coupled-qk": {"x_softmax": 1.0}}, "x_transformers": None,
+               "config": {"decode": {"contexts": [8, 16]}}, "decode": [], "boltzmann": {},
+               "packed": {"gla": {"x_plain": 1.1}, "ccq-gla": {"x_plain": 2.0}}}
+    verdicts = {g["goal"]: g["verdict"] for g in goals(results) if "packed" in g["goal"]}
+    assert verdicts == {"gla packed documents / plain rows, training step (x)": "met",
+                        "ccq-gla packed documents / plain rows, training step (x)": "NOT MET"}

@@ -375,3 +375,13 @@ def test_bench_batch_goes_with_lengths(monkeypatch):
     assert main(["bench", "--lengths", "16", "--batch", "2"]) == 0
     assert main(["bench", "--lengths", "16"]) == 0
     assert [c["batch"] for c in calls] == [2, 1]
+
+
+def test_bench_packed_takes_a_length_and_repeats_and_refuses_a_batch(monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(bench, "bench_packed", lambda **kwargs: calls.append(kwargs))
+    assert main(["bench", "--packed", "--lengths", "64", "--repeats", "2"]) == 0
+    assert main(["bench", "--packed"]) == 0
+    assert calls == [{"seq_len": 64, "repeats": 2}, {"seq_len": 512, "repeats": 3}]
+    assert main(["bench", "--packed", "--batch", "2"]) == 2
+    assert "--batch applies only to the mixers alone (--lengths), not to --packed" in capsys.readouterr().err

@@ -194,7 +194,7 @@ def test_reproduce_refuses_before_training(suite, argv):
     "--mixers": st.lists(junk.filter(lambda s: s not in list_mixers() + ["all"]), min_size=1, max_size=2),
     "--model": junk.filter(lambda s: s not in [*list_presets(), "afile"]),
     "--out": st.just("afile"),
-}, at_least=1), st.lists(st.sampled_from(["--ops", "--boltzmann", "--interdomain", "--quick"]), unique=True,
+}, at_least=1), st.lists(st.sampled_from(["--ops", "--boltzmann", "--interdomain", "--packed", "--quick"]), unique=True,
                          max_size=2))
 def test_bench_refuses_before_benchmarking(argv, views):
     assert_clean(["bench", *argv, *views], refused=True)

@@ -168,16 +168,17 @@ def check_results(args) -> None:
 
 
 # the parts of the bench that each option sets up (the whole bench takes none of them)
-BENCH_OPTIONS = {"lengths": ("mixers", "ops"), "batch": ("mixers",), "repeats": ("mixers", "ops", "model"),
+BENCH_OPTIONS = {"lengths": ("mixers", "ops", "packed"), "batch": ("mixers",),
+                 "repeats": ("mixers", "ops", "model", "packed"),
                  "mixers": ("model",)}
-BENCH_PARTS = {"mixers": "the mixers alone (--lengths)", "ops": "--ops", "model": "--model",
+BENCH_PARTS = {"mixers": "the mixers alone (--lengths)", "ops": "--ops", "model": "--model", "packed": "--packed",
                "boltzmann": "--boltzmann", "interdomain": "--interdomain", "whole": "the whole bench"}
 BENCH_EXAMPLES = {"mixers": "--lengths 1024 4096", "model": "--model coupled-qk-char"}
 
 
 def _bench_part(args) -> str:
     """The part of the bench that the flags pick, in the order cmd_bench tries them."""
-    for part in ("boltzmann", "interdomain", "ops", "model"):
+    for part in ("boltzmann", "interdomain", "ops", "packed", "model"):
         if getattr(args, part):
             return part
     return "mixers" if args.lengths else "whole"

@@ -446,6 +446,8 @@ def cmd_bench(args) -> None:
         bench.bench_boltzmann()
     elif args.interdomain:
         bench.bench_interdomain()
+    elif args.packed:
+        bench.bench_packed(seq_len=(args.lengths or [512])[-1], repeats=args.repeats or 3)
     elif args.ops:
         bench.bench_ops(seq_len=(args.lengths or [4096])[-1], repeats=args.repeats or 3)
     elif args.model:
@@ -636,6 +638,8 @@ def _bench_parser(sub) -> None:
                       "T=256..4096")
     view.add_argument("--interdomain", action="store_true",
                       help="only interdomain's chunked vs FFT form at T=1K..16K (time, memory) and decode latency")
+    view.add_argument("--packed", action="store_true",
+                      help="only training steps on packed documents against plain rows of the same tokens, every mixer")
     view.add_argument("--ops", action="store_true",
                       help="only the op forms vs their references and peers (T=4096, or the last of --lengths)")
     p.set_defaults(func=cmd_bench, check=check_bench)

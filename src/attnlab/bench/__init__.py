@@ -3,9 +3,9 @@
 `run_bench` runs a preset (`default`, about 10 minutes on 2 cores, or `quick`) through every view:
 the machine's matmul peak; each mixer alone against the sequence length; decode latency against the
 context; op forms against their loop references and flash-linear-attention's pure-PyTorch references;
-training steps of coupled QK against softmax and of our softmax decoder against x-transformers; and
-Boltzmann's banded inference against the length. It prints tables and the goals, and writes bench.json
-and PNG plots.
+training steps of coupled QK against softmax and of our softmax decoder against x-transformers; training
+steps on packed documents against plain rows; and Boltzmann's banded inference against the length. It
+prints tables and the goals, and writes bench.json and PNG plots.
 """
 
 from __future__ import annotations
@@ -22,12 +22,13 @@ from ..plots import new_figure, save_figure
 from .forms import bench_boltzmann, bench_interdomain, bench_ops
 from .mixers import bench_decode, bench_decode_floor, bench_mixers, constant_state_mixers, contenders
 from .models import bench_training_step, bench_x_transformers
+from .packed import PACKED_GOAL, bench_packed
 from .timing import matmul_peak
 from .utilisation import bench_utilisation
 
 __all__ = ["PRESETS", "bench_boltzmann", "bench_decode", "bench_decode_floor", "bench_interdomain", "bench_mixers",
-           "bench_ops", "bench_training_step", "bench_utilisation", "bench_x_transformers", "contenders", "goals",
-           "line_styles", "run_bench"]
+           "bench_ops", "bench_packed", "bench_training_step", "bench_utilisation", "bench_x_transformers",
+           "contenders", "goals", "line_styles", "run_bench"]
 
 TINY_MODEL = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "train.batch_size=2", "train.seq_len=32"]
 PRESETS = {
@@ -43,6 +44,7 @@ PRESETS = {
         "boltzmann": {"exact_lengths": [8, 12, 16], "banded_lengths": [1024, 4096], "repeats": 5},
         "utilisation": {"shapes": {"demo (d 128)": [], "d 512": ["model.d_model=512", "model.n_heads=8"]},
                         "repeats": 5},
+        "packed": {"seq_len": 512, "batch": 8, "d_model": 128, "repeats": 3},
     },
     "quick": {
         "judged": False,  # everything timed once, at toy sizes: its numbers show the harness works, nothing more
@@ -55,6 +57,7 @@ PRESETS = {
         "x_transformers": {"preset": "demo", "repeats": 1, "overrides": TINY_MODEL},
         "boltzmann": {"exact_lengths": [4], "banded_lengths": [32, 64], "exact_batch": 2, "head_dim": 8, "window": 16},
         "utilisation": {"shapes": {"tiny": TINY_MODEL}, "repeats": 1, "peak_sizes": [64, 128]},
+        "packed": {"seq_len": 32, "batch": 2, "d_model": 32, "repeats": 1},
     },
 }
 PEAK_DTYPES = {"fp32": [torch.float32], "bf16": [torch.float32, torch.bfloat16]}  # autocast keeps some fp32 products
@@ -90,6 +93,8 @@ def goals(results: dict, judged: bool = True) -> list[dict]:
     rows.append((f"softmax decode ms/token at {contexts[-1]} / at {contexts[0]} context (grows)",
                  series[-1] / series[0] if len(series) == len(contexts) else None, ">", 1.1))
     rows += _attention_goals(results)
+    for label, row in results.get("packed", {}).items():
+        rows.append((f"{label} packed documents / plain rows, training step (x)", row["x_plain"], "<=", PACKED_GOAL))
     if len(lengths) >= 2:
         first, last = lengths[0], lengths[-1]
         rows.append((f"Boltzmann banded fwd+bwd, T={last} / T={first} (linear: {last / first:g})",
@@ -161,6 +166,8 @@ def run_bench(preset: str = "default", out_dir: str | Path = "runs/bench", log=p
     results["boltzmann"] = bench_boltzmann(**settings["boltzmann"], log=log)
     log("")
     results["utilisation"] = bench_utilisation(**settings["utilisation"], log=log)
+    log("")
+    results["packed"] = bench_packed(**settings["packed"], log=log)
     results["goals"] = goals(results, settings["judged"])
     log("\ngoals (measured in this run):")
     for goal in results["goals"]:
