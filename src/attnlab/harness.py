@@ -84,7 +84,8 @@ class AttnlabLM(TemplateLM):
         for batch in _chunks(windows, self.batch_size):
             inputs = [torch.as_tensor(window[:-1]) for window, _ in batch]
             cu_seqlens = F.pad(torch.tensor([len(i) for i in inputs]).cumsum(0), (1, 0)).to(self.run.device)
-            logits, _ = self.run.model(torch.cat(inputs).to(self.run.device)[None], cu_seqlens=cu_seqlens)
+            logits, _ = self.run.model(torch.cat(inputs).to(self.run.device)[None], cu_seqlens=cu_seqlens,
+                                       keep_states=False)
             log_probs = F.log_softmax(logits[0].float(), dim=-1)
             for end, (_, continuation) in zip(cu_seqlens[1:].tolist(), batch, strict=True):
                 scored = log_probs[end - len(continuation) : end]

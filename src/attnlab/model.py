@@ -41,8 +41,8 @@ class Block(nn.Module):
         self.mlp = FFNS[cfg.ffn_kind](cfg.d_model, ffn_width(cfg)) if cfg.ffn else None
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: torch.Tensor, state=None, cu_seqlens: torch.Tensor | None = None):
-        y, state = self.mixer(self.mixer_norm(x), state, cu_seqlens)
+    def forward(self, x: torch.Tensor, state=None, cu_seqlens: torch.Tensor | None = None, keep_state: bool = True):
+        y, state = self.mixer(self.mixer_norm(x), state, cu_seqlens, keep_state)
         x = x + self.dropout(y)
         if self.mlp is not None:
             x = x + self.dropout(self.mlp(self.mlp_norm(x)))
@@ -97,7 +97,7 @@ class Decoder(nn.Module):
         nn.init.normal_(self.head.weight, std=0.02)
 
     def forward(self, tokens: torch.Tensor, states: list | None = None, start: int | torch.Tensor = 0,
-                cu_seqlens: torch.Tensor | None = None):
+                cu_seqlens: torch.Tensor | None = None, keep_states: bool = True):
         """tokens [B, T] -> (logits [B, T, vocab], per-layer states to continue from).
 
         start: the position of tokens[:, 0] in its sequence (the tokens the states have seen), or one per row
@@ -106,7 +106,8 @@ class Decoder(nn.Module):
         states: a layer's state may be a list of one state per row, as packed and padded reads return them.
         cu_seqlens: packed sequences, tokens [1, N] holding sequences that start at cu_seqlens (0, ...,
         N; flash-linear-attention's convention): each is read from a fresh state and its positions count from
-        0, and every layer's state is a list, one per sequence.
+        0, and every layer's state is a list, one per sequence (None without keep_states: training and
+        scoring need no states, and the mixers then take their fastest packed form).
         """
         x = self.embed(tokens)
         if self.position is not None:
@@ -115,7 +116,7 @@ class Decoder(nn.Module):
         states = states if states is not None else [None] * len(self.blocks)
         new_states = []
         for block, state in zip(self.blocks, states, strict=True):
-            x, state = block(x, state, cu_seqlens)
+            x, state = block(x, state, cu_seqlens, keep_states)
             new_states.append(state)
         return self.head(self.norm(x)), new_states
 
@@ -153,7 +154,7 @@ class Decoder(nn.Module):
     def loss(self, tokens: torch.Tensor, targets: torch.Tensor, cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
         """Mean next-token cross-entropy in nats; targets of -100 are ignored (a packed row's caller sets the
         target of each sequence's last token to -100: nothing is predicted across a boundary)."""
-        logits, _ = self(tokens, cu_seqlens=cu_seqlens)
+        logits, _ = self(tokens, cu_seqlens=cu_seqlens, keep_states=False)
         return next_token_loss(logits, targets)
 
     def compile_blocks(self, log=print) -> None:

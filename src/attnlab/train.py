@@ -617,7 +617,7 @@ def _loss(trained: nn.Module, tokens: torch.Tensor, targets: torch.Tensor,
           cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
     """Next-token cross-entropy summed over the scored targets, through the trained module's forward (DDP and FSDP
     hook into it)."""
-    logits, _ = trained(tokens, cu_seqlens=cu_seqlens)
+    logits, _ = trained(tokens, cu_seqlens=cu_seqlens, keep_states=False)
     return next_token_loss(logits, targets, reduction="sum")
 
 

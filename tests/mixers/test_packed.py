@@ -7,6 +7,7 @@ import torch
 from attnlab.config import ModelConfig
 from attnlab.errors import UserError
 from attnlab.mixers import build_mixer
+from attnlab.mixers.registry import length_groups
 from attnlab.model import Decoder
 from attnlab.nn import packed_windows
 from helpers import CASE_IDS, CASES
@@ -56,6 +57,24 @@ def test_a_packed_row_gives_each_sequence_what_it_gets_alone(name, options):
     with torch.no_grad():
         for state, expected_state in zip(packed_states, expected_states, strict=True):
             torch.testing.assert_close(mixer(step, state)[0], mixer(step, expected_state)[0], rtol=0, atol=1e-10)
+
+
+@contract
+def test_a_packed_row_without_states_gives_the_same_outputs_and_gradients(name, options):
+    """keep_state=False (training, scoring) may take another form (packed_outputs): the same numbers."""
+    mixer = make(name, **options)
+    x = torch.randn(1, sum(LENGTHS), D_MODEL, dtype=torch.float64, requires_grad=True)
+    weights = torch.randn(1, sum(LENGTHS), D_MODEL, dtype=torch.float64)
+    y, no_states = mixer(x, cu_seqlens=boundaries(LENGTHS), keep_state=False)
+    expected, _ = alone(mixer, x, LENGTHS)
+    assert no_states is None
+    torch.testing.assert_close(y, expected, rtol=0, atol=1e-10)
+    grads = torch.autograd.grad((y * weights).sum(), [x, *mixer.parameters()], allow_unused=True)
+    expected_grads = torch.autograd.grad((expected * weights).sum(), [x, *mixer.parameters()], allow_unused=True)
+    for got, want in zip(grads, expected_grads, strict=True):
+        assert (got is None) == (want is None)
+        if got is not None:
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
 
 
 @contract
@@ -132,3 +151,23 @@ def test_packed_windows_hold_every_token_once_no_wider_than_the_longest_sequence
             for j, b in enumerate(window.tolist()):
                 same = a < n and b < n and sequence[a] == sequence[b] and b <= a
                 assert bool(allowed[i, j]) == (same or (a == n and i == j))
+
+
+def test_sequences_are_batched_by_length_padding_at_most_a_quarter_more_tokens():
+    lengths = [3, 40, 7, 20, 21, 1, 39, 11]
+    groups = length_groups(boundaries(lengths))
+    assert sorted(i for group in groups for i in group) == list(range(len(lengths)))
+    for group in groups:
+        longest = max(lengths[i] for i in group)
+        assert all(1.25 * lengths[i] >= longest for i in group)
+    assert [sorted(lengths[i] for i in group) for group in groups] == [[39, 40], [20, 21], [11], [7], [3], [1]]
+
+
+@pytest.mark.parametrize("name", ["interdomain", "s4d", "ccq-gla", "boltzmann"])
+def test_without_states_every_mixer_runs_a_batch_per_group_of_lengths(name, monkeypatch):
+    mixer = make(name)
+    forward, calls = mixer.forward, []
+    monkeypatch.setattr(mixer, "forward", lambda *args: calls.append(args[0].shape[0]) or forward(*args))
+    mixer(torch.randn(1, sum(LENGTHS), D_MODEL, dtype=torch.float64), cu_seqlens=boundaries(LENGTHS),
+          keep_state=False)
+    assert calls == [len(group) for group in length_groups(boundaries(LENGTHS))]

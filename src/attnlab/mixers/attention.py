@@ -140,6 +140,11 @@ class AttentionMixer(Mixer):
         states = [KVCache.holding(k[:, :, start:end], v[:, :, start:end]) for start, end in sequences(cu_seqlens)]
         return self.out_proj(y.transpose(0, 1).reshape(1, N, -1).to(x.dtype)), states
 
+    def packed_outputs(self, x: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
+        if type(self).attend_masked is AttentionMixer.attend_masked:
+            return super().packed_outputs(x, cu_seqlens)
+        return self.packed(x, cu_seqlens)[0]
+
     def prepare_qk(self, q: torch.Tensor, k: torch.Tensor):
         """Per-token transform of q and k before RoPE and scoring (identity here)."""
         return q, k

@@ -81,6 +81,35 @@ def packed_by_left_padding(mixer: nn.Module, x: torch.Tensor, cu_seqlens: torch.
     return torch.cat(outputs)[None], [state_row(state, row) for row in range(len(pieces))]
 
 
+def length_groups(cu_seqlens: torch.Tensor, slack: float = 1.25) -> list[list[int]]:
+    """The packed sequences' indices grouped for batching by length: longest first, each group's shortest at
+    least 1 / slack of its longest, so that padding a group to its longest at most multiplies its tokens by
+    slack. (1.25 measured best of 1, 1.1, 1.25, 2 and one group for gla, gdn, ccq-gla and interdomain training
+    steps on rows of 512 tokens packed with documents of 64 to 1,024: more groups cost calls, fewer padding.)"""
+    lengths = cu_seqlens.diff().tolist()
+    groups: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        if groups and lengths[i] * slack >= lengths[groups[-1][0]]:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def packed_by_right_padding(mixer: nn.Module, x: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
+    """Mixer.packed_outputs for any causal mixer: the sequences in groups of similar lengths (length_groups), each
+    group one batch of rows padded at their ends, which cannot change the tokens before them; the outputs taken
+    back out in order. (The rows' final states have read the padding, so this form keeps no state.)"""
+    spans = sequences(cu_seqlens)
+    outputs: list[torch.Tensor | None] = [None] * len(spans)
+    for group in length_groups(cu_seqlens):
+        pieces = [x[0, spans[i][0] : spans[i][1]] for i in group]
+        y, _ = nn.Module.__call__(mixer, nn.utils.rnn.pad_sequence(pieces, batch_first=True))
+        for row, (i, piece) in enumerate(zip(group, pieces, strict=True)):
+            outputs[i] = y[row, : len(piece)]
+    return torch.cat(outputs)[None]
+
+
 def stack_rows(states: list):
     """One batched state of per-row states of batch 1 (the inverse of state_row): tensors concatenated along dim
     0, in dataclasses, tuples or lists; None where the rows cannot be batched (tensors of different shapes, such
@@ -142,14 +171,15 @@ class Mixer(nn.Module):
         super().__init__()
         self.cfg = cfg
 
-    def __call__(self, x: torch.Tensor, state=None, cu_seqlens: torch.Tensor | None = None):
-        """forward(x, state), or packed(x, cu_seqlens) given the boundaries of packed sequences, of an input
-        checked here, for every mixer: a wrong shape fails in one line that names the expected one rather than
-        deep inside the mixer's arithmetic."""
+    def __call__(self, x: torch.Tensor, state=None, cu_seqlens: torch.Tensor | None = None, keep_state: bool = True):
+        """forward(x, state), or packed(x, cu_seqlens) given the boundaries of packed sequences (packed_outputs
+        and no state where keep_state is false: training and scoring keep none), of an input checked here, for
+        every mixer: a wrong shape fails in one line that names the expected one rather than deep inside the
+        mixer's arithmetic."""
         check_input(x, self.cfg.d_model)
         if cu_seqlens is not None:
             check_boundaries(cu_seqlens, x, state)
-            return self.packed(x, cu_seqlens)
+            return self.packed(x, cu_seqlens) if keep_state else (self.packed_outputs(x, cu_seqlens), None)
         if isinstance(state, list):
             return self.rows(x, state)
         return super().__call__(x, state)
@@ -178,6 +208,12 @@ class Mixer(nn.Module):
             outputs.append(y)
             states.append(state)
         return torch.cat(outputs, dim=1), states
+
+    def packed_outputs(self, x: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
+        """The outputs of packed(x, cu_seqlens) without the states: here the sequences as batches of rows padded
+        at their ends (packed_by_right_padding), exact for every causal mixer; a mixer whose packed form runs
+        the sequences at once overrides it with that."""
+        return packed_by_right_padding(self, x, cu_seqlens)
 
     def forward(self, x: torch.Tensor, state=None):
         """x [B, T, d_model], state from ``init_state`` or a previous call -> (y [B, T, d_model], state)."""
