@@ -3,7 +3,7 @@
 import pytest
 
 from attnlab.config import DataConfig
-from attnlab.data import load_corpus
+from attnlab.data import hf, load_corpus
 from attnlab.data.files import dialogue, dialogue_files, shakespeare_files
 from attnlab.data.hf import parse_source
 from attnlab.data.texts import heterogeneous_text, python_docs_text, source_text
@@ -68,3 +68,27 @@ def test_dialogue_keeps_only_the_speeches_in_tiny_shakespeares_layout():
 def test_the_dialogue_corpus_starts_with_coriolanus_as_tiny_shakespeare_does():
     files = dialogue_files()
     assert files[0].stem.startswith("coriolanus") and sorted(files) == sorted(shakespeare_files())
+
+
+WIKITEXT_ROWS = ["", " = Valkyria Chronicles III = \n", "", " Senjō no Valkyria 3 is a game .\n", "",
+                 " = = Gameplay = = \n", "", " The game is played in turns .\n", " = Tower Building = \n",
+                 " The tower is tall .\n"]
+
+
+def test_wikitext_rows_are_grouped_into_articles_with_the_same_text(tmp_path, monkeypatch):
+    """WikiText's rows are lines of articles: an article opens at its ' = Title = ' row (a section's heading
+    has '= ='), so packed rows hold whole articles; the token stream is what one document a row gave."""
+    class Rows(list):
+        column_names = ["text"]
+
+    monkeypatch.setattr(hf, "_train_split", lambda datasets, cfg: Rows({"text": r} for r in WIKITEXT_ROWS))
+    cfg = DataConfig(source="hf:wikitext/wikitext-103-raw-v1", tokenizer="byte", val_fraction=0.5,
+                     cache_dir=str(tmp_path))
+    assert [len(d) for d in hf.hf_documents(cfg)] == [4, 2]
+    corpus = load_corpus(cfg)
+    text = bytes(corpus.tokens.tolist()).decode()
+    assert text == "\n\n".join(r for r in WIKITEXT_ROWS if r)  # as when every row was a document
+    starts = corpus.doc_starts.tolist()
+    assert starts == [0, len(text[: text.index(" = Tower") - 2].encode())]  # with its separator, as every document
+    plain = DataConfig(source="hf:other/config", tokenizer="byte", val_fraction=0.5, cache_dir=str(tmp_path))
+    assert [len(d) for d in hf.hf_documents(plain)] == [1] * 6  # any other dataset: a document a row

@@ -31,7 +31,7 @@ import torch
 from ..errors import UserError
 from ..permissions import follow_umask
 from .files import dialogue, dialogue_files, read_play, shakespeare_files, strip_licence, text_files
-from .hf import hf_documents, local_files, reads_files
+from .hf import DOCUMENT_OPENERS, hf_documents, local_files, parse_source, reads_files
 from .texts import heterogeneous_text
 from .tokenizer import BPETokenizer, ByteTokenizer, CharTokenizer, token_dtype, tokenizer_from_dict
 
@@ -80,9 +80,9 @@ def _documents(cfg: DataConfig) -> Iterator[Iterable[str]]:
     if cfg.source == "mixed":
         yield [heterogeneous_text(cfg.max_chars, cfg.mix, cfg.chunk_chars, cfg.seed)]
         return
-    if cfg.source.startswith("hf:"):
-        for i, document in enumerate(hf_documents(cfg)):
-            yield [DOC_SEPARATOR + document if i else document]
+    if cfg.source.startswith("hf:"):  # rows joined by DOC_SEPARATOR as ever; a document of several opens once
+        for i, rows in enumerate(hf_documents(cfg)):
+            yield [DOC_SEPARATOR + row if i or j else row for j, row in enumerate(rows)]
         return
     for i, path in enumerate(source_files(cfg)):
         yield _file_document(cfg, path, DOC_SEPARATOR if i else "")
@@ -251,6 +251,8 @@ def cache_key(cfg: DataConfig) -> str:
     }
     if cfg.source == "mixed":
         identity.update(mix=cfg.mix, chunk_chars=cfg.chunk_chars, seed=cfg.seed, python=sys.version)
+    if cfg.source.startswith("hf:") and parse_source(cfg.source)[0] in DOCUMENT_OPENERS:
+        identity["documents"] = "grouped rows"  # where documents start (the tokens are the same)
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
 
 

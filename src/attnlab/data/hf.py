@@ -8,6 +8,7 @@ folder of them, and needs no network.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,8 +41,31 @@ def local_files(path: str, source: str) -> list[Path]:
     return text_files(path) if parse_source(source)[0] == "text" else listed_files(path)
 
 
-def hf_documents(cfg) -> Iterator[str]:
-    """The `text` field of every row of the train split."""
+def wikitext_article(row: str) -> bool:
+    """Whether a WikiText row opens an article: its title line, ' = Title = ' (sections have two or more '=')."""
+    return re.fullmatch(r" = [^=].* = \n?", row) is not None
+
+
+# datasets whose rows are pieces of documents, with the rule that tells which row opens a document (the rows of
+# any other dataset are documents each): packed rows (data.pack) then hold whole documents, not their pieces
+DOCUMENT_OPENERS = {"wikitext": wikitext_article}
+
+
+def hf_documents(cfg) -> Iterator[list[str]]:
+    """The non-empty `text` fields of the train split's rows, grouped into documents (DOCUMENT_OPENERS)."""
+    opens = DOCUMENT_OPENERS.get(parse_source(cfg.source)[0], lambda row: True)
+    document: list[str] = []
+    for row in _texts(cfg):
+        if document and opens(row):
+            yield document
+            document = []
+        document.append(row)
+    if document:
+        yield document
+
+
+def _texts(cfg) -> Iterator[str]:
+    """The `text` field of every non-empty row of the train split."""
     try:
         import datasets
     except ImportError:
