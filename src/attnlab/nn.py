@@ -185,6 +185,19 @@ class ShortConv(nn.Module):
         y = self.conv(window.transpose(1, 2)).transpose(1, 2)
         return F.silu(y), window[:, window.shape[1] - (self.kernel_size - 1) :]
 
+    def packed(self, x: torch.Tensor, cu_seqlens: torch.Tensor):
+        """x [1, N, channels] holding sequences that start at cu_seqlens -> (y, the state of each sequence
+        [N_seq, kernel_size - 1, channels]): each token's window reads no input before its sequence's start,
+        y_t = sum_d w_(K-1-d) x_(t-d) over the lags d the sequence has, as if it started from zeros."""
+        K, N = self.kernel_size, x.shape[1]
+        position = positions_in_sequences(cu_seqlens, x.device)[None, :, None]
+        weight = self.conv.weight[:, 0]  # [channels, K]; tap i reads x_(t-K+1+i)
+        y = sum(F.pad(x, (0, 0, lag, 0))[:, :N] * (position >= lag) * weight[:, K - 1 - lag] for lag in range(K))
+        starts, ends = cu_seqlens[:-1, None].to(x.device), cu_seqlens[1:, None].to(x.device)
+        lags = torch.arange(K - 1, 0, -1, device=x.device)  # a state holds x_(end - K + 1) .. x_(end - 1)
+        inside = (ends - lags >= starts)[..., None]  # zeros for the lags before the sequence's start
+        return F.silu(y), F.pad(x, (0, 0, K - 1, 0))[0, ends - lags + K - 1] * inside
+
 
 def set_optim(param: nn.Parameter, **options) -> nn.Parameter:
     """Give a parameter its own optimizer settings (``lr``, ``max_lr``: a cap on the run's learning rate,

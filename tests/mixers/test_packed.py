@@ -7,9 +7,9 @@ import torch
 from attnlab.config import ModelConfig
 from attnlab.errors import UserError
 from attnlab.mixers import build_mixer
-from attnlab.mixers.registry import length_groups
+from attnlab.mixers.registry import length_groups, sequences
 from attnlab.model import Decoder
-from attnlab.nn import packed_windows
+from attnlab.nn import ShortConv, packed_windows
 from helpers import CASE_IDS, CASES
 
 D_MODEL, N_HEADS = 32, 4
@@ -171,3 +171,15 @@ def test_without_states_every_mixer_runs_a_batch_per_group_of_lengths(name, monk
     mixer(torch.randn(1, sum(LENGTHS), D_MODEL, dtype=torch.float64), cu_seqlens=boundaries(LENGTHS),
           keep_state=False)
     assert calls == [len(group) for group in length_groups(boundaries(LENGTHS))]
+
+
+def test_the_short_convolution_restarts_at_every_sequence():
+    torch.manual_seed(0)
+    conv = ShortConv(6, 4).double()
+    x = torch.randn(1, 15, 6, dtype=torch.float64)
+    cu_seqlens = torch.tensor([0, 1, 3, 9, 15])  # lengths 1 and 2 are shorter than the kernel's window
+    y, states = conv.packed(x, cu_seqlens)
+    for (start, end), state in zip(sequences(cu_seqlens), states, strict=True):
+        y_alone, state_alone = conv(x[:, start:end])
+        torch.testing.assert_close(y[:, start:end], y_alone, rtol=0, atol=1e-12)
+        torch.testing.assert_close(state, state_alone[0], rtol=0, atol=0)

@@ -21,8 +21,9 @@ from attnlab.ops.gla import gla_chunk
 
 WORKER = Path(__file__).parents[1] / "fla_worker.py"
 # fp32 outputs, final states and every gradient of gla, linear, the delta rule and CCQ (plain, decayed);
-# bf16 inputs; and each linear-attention mixer with backend=fla against backend=torch (prefill + decode too)
-CHECKS = ["gla", "linear", "delta_rule", "ccq", "ccq_decay", "bf16", "mixers"]
+# bf16 inputs; each linear-attention mixer with backend=fla against backend=torch (prefill + decode too); and
+# packed rows through fla's cu_seqlens against each sequence alone
+CHECKS = ["gla", "linear", "delta_rule", "ccq", "ccq_decay", "bf16", "mixers", "packed"]
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from ..ops import fla as fla_ops
 from ..ops.ccq import CCQStats, ccq_chunk, ccq_step
 from ..ops.delta_rule import delta_rule_chunk, delta_rule_step
 from ..ops.gla import gla_chunk, gla_step
-from .registry import Mixer, MixerConfig, packed_by_left_padding, register_mixer
+from .registry import Mixer, MixerConfig, packed_by_left_padding, register_mixer, state_row
 
 BACKENDS = ("torch", "fla", "auto")
 
@@ -132,28 +132,46 @@ class LinearAttention(Mixer):
         B, T, _ = x.shape
         return x.view(B, T, self.cfg.n_heads, -1).transpose(1, 2)
 
-    def forward(self, x: torch.Tensor, state: LinearState | None = None):
+    def forward(self, x: torch.Tensor, state: LinearState | None = None, cu_seqlens: torch.Tensor | None = None):
+        """The layer over x [B, T, d_model] from state; or, given cu_seqlens (fla's kernels only), over the
+        sequences packed in x [1, N, d_model], each from a fresh state, with the states batched by sequence."""
         B, T, _ = x.shape
         state = state if state is not None else self.init_state(B, x.device)
         qkv = torch.cat((self.q_proj(x), self.k_proj(x), self.v_proj(x)), dim=-1)
         conv_state = None
         if self.conv is not None:
-            qkv, conv_state = self.conv(qkv, state.conv)
+            qkv, conv_state = self.conv(qkv, state.conv) if cu_seqlens is None else self.conv.packed(qkv, cu_seqlens)
         q, k, v = (self.split_heads(t) for t in qkv.split([self.cfg.key_dim, self.cfg.key_dim, self.cfg.value_dim], -1))
         gates = self.gates(x)
-        q, k, ccq_state = self.read_query(q, k, gates, state.ccq)
-        o, memory = self.recur(q, k, v, gates, state.memory)
+        q, k, ccq_state = self.read_query(q, k, gates, state.ccq, cu_seqlens)
+        o, memory = self.recur(q, k, v, gates, state.memory, cu_seqlens)
         o = rms_norm_fp32(self.out_norm, o) * F.silu(self.split_heads(self.gate_proj(x)))
         y = self.out_proj(o.transpose(1, 2).reshape(B, T, -1).to(x.dtype))
         return y, LinearState(memory, conv_state, ccq_state)
 
     def packed(self, x, cu_seqlens):
-        """Every packed sequence in one batched forward (packed_by_left_padding), exact here: a zero input makes
-        q = k = v = 0 (no biases), which adds nothing to the memory whatever the gates, the short convolution's
-        fresh state is zeros, and nothing reads positions."""
+        """Every packed sequence at once. Where fla's kernels run the sequences, they take the boundaries
+        themselves (cu_seqlens, each sequence from a fresh state, the short convolution restarted alike). Else
+        one batched forward of the sequences right-aligned behind zeros (packed_by_left_padding), exact here: a
+        zero input makes q = k = v = 0 (no biases), which adds nothing to the memory whatever the gates, the short
+        convolution's fresh state is zeros, and nothing reads positions."""
+        if self.fla_runs(x):
+            y, state = nn.Module.__call__(self, x, None, cu_seqlens)
+            return y, [state_row(state, row) for row in range(len(cu_seqlens) - 1)]
         return packed_by_left_padding(self, x, cu_seqlens)
 
-    def read_query(self, q, k, gates, ccq_state):
+    def packed_outputs(self, x, cu_seqlens):
+        return self.packed(x, cu_seqlens)[0] if self.fla_runs(x) else super().packed_outputs(x, cu_seqlens)
+
+    def fla_runs(self, x: torch.Tensor) -> bool:
+        """Whether the chunkwise forms of x take fla's kernels (the backend and the device say so)."""
+        return self.chunk_form(False, True, x, scalar_gates=self.scalar_gates())
+
+    def scalar_gates(self) -> bool:
+        """Whether the recurrence's gates are one per head (fla's scalar-gated kernels)."""
+        return False
+
+    def read_query(self, q, k, gates, ccq_state, cu_seqlens=None):
         """Transform the queries before the read (identity here; CCQ cleans them)."""
         return q, k, ccq_state
 
@@ -185,8 +203,11 @@ class LinearAttention(Mixer):
         return self.cfg.n_heads * self.head_k * self.head_v + conv
 
 
-def _run(chunk_op, step_op, chunk_size: int, *inputs, state):
-    """The chunkwise form for sequences, the recurrent step for a single token."""
+def _run(chunk_op, step_op, chunk_size: int, *inputs, state, cu_seqlens=None):
+    """The chunkwise form for sequences (packed ones: fla's, which takes cu_seqlens), the recurrent step for a
+    single token."""
+    if cu_seqlens is not None:
+        return chunk_op(*inputs, chunk_size=chunk_size, cu_seqlens=cu_seqlens)
     if inputs[0].shape[2] == 1:
         o, state = step_op(*(t[:, :, 0] for t in inputs), state)
         return o[:, :, None], state
@@ -208,9 +229,10 @@ class PlainLinearAttention(LinearAttention):
 
     fla_form = staticmethod(_linear_fla)  # fla's kernel for sequences (backend fla or auto)
 
-    def recur(self, q, k, v, gates, memory):
+    def recur(self, q, k, v, gates, memory, cu_seqlens=None):
         chunk = self.chunk_form(gla_chunk, self.fla_form, q)
-        return _run(chunk, gla_step, self.cfg.chunk_size, q, k, v, gates["log_decay"], state=memory)
+        return _run(chunk, gla_step, self.cfg.chunk_size, q, k, v, gates["log_decay"], state=memory,
+                    cu_seqlens=cu_seqlens)
 
 
 @register_mixer("gla")
@@ -256,13 +278,16 @@ class GatedDeltaNet(LinearAttention):
         beta = torch.sigmoid(at_least_fp32(self.beta_proj(x)))
         return {"log_decay": log_decay.transpose(1, 2), "beta": beta.transpose(1, 2)}  # [B, H, T]
 
-    def read_query(self, q, k, gates, ccq_state):
+    def read_query(self, q, k, gates, ccq_state, cu_seqlens=None):
         return F.normalize(q, dim=-1, eps=1e-6), F.normalize(k, dim=-1, eps=1e-6), ccq_state
 
-    def recur(self, q, k, v, gates, memory):
+    def scalar_gates(self) -> bool:
+        return True
+
+    def recur(self, q, k, v, gates, memory, cu_seqlens=None):
         chunk = self.chunk_form(delta_rule_chunk, fla_ops.delta_rule_fla, q, scalar_gates=True)
         return _run(chunk, delta_rule_step, self.cfg.chunk_size, q, k, v, gates["log_decay"], gates["beta"],
-                    state=memory)
+                    state=memory, cu_seqlens=cu_seqlens)
 
 
 class CCQRead:
@@ -282,15 +307,18 @@ class CCQRead:
         self.lambda_bias = nn.Parameter(torch.full((H,), math.log(cfg.ccq_lambda_init / (1 - cfg.ccq_lambda_init))))
 
     def packed(self, x, cu_seqlens):
-        """Each sequence on its own (Mixer.packed): the key statistics count tokens, so zeros in front of a
-        sequence would change them."""
-        return Mixer.packed(self, x, cu_seqlens)
+        """fla's kernels with the boundaries where they run (LinearAttention.packed); else each sequence on its
+        own (Mixer.packed): the key statistics count tokens, so zeros in front of a sequence would change them."""
+        return super().packed(x, cu_seqlens) if self.fla_runs(x) else Mixer.packed(self, x, cu_seqlens)
+
+    def scalar_gates(self) -> bool:
+        return super().scalar_gates() or self.cfg.ccq_decay
 
     def ablated(self):
         """lambda = sigmoid(w . q_bar + b) set to 0 (w = 0, b = -30): the backbone's own read."""
         return overwritten((self.lambda_weight, 0.0), (self.lambda_bias, -30.0))
 
-    def read_query(self, q, k, gates, ccq_state):
+    def read_query(self, q, k, gates, ccq_state, cu_seqlens=None):
         q, k, _ = super().read_query(q, k, gates, ccq_state)
         if self.unit_qk:
             q_bar, k_bar = q, k
@@ -301,11 +329,14 @@ class CCQRead:
         if self.cfg.ccq_decay:
             log_decay = gates["log_decay"]
             log_decay = log_decay.mean(-1) if log_decay.ndim == 4 else log_decay  # GLA: mean over channels
-        if q.shape[2] == 1:
+        if q.shape[2] == 1 and cu_seqlens is None:
             stats = ccq_state if ccq_state is not None else CCQStats.empty(*q.shape[:2], q.shape[-1], q.device)
             q_clean, ccq_state = ccq_step(q[:, :, 0], k_bar[:, :, 0], lam[:, :, 0], stats,
                                           None if log_decay is None else log_decay[:, :, 0])
             return q_clean[:, :, None], k, ccq_state
+        if cu_seqlens is not None:  # fla's kernel, each packed sequence from empty statistics
+            q_clean, ccq_state = fla_ops.ccq_fla(q, k_bar, lam, None, log_decay, self.cfg.chunk_size, cu_seqlens)
+            return q_clean, k, ccq_state
         chunk = self.chunk_form(ccq_chunk, fla_ops.ccq_fla, q, scalar_gates=log_decay is not None)
         q_clean, ccq_state = chunk(q, k_bar, lam, ccq_state, log_decay, self.cfg.chunk_size)
         return q_clean, k, ccq_state

@@ -9,6 +9,9 @@ q, k, v may be bf16 (fla's intended use under autocast): the kernels accumulate 
 and states are kept in fp32. Inputs wider than fp32 are computed in fp32, the widest the kernels take;
 on a GPU, Triton's fp32 dot products round their operands to TF32 (about 1e-3 relative).
 Lengths need not be multiples of the chunk: the kernels mask the last, partial chunk.
+
+cu_seqlens (packed sequences, B = 1, fla's own convention): each sequence starts from a fresh state, and the
+final states come one per sequence, [N_seq, H, D_k, D_v].
 """
 
 from __future__ import annotations
@@ -94,42 +97,44 @@ def _scale(q: torch.Tensor, scale: float | None) -> float:
 
 
 @autocast_off
-def gla_fla(q, k, v, g, scale=None, initial_state=None, chunk_size: int = 64):
+def gla_fla(q, k, v, g, scale=None, initial_state=None, chunk_size: int = 64, cu_seqlens=None):
     """`gla_chunk` on fla's chunk_gla: per-channel log-decays g [B, H, T, D_k]. chunk_size is accepted for
     the common signature only: the GLA kernel chooses its own chunk (16 to 64 tokens)."""
     o, h = _kernels().chunk_gla(*_time_major(q, k, v, g), scale=_scale(q, scale),
-                                initial_state=_state(initial_state), output_final_state=True)
+                                initial_state=_state(initial_state), output_final_state=True, cu_seqlens=cu_seqlens)
     return o.transpose(1, 2).to(v.dtype), h
 
 
-def _simple_gla(q, k, v, g, scale, initial_state, chunk_size):
+def _simple_gla(q, k, v, g, scale, initial_state, chunk_size, cu_seqlens=None):
     """fla's chunk_simple_gla in our layout: h_t = exp(g_t) h_{t-1} + k_t v_t^T with scalar log-decays
     g [B, H, T] (None: no decay), o_t = h_t^T (scale q_t), and no normaliser."""
     q_, k_, v_, g_ = _time_major(q, k, v, g)
     o, h = _kernels().chunk_simple_gla(q_, k_, v_, g=g_, scale=_scale(q, scale), initial_state=_state(initial_state),
-                                       output_final_state=True, chunk_size=_kernel_chunk(chunk_size))
+                                       output_final_state=True, chunk_size=_kernel_chunk(chunk_size),
+                                       cu_seqlens=cu_seqlens)
     return o.transpose(1, 2).to(v.dtype), h
 
 
 @autocast_off
-def linear_fla(q, k, v, scale=None, initial_state=None, chunk_size: int = 64):
+def linear_fla(q, k, v, scale=None, initial_state=None, chunk_size: int = 64, cu_seqlens=None):
     """Plain linear attention, `gla_chunk` with g = 0: h_t = h_{t-1} + k_t v_t^T, o_t = h_t^T (scale q_t).
     fla's chunk_simple_gla without gates; not chunk_linear_attn, which divides by q . sum k by default."""
-    return _simple_gla(q, k, v, None, scale, initial_state, chunk_size)
+    return _simple_gla(q, k, v, None, scale, initial_state, chunk_size, cu_seqlens)
 
 
 @autocast_off
-def delta_rule_fla(q, k, v, g, beta, scale=None, initial_state=None, chunk_size: int = 64):
+def delta_rule_fla(q, k, v, g, beta, scale=None, initial_state=None, chunk_size: int = 64, cu_seqlens=None):
     """`delta_rule_chunk` on fla's chunk_gated_delta_rule: scalar log-decays g and write strengths beta
     [B, H, T]. k is used as given (the mixers L2-normalise it), so the kernel's own normalisation stays off."""
     o, h = _kernels().chunk_gated_delta_rule(*_time_major(q, k, v, g, beta), scale=_scale(q, scale),
                                              initial_state=_state(initial_state), output_final_state=True,
-                                             use_qk_l2norm_in_kernel=False, chunk_size=_kernel_chunk(chunk_size))
+                                             use_qk_l2norm_in_kernel=False, chunk_size=_kernel_chunk(chunk_size),
+                                             cu_seqlens=cu_seqlens)
     return o.transpose(1, 2).to(v.dtype), h
 
 
 @autocast_off
-def ccq_fla(q, k, lam, stats: CCQStats | None = None, log_decay=None, chunk_size: int = 64):
+def ccq_fla(q, k, lam, stats: CCQStats | None = None, log_decay=None, chunk_size: int = 64, cu_seqlens=None):
     """`ccq_chunk` as one linear-attention kernel call. With keys and values x_t = [k_t, 1] (width D + 1) the
     state sum_{j<=t} x_j x_j^T is [[P_t, m_t], [m_t^T, n_t]]: read with [q_t, 0] it gives [P_t q_t, m_t . q_t],
     read with [0, 1] it gives [m_t, n_t]. So 2H heads (the same keys, two queries), scale 1, and
@@ -147,7 +152,9 @@ def ccq_fla(q, k, lam, stats: CCQStats | None = None, log_decay=None, chunk_size
                        torch.cat((stats.total, stats.count[..., None]), -1)[..., None, :]), -2)
     x, state = x.repeat(1, 2, 1, 1), state.repeat(1, 2, 1, 1)  # the same keys and state for both reads
     g = None if log_decay is None else log_decay.float().repeat(1, 2, 1)
-    o, state = _simple_gla(torch.cat((read_moments, read_sums), 1), x, x, g, 1.0, state, chunk_size)
+    if cu_seqlens is not None:  # each packed sequence from empty statistics
+        state = None
+    o, state = _simple_gla(torch.cat((read_moments, read_sums), 1), x, x, g, 1.0, state, chunk_size, cu_seqlens)
     second_q, total_q = o[:, :H, :, :D], o[:, :H, :, D:]
     total, count = o[:, H:, :, :D], o[:, H:, :, D:]
     sigma_q = second_q / count - total * total_q / count**2
