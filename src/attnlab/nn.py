@@ -42,25 +42,27 @@ def positions_in_sequences(cu_seqlens: torch.Tensor, device=None) -> torch.Tenso
 
 
 def packed_windows(cu_seqlens: torch.Tensor, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Packed sequences regrouped for attention: consecutive sequences fill windows as wide as the longest
-    sequence, so that attending within windows costs about N x longest rather than the whole row's N^2.
+    """Packed sequences regrouped for attention: windows as wide as the longest sequence, filled first-fit with
+    the sequences longest first (first-fit decreasing bin packing: within 11/9 of the fewest windows, plus one),
+    so that attending within windows costs about N x longest rather than the whole row's N^2.
 
     Returns index [G, W] (the row position of each window slot; N, one past the row, for the padding at a
     window's end) and mask [G, 1, W, W] (True = attend): each token sees its own sequence up to itself, and a
     padding slot sees itself alone (a query that sees nothing would make attention's softmax 0/0)."""
     bounds = cu_seqlens.tolist()
-    width, n = max(b - a for a, b in zip(bounds, bounds[1:], strict=False)), bounds[-1]
-    windows, start = [], 0
-    for a, b in zip(bounds, bounds[1:], strict=False):
-        if b - start > width:
-            windows.append((start, a))
-            start = a
-    windows.append((start, n))
-    slots = torch.arange(width)
-    index = torch.stack([torch.where(slots < b - a, a + slots, n) for a, b in windows]).to(device)
+    spans = list(zip(bounds[:-1], bounds[1:], strict=True))
+    width, n = max(end - start for start, end in spans), bounds[-1]
+    windows: list[list[int]] = []  # the row positions in each window
+    for start, end in sorted(spans, key=lambda span: span[0] - span[1]):
+        room = next((w for w in windows if len(w) + end - start <= width), None)
+        if room is None:
+            room = []
+            windows.append(room)
+        room.extend(range(start, end))
+    index = torch.tensor([w + [n] * (width - len(w)) for w in windows], device=device)
     sequence = torch.bucketize(index, cu_seqlens.to(device), right=True)  # 1.. for tokens, len(bounds) for padding
-    sequence = torch.where(index == n, -1 - slots.to(device), sequence)  # each padding slot a sequence of its own
-    mask = (sequence[:, :, None] == sequence[:, None, :]).tril()
+    sequence = torch.where(index == n, -1 - torch.arange(width, device=device), sequence)  # each pad alone
+    mask = (sequence[:, :, None] == sequence[:, None, :]) & (index[:, :, None] >= index[:, None, :])
     return index, mask[:, None]
 
 

@@ -136,7 +136,9 @@ class AttentionMixer(Mixer):
         index, mask = packed_windows(cu_seqlens, x.device)
         windows = [F.pad(t[0], (0, 0, 0, 1))[:, index].transpose(0, 1) for t in (q, k, v)]  # [G, H, W, D]
         y = self.attend_masked(*windows, mask)  # [G, H', W, D']
-        y = y.transpose(0, 1).flatten(1, 2)[:, index.flatten() < N]  # back to the row's order: [H', N, D']
+        slots = index.flatten()
+        filled = (slots < N).nonzero().squeeze(1)
+        y = y.transpose(0, 1).flatten(1, 2)[:, filled[slots[filled].argsort()]]  # back to the row's order: [H', N, D']
         states = [KVCache.holding(k[:, :, start:end], v[:, :, start:end]) for start, end in sequences(cu_seqlens)]
         return self.out_proj(y.transpose(0, 1).reshape(1, N, -1).to(x.dtype)), states
 
