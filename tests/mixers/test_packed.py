@@ -183,3 +183,22 @@ def test_the_short_convolution_restarts_at_every_sequence():
         y_alone, state_alone = conv(x[:, start:end])
         torch.testing.assert_close(y[:, start:end], y_alone, rtol=0, atol=1e-12)
         torch.testing.assert_close(state, state_alone[0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["linear", "gla", "gdn"])
+def test_the_linear_family_runs_packed_sequences_in_one_chunked_call(name, monkeypatch):
+    """Without states, each sequence begins at a chunk (chunk 4: sequences of 1 to 3 chunks) and the chunk
+    form's state scan starts afresh there: one forward, the outputs and gradients of each sequence alone."""
+    mixer = make(name, chunk_size=4, **({"short_conv": True} if name != "gdn" else {}))
+    x = torch.randn(1, sum(LENGTHS), D_MODEL, dtype=torch.float64, requires_grad=True)
+    forward, calls = mixer.forward, []
+    monkeypatch.setattr(mixer, "forward", lambda *args: calls.append(1) or forward(*args))
+    y, _ = mixer(x, cu_seqlens=boundaries(LENGTHS), keep_state=False)
+    assert len(calls) == 1
+    expected, _ = alone(mixer, x, LENGTHS)
+    torch.testing.assert_close(y, expected, rtol=0, atol=1e-10)
+    weights = torch.randn_like(y)
+    grads = torch.autograd.grad((y * weights).sum(), [x, *mixer.parameters()])
+    for got, want in zip(grads, torch.autograd.grad((expected * weights).sum(), [x, *mixer.parameters()]),
+                         strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-10)

@@ -18,6 +18,7 @@ from torch import nn
 from ..errors import ConfigError
 from ..nn import ShortConv, at_least_fp32, inverse_softplus, log_uniform_dt, overwritten, rms_norm_fp32, set_optim
 from ..ops import fla as fla_ops
+from ..ops._chunks import chunk_starts
 from ..ops.ccq import CCQStats, ccq_chunk, ccq_step
 from ..ops.delta_rule import delta_rule_chunk, delta_rule_step
 from ..ops.gla import gla_chunk, gla_step
@@ -133,8 +134,9 @@ class LinearAttention(Mixer):
         return x.view(B, T, self.cfg.n_heads, -1).transpose(1, 2)
 
     def forward(self, x: torch.Tensor, state: LinearState | None = None, cu_seqlens: torch.Tensor | None = None):
-        """The layer over x [B, T, d_model] from state; or, given cu_seqlens (fla's kernels only), over the
-        sequences packed in x [1, N, d_model], each from a fresh state, with the states batched by sequence."""
+        """The layer over x [B, T, d_model] from state; or, given cu_seqlens, over the sequences packed in
+        x [1, N, d_model], each from a fresh state: with fla's kernels, the states batched by sequence; with the
+        torch forms, sequences that begin at chunk multiples (chunk_aligned_outputs) and no state."""
         B, T, _ = x.shape
         state = state if state is not None else self.init_state(B, x.device)
         qkv = torch.cat((self.q_proj(x), self.k_proj(x), self.v_proj(x)), dim=-1)
@@ -144,10 +146,20 @@ class LinearAttention(Mixer):
         q, k, v = (self.split_heads(t) for t in qkv.split([self.cfg.key_dim, self.cfg.key_dim, self.cfg.value_dim], -1))
         gates = self.gates(x)
         q, k, ccq_state = self.read_query(q, k, gates, state.ccq, cu_seqlens)
-        o, memory = self.recur(q, k, v, gates, state.memory, cu_seqlens)
+        o, memory = self.recur(q, k, v, gates, state.memory, **self.packing(x, cu_seqlens))
         o = rms_norm_fp32(self.out_norm, o) * F.silu(self.split_heads(self.gate_proj(x)))
         y = self.out_proj(o.transpose(1, 2).reshape(B, T, -1).to(x.dtype))
-        return y, LinearState(memory, conv_state, ccq_state)
+        packed_in_chunks = cu_seqlens is not None and not self.fla_runs(x)
+        return y, None if packed_in_chunks else LinearState(memory, conv_state, ccq_state)
+
+    def packing(self, x: torch.Tensor, cu_seqlens: torch.Tensor | None) -> dict:
+        """How the chunk form is told of packed sequences: fla's kernels take cu_seqlens, ours the chunks that
+        begin a sequence (starts); nothing for one sequence a row."""
+        if cu_seqlens is None:
+            return {}
+        if self.fla_runs(x):
+            return {"cu_seqlens": cu_seqlens}
+        return {"starts": chunk_starts(cu_seqlens, self.cfg.chunk_size)}
 
     def packed(self, x, cu_seqlens):
         """Every packed sequence at once. Where fla's kernels run the sequences, they take the boundaries
@@ -161,7 +173,20 @@ class LinearAttention(Mixer):
         return packed_by_left_padding(self, x, cu_seqlens)
 
     def packed_outputs(self, x, cu_seqlens):
-        return self.packed(x, cu_seqlens)[0] if self.fla_runs(x) else super().packed_outputs(x, cu_seqlens)
+        return self.packed(x, cu_seqlens)[0] if self.fla_runs(x) else self.chunk_aligned_outputs(x, cu_seqlens)
+
+    def chunk_aligned_outputs(self, x: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
+        """The packed sequences' outputs in one call of the torch chunk forms: each sequence moved to begin at a
+        multiple of the chunk (zeros after it fill its last chunk), so that every chunk holds one sequence and the
+        state scan starts afresh at every chunk that begins one. The zeros after a sequence are read after it
+        and are not returned, so they change nothing."""
+        C, N = self.cfg.chunk_size, x.shape[1]
+        lengths = cu_seqlens.diff()
+        aligned = F.pad((-(-lengths // C) * C).cumsum(0), (1, 0))
+        index = (torch.repeat_interleave(aligned[:-1] - cu_seqlens[:-1], lengths) + torch.arange(N)).to(x.device)
+        spread = x.new_zeros(1, int(aligned[-1]), x.shape[2]).index_copy(1, index, x)
+        y, _ = nn.Module.__call__(self, spread, None, aligned)
+        return y[:, index]
 
     def fla_runs(self, x: torch.Tensor) -> bool:
         """Whether the chunkwise forms of x take fla's kernels (the backend and the device say so)."""
@@ -203,11 +228,11 @@ class LinearAttention(Mixer):
         return self.cfg.n_heads * self.head_k * self.head_v + conv
 
 
-def _run(chunk_op, step_op, chunk_size: int, *inputs, state, cu_seqlens=None):
-    """The chunkwise form for sequences (packed ones: fla's, which takes cu_seqlens), the recurrent step for a
-    single token."""
-    if cu_seqlens is not None:
-        return chunk_op(*inputs, chunk_size=chunk_size, cu_seqlens=cu_seqlens)
+def _run(chunk_op, step_op, chunk_size: int, *inputs, state, **packing):
+    """The chunkwise form for sequences (packed ones: fla's with cu_seqlens, ours with the chunks that begin
+    a sequence, starts), the recurrent step for a single token."""
+    if packing:
+        return chunk_op(*inputs, chunk_size=chunk_size, **packing)
     if inputs[0].shape[2] == 1:
         o, state = step_op(*(t[:, :, 0] for t in inputs), state)
         return o[:, :, None], state
@@ -229,10 +254,9 @@ class PlainLinearAttention(LinearAttention):
 
     fla_form = staticmethod(_linear_fla)  # fla's kernel for sequences (backend fla or auto)
 
-    def recur(self, q, k, v, gates, memory, cu_seqlens=None):
+    def recur(self, q, k, v, gates, memory, **packing):
         chunk = self.chunk_form(gla_chunk, self.fla_form, q)
-        return _run(chunk, gla_step, self.cfg.chunk_size, q, k, v, gates["log_decay"], state=memory,
-                    cu_seqlens=cu_seqlens)
+        return _run(chunk, gla_step, self.cfg.chunk_size, q, k, v, gates["log_decay"], state=memory, **packing)
 
 
 @register_mixer("gla")
@@ -284,10 +308,10 @@ class GatedDeltaNet(LinearAttention):
     def scalar_gates(self) -> bool:
         return True
 
-    def recur(self, q, k, v, gates, memory, cu_seqlens=None):
+    def recur(self, q, k, v, gates, memory, **packing):
         chunk = self.chunk_form(delta_rule_chunk, fla_ops.delta_rule_fla, q, scalar_gates=True)
         return _run(chunk, delta_rule_step, self.cfg.chunk_size, q, k, v, gates["log_decay"], gates["beta"],
-                    state=memory, cu_seqlens=cu_seqlens)
+                    state=memory, **packing)
 
 
 class CCQRead:
@@ -310,6 +334,11 @@ class CCQRead:
         """fla's kernels with the boundaries where they run (LinearAttention.packed); else each sequence on its
         own (Mixer.packed): the key statistics count tokens, so zeros in front of a sequence would change them."""
         return super().packed(x, cu_seqlens) if self.fla_runs(x) else Mixer.packed(self, x, cu_seqlens)
+
+    def packed_outputs(self, x, cu_seqlens):
+        """fla's kernels where they run; else batches of similar lengths (Mixer.packed_outputs): the torch
+        form of the key statistics has no restart at a chunk."""
+        return self.packed(x, cu_seqlens)[0] if self.fla_runs(x) else Mixer.packed_outputs(self, x, cu_seqlens)
 
     def scalar_gates(self) -> bool:
         return super().scalar_gates() or self.cfg.ccq_decay

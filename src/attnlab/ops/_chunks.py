@@ -66,3 +66,37 @@ def decay_matrix(b: torch.Tensor) -> torch.Tensor:
     C = b.shape[-1]
     mask = causal_mask(C, C, b.device)
     return (b[..., :, None] - b[..., None, :]).masked_fill(~mask, float("-inf")).exp()
+
+
+class SequenceStarts:
+    """The state scan over chunks of packed sequences that each begin at a chunk (B = 1): the state entering a
+    chunk that begins a sequence is zeros, and the states kept are each sequence's last, stacked on dim 0.
+    starts: bool [N_chunks], True at the chunks that begin a sequence; None: one sequence per row, as usual."""
+
+    def __init__(self, starts: torch.Tensor | None, h: torch.Tensor):
+        if starts is not None and h.shape[0] != 1:
+            raise ValueError(f"packed sequences come in one row; got a batch of {h.shape[0]}")
+        self.starts = None if starts is None else starts.tolist()
+        self.ends: list[torch.Tensor] = []
+
+    def entering(self, n: int, h: torch.Tensor) -> torch.Tensor:
+        """The state that enters chunk n, given the state the chunk before it left."""
+        if self.starts is None or not self.starts[n]:
+            return h
+        if n:
+            self.ends.append(h)
+        return torch.zeros_like(h)
+
+    def final(self, h: torch.Tensor) -> torch.Tensor:
+        """The state after the last chunk, or with starts the last state of every sequence."""
+        return h if self.starts is None else torch.cat((*self.ends, h))
+
+
+def chunk_starts(cu_seqlens: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    """bool [N / chunk_size]: which chunks of a packed row begin a sequence, for sequences that all begin at a
+    multiple of chunk_size (a ValueError otherwise)."""
+    if bool((cu_seqlens % chunk_size).any()):
+        raise ValueError(f"packed sequences must begin at multiples of the chunk ({chunk_size}): {cu_seqlens.tolist()}")
+    starts = torch.zeros(int(cu_seqlens[-1]) // chunk_size, dtype=torch.bool)
+    starts[cu_seqlens[:-1].cpu() // chunk_size] = True
+    return starts

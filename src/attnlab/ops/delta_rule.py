@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ._chunks import autocast_off, chunk_layout, decay_matrix, prepare_memory_inputs, to_chunks
+from ._chunks import SequenceStarts, autocast_off, chunk_layout, decay_matrix, prepare_memory_inputs, to_chunks
 
 
 @autocast_off
@@ -44,13 +44,14 @@ def delta_rule_step(q, k, v, g, beta, state, scale=None):
 
 
 @autocast_off
-def delta_rule_chunk(q, k, v, g, beta, scale=None, initial_state=None, chunk_size: int = 64):
+def delta_rule_chunk(q, k, v, g, beta, scale=None, initial_state=None, chunk_size: int = 64, starts=None):
     """Chunkwise WY/UT form. Within a chunk with cumulative log-decays b and Gamma_ij = exp(b_i - b_j)
     (j <= i), the corrected values u solve a unit lower-triangular system,
         (I + strict_tril(diag(beta) (K K^T * Gamma))) u = diag(beta) V - diag(beta) (K exp(b)) h_prev,
     so u = U - W h_prev with U, W from one triangular solve per chunk (all chunks in parallel). Then
         o = (Q exp(b)) h_prev + (Q K^T * Gamma) u,    h_next = exp(b_C) h_prev + (K exp(b_C - b))^T u,
     the only part that runs chunk after chunk. Padding uses k = 0, beta = 0, g = 0 (no effect).
+    starts: packed sequences that each begin at a chunk, as in `gla_chunk`.
     """
     out_dtype = v.dtype
     q, k, v, g, beta, h = prepare_memory_inputs(q, k, v, g, beta, scale=scale, state=initial_state)
@@ -69,11 +70,13 @@ def delta_rule_chunk(q, k, v, g, beta, scale=None, initial_state=None, chunk_siz
     k_to_end = k * (b[..., -1:] - b).exp()[..., None]
     chunk_decay = b[..., -1].exp()  # [B, H, N]
 
+    scan = SequenceStarts(starts, h)
     outputs = []  # unbind once: indexing inside the loop would make the backward quadratic in chunks
     per_chunk = (x.unbind(2) for x in (U, W, q_decayed, scores, k_to_end.transpose(-1, -2), chunk_decay))
-    for U_n, W_n, q_n, scores_n, k_n, decay_n in zip(*per_chunk, strict=True):
+    for n, (U_n, W_n, q_n, scores_n, k_n, decay_n) in enumerate(zip(*per_chunk, strict=True)):
+        h = scan.entering(n, h)
         u = U_n - W_n @ h
         outputs.append(q_n @ h + scores_n @ u)
         h = decay_n[..., None, None] * h + k_n @ u
     o = torch.cat(outputs, dim=2)[:, :, :T]
-    return o.to(out_dtype), h
+    return o.to(out_dtype), scan.final(h)

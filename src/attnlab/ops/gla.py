@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ._chunks import autocast_off, chunk_layout, pad_time, prepare_memory_inputs, to_chunks
+from ._chunks import SequenceStarts, autocast_off, chunk_layout, pad_time, prepare_memory_inputs, to_chunks
 
 
 @autocast_off
@@ -65,12 +65,14 @@ def decayed_scores(q: torch.Tensor, k: torch.Tensor, b: torch.Tensor) -> torch.T
 
 
 @autocast_off
-def gla_chunk(q, k, v, g, scale=None, initial_state=None, chunk_size: int = 64):
+def gla_chunk(q, k, v, g, scale=None, initial_state=None, chunk_size: int = 64, starts=None):
     """Chunkwise-parallel form. Within a chunk with cumulative log-decays b (from its start):
         o_i = (q_i exp(b_i)) h_prev + sum_{j<=i} A_ij v_j,   A from `decayed_scores`
         h_next = exp(b_C) h_prev + (k exp(b_C - b))^T v
     Every chunk's contribution is computed in parallel; only the cheap state scan runs in order.
     Lengths that are not a multiple of chunk_size are zero-padded (k = 0, g = 0 leave the state alone).
+    starts (packed sequences that each begin at a chunk, B = 1): bool [T / chunk_size], the chunks that begin
+    a sequence, whose h_prev is zeros; the states returned are then each sequence's last, [N_seq, H, D_k, D_v].
     """
     out_dtype = v.dtype
     q, k, v, g, h = prepare_memory_inputs(q, k, v, g, scale=scale, state=initial_state)
@@ -82,12 +84,14 @@ def gla_chunk(q, k, v, g, scale=None, initial_state=None, chunk_size: int = 64):
     chunk_decay = b_last.squeeze(-2).exp()  # [B, H, N, D_k]
     chunk_update = (k * (b_last - b).exp()).transpose(-1, -2) @ v  # [B, H, N, D_k, D_v]
 
+    scan = SequenceStarts(starts, h)
     states = []  # unbind once: indexing inside the loop would make the backward quadratic in chunks
-    for decay, update in zip(chunk_decay.unbind(2), chunk_update.unbind(2), strict=True):
+    for n, (decay, update) in enumerate(zip(chunk_decay.unbind(2), chunk_update.unbind(2), strict=True)):
+        h = scan.entering(n, h)
         states.append(h)
         h = decay[..., None] * h + update
     h_prev = torch.stack(states, dim=2)
 
     o = (q * b.exp()) @ h_prev + decayed_scores(q, k, b) @ v
     o = o.reshape(*o.shape[:2], -1, o.shape[-1])[:, :, :T]
-    return o.to(out_dtype), h
+    return o.to(out_dtype), scan.final(h)
