@@ -163,7 +163,7 @@ def test_sequences_are_batched_by_length_padding_at_most_a_quarter_more_tokens()
     assert [sorted(lengths[i] for i in group) for group in groups] == [[39, 40], [20, 21], [11], [7], [3], [1]]
 
 
-@pytest.mark.parametrize("name", ["interdomain", "s4d", "ccq-gla", "boltzmann"])
+@pytest.mark.parametrize("name", ["s4d", "ccq-gla", "boltzmann"])
 def test_without_states_every_mixer_runs_a_batch_per_group_of_lengths(name, monkeypatch):
     mixer = make(name)
     forward, calls = mixer.forward, []
@@ -185,20 +185,21 @@ def test_the_short_convolution_restarts_at_every_sequence():
         torch.testing.assert_close(state, state_alone[0], rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("name", ["linear", "gla", "gdn"])
-def test_the_linear_family_runs_packed_sequences_in_one_chunked_call(name, monkeypatch):
+@pytest.mark.parametrize("name, options", [("linear", {"short_conv": True}), ("gla", {"short_conv": True}),
+                                           ("gdn", {}), ("interdomain", {}), ("interdomain", {"normalize": True})])
+def test_the_chunked_mixers_run_packed_sequences_in_one_call(name, options, monkeypatch):
     """Without states, each sequence begins at a chunk (chunk 4: sequences of 1 to 3 chunks) and the chunk
     form's state scan starts afresh there: one forward, the outputs and gradients of each sequence alone."""
-    mixer = make(name, chunk_size=4, **({"short_conv": True} if name != "gdn" else {}))
+    mixer = make(name, chunk_size=4, **options)
     x = torch.randn(1, sum(LENGTHS), D_MODEL, dtype=torch.float64, requires_grad=True)
     forward, calls = mixer.forward, []
     monkeypatch.setattr(mixer, "forward", lambda *args: calls.append(1) or forward(*args))
     y, _ = mixer(x, cu_seqlens=boundaries(LENGTHS), keep_state=False)
     assert len(calls) == 1
     expected, _ = alone(mixer, x, LENGTHS)
-    torch.testing.assert_close(y, expected, rtol=0, atol=1e-10)
+    torch.testing.assert_close(y, expected, rtol=1e-9, atol=1e-10)  # fp64; normalize divides by small readouts
     weights = torch.randn_like(y)
     grads = torch.autograd.grad((y * weights).sum(), [x, *mixer.parameters()])
     for got, want in zip(grads, torch.autograd.grad((expected * weights).sum(), [x, *mixer.parameters()]),
                          strict=True):
-        torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)

@@ -22,7 +22,7 @@ from ..ops._chunks import chunk_starts
 from ..ops.ccq import CCQStats, ccq_chunk, ccq_step
 from ..ops.delta_rule import delta_rule_chunk, delta_rule_step
 from ..ops.gla import gla_chunk, gla_step
-from .registry import Mixer, MixerConfig, packed_by_left_padding, register_mixer, state_row
+from .registry import Mixer, MixerConfig, packed_by_left_padding, packed_in_chunks, register_mixer, state_row
 
 BACKENDS = ("torch", "fla", "auto")
 
@@ -136,7 +136,7 @@ class LinearAttention(Mixer):
     def forward(self, x: torch.Tensor, state: LinearState | None = None, cu_seqlens: torch.Tensor | None = None):
         """The layer over x [B, T, d_model] from state; or, given cu_seqlens, over the sequences packed in
         x [1, N, d_model], each from a fresh state: with fla's kernels, the states batched by sequence; with the
-        torch forms, sequences that begin at chunk multiples (chunk_aligned_outputs) and no state."""
+        torch forms, sequences that begin at chunk multiples (packed_in_chunks) and no state."""
         B, T, _ = x.shape
         state = state if state is not None else self.init_state(B, x.device)
         qkv = torch.cat((self.q_proj(x), self.k_proj(x), self.v_proj(x)), dim=-1)
@@ -173,20 +173,9 @@ class LinearAttention(Mixer):
         return packed_by_left_padding(self, x, cu_seqlens)
 
     def packed_outputs(self, x, cu_seqlens):
-        return self.packed(x, cu_seqlens)[0] if self.fla_runs(x) else self.chunk_aligned_outputs(x, cu_seqlens)
-
-    def chunk_aligned_outputs(self, x: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
-        """The packed sequences' outputs in one call of the torch chunk forms: each sequence moved to begin at a
-        multiple of the chunk (zeros after it fill its last chunk), so that every chunk holds one sequence and the
-        state scan starts afresh at every chunk that begins one. The zeros after a sequence are read after it
-        and are not returned, so they change nothing."""
-        C, N = self.cfg.chunk_size, x.shape[1]
-        lengths = cu_seqlens.diff()
-        aligned = F.pad((-(-lengths // C) * C).cumsum(0), (1, 0))
-        index = (torch.repeat_interleave(aligned[:-1] - cu_seqlens[:-1], lengths) + torch.arange(N)).to(x.device)
-        spread = x.new_zeros(1, int(aligned[-1]), x.shape[2]).index_copy(1, index, x)
-        y, _ = nn.Module.__call__(self, spread, None, aligned)
-        return y[:, index]
+        if self.fla_runs(x):
+            return self.packed(x, cu_seqlens)[0]
+        return packed_in_chunks(self, x, cu_seqlens, self.cfg.chunk_size)
 
     def fla_runs(self, x: torch.Tensor) -> bool:
         """Whether the chunkwise forms of x take fla's kernels (the backend and the device say so)."""

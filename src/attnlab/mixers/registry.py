@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, fields
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError, UserError, unknown_name
@@ -108,6 +109,20 @@ def packed_by_right_padding(mixer: nn.Module, x: torch.Tensor, cu_seqlens: torch
         for row, (i, piece) in enumerate(zip(group, pieces, strict=True)):
             outputs[i] = y[row, : len(piece)]
     return torch.cat(outputs)[None]
+
+
+def packed_in_chunks(mixer: nn.Module, x: torch.Tensor, cu_seqlens: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    """Mixer.packed_outputs for a mixer whose forward(x, None, cu_seqlens) runs sequences that begin at chunk
+    multiples in one call of a chunk form that starts its state scan afresh at each: every sequence moved to
+    begin at a multiple of chunk_size (zeros after it fill its last chunk), one call, the outputs taken back.
+    The zeros after a sequence are read after it and are not returned, so they change nothing."""
+    lengths = cu_seqlens.diff()
+    aligned = F.pad((-(-lengths // chunk_size) * chunk_size).cumsum(0), (1, 0))
+    shift = torch.repeat_interleave(aligned[:-1] - cu_seqlens[:-1], lengths)
+    index = (shift + torch.arange(x.shape[1], device=shift.device)).to(x.device)
+    spread = x.new_zeros(1, int(aligned[-1]), x.shape[2]).index_copy(1, index, x)
+    y, _ = nn.Module.__call__(mixer, spread, None, aligned)
+    return y[:, index]
 
 
 def stack_rows(states: list):

@@ -18,10 +18,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError, unknown_name
-from ..nn import Rotary, ShortConv, at_least_fp32, log_uniform_dt, no_autocast, set_optim
+from ..nn import Rotary, ShortConv, at_least_fp32, log_uniform_dt, no_autocast, positions_in_sequences, set_optim
 from ..ops import interdomain as ops
 from ..ops import s4d
-from .registry import Mixer, MixerConfig, register_mixer
+from ..ops._chunks import chunk_starts
+from .registry import Mixer, MixerConfig, packed_in_chunks, register_mixer
 
 
 @dataclass
@@ -136,20 +137,26 @@ class InterdomainAttention(Mixer):
         B, T, _ = x.shape
         return x.view(B, T, self.cfg.n_heads, -1).transpose(1, 2)
 
-    def forward(self, x: torch.Tensor, state: SSMState | None = None):
+    def forward(self, x: torch.Tensor, state: SSMState | None = None, cu_seqlens: torch.Tensor | None = None):
+        """The layer over x [B, T, d_model] from state; or, given cu_seqlens, over sequences packed in
+        x [1, N, d_model] that begin at chunk multiples (packed_in_chunks), each from a fresh state (the short
+        convolution, RoPE's positions and the chunk scan restart), returning no state."""
         cfg = self.cfg
         B, T, _ = x.shape
         state = state if state is not None else self.init_state(B, x.device, x.dtype)
         conditioned, dual = cfg.query == "conditioned", cfg.input == "dual"
         streams = ([self.q_proj(x)] if conditioned else []) + [self.k_proj(x)] + ([] if dual else [self.v_proj(x)])
-        convolved, conv_state = self.conv(torch.cat(streams, dim=-1), state.conv)
+        streams = torch.cat(streams, dim=-1)
+        convolved, conv_state = (self.conv(streams, state.conv) if cu_seqlens is None else
+                                 self.conv.packed(streams, cu_seqlens))
         convolved = [self.heads(t) for t in convolved.split(cfg.d_model, dim=-1)]
         q = convolved.pop(0) if conditioned else None
         key_half = convolved.pop(0)
         value_half = convolved.pop(0) if not dual else self.heads(self.v_proj(x))
         if self.rotary is not None:
-            q = None if q is None else self.rotary(q, state.position)
-            key_half = self.rotary(key_half, state.position)
+            positions = None if cu_seqlens is None else positions_in_sequences(cu_seqlens, x.device)
+            q = None if q is None else self.rotary(q, state.position, positions)
+            key_half = self.rotary(key_half, state.position, positions)
         if dual:
             key_half = F.normalize(key_half, dim=-1, eps=cfg.norm_eps)  # xi(k)
         z = at_least_fp32(torch.cat((self.key_norm(key_half), self.value_norm(value_half)), dim=-1))
@@ -159,7 +166,7 @@ class InterdomainAttention(Mixer):
                 xi_q = F.normalize(at_least_fp32(q), dim=-1, eps=cfg.norm_eps)
                 if cfg.normalize:  # a constant channel whose readout is the denominator
                     z = torch.cat((z, torch.ones_like(z[..., :1])), dim=-1)
-                o, memory = self.read(xi_q, z, lam, B_bar, C, state.memory)
+                o, memory = self.read(xi_q, z, lam, B_bar, C, state.memory, cu_seqlens)
                 if cfg.normalize:
                     o = o[..., :-1] / (o[..., -1:] + cfg.normalize_eps)
             else:
@@ -168,9 +175,21 @@ class InterdomainAttention(Mixer):
         y = o.transpose(1, 2).reshape(B, T, -1).to(x.dtype)
         if self.gate_proj is not None:
             y = F.silu(self.gate_proj(x)) * y
+        if cu_seqlens is not None:
+            return self.out_proj(y), None
         return self.out_proj(y), SSMState(memory, conv_state, state.position + T)
 
-    def read(self, xi_q, z, lam, B_bar, C, memory):
+    def packed_outputs(self, x, cu_seqlens):
+        """The chunk form's scan restarted at every sequence (packed_in_chunks) where the query reads it; else
+        batches of similar lengths (Mixer.packed_outputs)."""
+        if self.cfg.query == "conditioned" and self.cfg.form == "chunk":
+            return packed_in_chunks(self, x, cu_seqlens, self.cfg.chunk_size)
+        return super().packed_outputs(x, cu_seqlens)
+
+    def read(self, xi_q, z, lam, B_bar, C, memory, cu_seqlens=None):
+        if cu_seqlens is not None:
+            starts = chunk_starts(cu_seqlens, self.cfg.chunk_size)
+            return ops.interdomain_chunk(xi_q, z, lam, B_bar, C, self.cfg.readout, None, self.cfg.chunk_size, starts)
         if z.shape[2] == 1:
             o, memory = ops.interdomain_step(xi_q[:, :, 0], z[:, :, 0], lam, B_bar, C, memory, self.cfg.readout)
             return o[:, :, None], memory

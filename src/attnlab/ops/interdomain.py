@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from ._chunks import chunk_layout, to_chunks
+from ._chunks import SequenceStarts, chunk_layout, to_chunks
 from .s4d import causal_conv, powers
 
 READOUTS = ("re_first", "bilinear", "hermitian")
@@ -120,7 +120,8 @@ def _conjugate_real(y: torch.Tensor) -> torch.Tensor:
     return torch.cat([re, -im], -1)
 
 
-def interdomain_chunk(xi_q, z, lam, B_bar, C, readout="re_first", initial_state=None, chunk_size: int = 64):
+def interdomain_chunk(xi_q, z, lam, B_bar, C, readout="re_first", initial_state=None, chunk_size: int = 64,
+                      starts=None):
     """Chunkwise scan. Within a chunk (local rows i, j < K) with carried state X0 and W[tau] = B_bar lambda^tau:
         u_i   = C (lambda^(i+1) X0_k xi_i + sum_{j<=i} W[i-j] (k_j . xi_i)),   a_i = readout(u_i)
         beta_i = C^T a_i
@@ -128,7 +129,9 @@ def interdomain_chunk(xi_q, z, lam, B_bar, C, readout="re_first", initial_state=
         X0   <- lambda^K X0 + sum_j W[K-1-j] z_j^T.
     Only chunk-boundary states exist; only non-negative powers of lambda appear. The big products run in
     real arithmetic on complex mode vectors stacked as [Re ; Im] (2M real modes; real BLAS, several times
-    faster than complex einsums on a CPU); only the serial carry between chunks stays complex."""
+    faster than complex einsums on a CPU); only the serial carry between chunks stays complex.
+    starts (packed sequences that each begin at a chunk, B = 1; see `gla_chunk`): X0 is zeros at every chunk
+    that begins a sequence, and no state is returned (None): padding after a sequence would have decayed it."""
     B, H, T, _ = z.shape
     R = xi_q.shape[-1]
     K, padded = chunk_layout(T, chunk_size)
@@ -146,15 +149,17 @@ def interdomain_chunk(xi_q, z, lam, B_bar, C, readout="re_first", initial_state=
     contributions = torch.einsum("hmj,bhgjc->bhgmc", W_real.flip(-1), zc)
     contributions = torch.complex(*contributions.chunk(2, dim=3))  # [B, H, N, M, R + D]
     X = initial_state.to(lam.dtype) if initial_state is not None else _zeros_state(z, lam)
-    starts = []
-    for contribution in contributions.unbind(2):
-        starts.append(X)
+    scan, entering = SequenceStarts(starts, X), []
+    for n, contribution in enumerate(contributions.unbind(2)):
+        X = scan.entering(n, X)
+        entering.append(X)
         X = (lam**K)[..., None] * X + contribution
-    X0 = torch.stack(starts, dim=2)  # [B, H, N, M, R + D]  (index g below: the chunk)
+    X0 = torch.stack(entering, dim=2)  # [B, H, N, M, R + D]  (index g below: the chunk)
     # the final state ends at T, not at the padded end (padding cannot stop lambda from decaying the state)
     r = T - (N - 1) * K
-    final = (lam**r)[..., None] * starts[-1] + torch.einsum("hmj,bhjc->bhmc", W[..., :r].flip(-1),
-                                                            zc[:, :, -1, :r].to(lam.dtype))
+    final = None if starts is not None else (
+        (lam**r)[..., None] * entering[-1] + torch.einsum("hmj,bhjc->bhmc", W[..., :r].flip(-1),
+                                                          zc[:, :, -1, :r].to(lam.dtype)))
     X0 = _as_real(X0, 3)  # [B, H, N, 2M, R + D]
 
     scores = qc @ zc[..., :R].transpose(-1, -2)  # xi_i . k_j: [B, H, N, K, K]
