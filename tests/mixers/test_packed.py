@@ -141,8 +141,11 @@ def test_the_fast_forms_run_a_packed_row_at_once(name, monkeypatch):
 
 @pytest.mark.parametrize("lengths", [LENGTHS, [4], [2, 2, 2, 2, 9, 1, 1]])
 def test_packed_windows_hold_every_token_once_no_wider_than_the_longest_sequence(lengths):
-    index, mask = packed_windows(boundaries(lengths))
+    index, mask, alone = packed_windows(boundaries(lengths))
     n = sum(lengths)
+    starts = boundaries(lengths)[:-1].tolist()
+    assert all(window[0] in starts and sum(int(i) in starts for i in window) == 1 for window in index[:alone].tolist())
+    assert all(sum(int(i) in starts for i in window) > 1 for window in index[alone:].tolist())
     assert index.shape[1] == max(lengths) and sorted(index[index < n].tolist()) == list(range(n))
     assert index.shape[0] <= 2 * n / max(lengths) + 1  # windows are filled greedily: no two half-empty in a row
     sequence = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))

@@ -122,9 +122,10 @@ class AttentionMixer(Mixer):
 
     def packed(self, x: torch.Tensor, cu_seqlens: torch.Tensor):
         """Every packed sequence at once where the mixer's attention takes a mask (``attend_masked``): the
-        sequences regrouped into a batch of windows as wide as the longest (nn.packed_windows), each window under
-        its block-diagonal causal mask, RoPE counted from each sequence's start, and each sequence's KV cache a
-        view of its keys and values. Else each sequence on its own (Mixer.packed)."""
+        sequences regrouped into a batch of windows as wide as the longest (nn.packed_windows), a window of one
+        sequence under plain causal attention and one of several under its block-diagonal causal mask, RoPE
+        counted from each sequence's start, and each sequence's KV cache a view of its keys and values. Else each
+        sequence on its own (Mixer.packed)."""
         if type(self).attend_masked is AttentionMixer.attend_masked:
             return super().packed(x, cu_seqlens)
         _, N, _ = x.shape
@@ -133,9 +134,14 @@ class AttentionMixer(Mixer):
         if self.rotary is not None:
             position = positions_in_sequences(cu_seqlens, x.device)
             q, k = self.rotary(q, positions=position), self.rotary(k, positions=position)
-        index, mask = packed_windows(cu_seqlens, x.device)
+        index, mask, alone = packed_windows(cu_seqlens, x.device)
         windows = [F.pad(t[0], (0, 0, 0, 1))[:, index].transpose(0, 1) for t in (q, k, v)]  # [G, H, W, D]
-        y = self.attend_masked(*windows, mask)  # [G, H', W, D']
+        parts = []  # [G, H', W, D']
+        if alone:  # one sequence a window: plain causal attention
+            parts.append(self.attend(*(w[:alone] for w in windows)))
+        if alone < len(index):
+            parts.append(self.attend_masked(*(w[alone:] for w in windows), mask[alone:]))
+        y = torch.cat(parts)
         slots = index.flatten()
         filled = (slots < N).nonzero().squeeze(1)
         y = y.transpose(0, 1).flatten(1, 2)[:, filled[slots[filled].argsort()]]  # back to the row's order: [H', N, D']
