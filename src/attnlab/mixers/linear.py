@@ -18,11 +18,11 @@ from torch import nn
 from ..errors import ConfigError
 from ..nn import ShortConv, at_least_fp32, inverse_softplus, log_uniform_dt, overwritten, rms_norm_fp32, set_optim
 from ..ops import fla as fla_ops
-from ..ops._chunks import chunk_starts
+from ..ops._chunks import ChunkAlignment
 from ..ops.ccq import CCQStats, ccq_chunk, ccq_step
 from ..ops.delta_rule import delta_rule_chunk, delta_rule_step
 from ..ops.gla import gla_chunk, gla_step
-from .registry import Mixer, MixerConfig, packed_by_left_padding, packed_in_chunks, register_mixer, state_row
+from .registry import Mixer, MixerConfig, register_mixer, state_row
 
 BACKENDS = ("torch", "fla", "auto")
 
@@ -135,8 +135,7 @@ class LinearAttention(Mixer):
 
     def forward(self, x: torch.Tensor, state: LinearState | None = None, cu_seqlens: torch.Tensor | None = None):
         """The layer over x [B, T, d_model] from state; or, given cu_seqlens, over the sequences packed in
-        x [1, N, d_model], each from a fresh state: with fla's kernels, the states batched by sequence; with the
-        torch forms, sequences that begin at chunk multiples (packed_in_chunks) and no state."""
+        x [1, N, d_model], each from a fresh state, with their states batched by sequence."""
         B, T, _ = x.shape
         state = state if state is not None else self.init_state(B, x.device)
         qkv = torch.cat((self.q_proj(x), self.k_proj(x), self.v_proj(x)), dim=-1)
@@ -146,36 +145,29 @@ class LinearAttention(Mixer):
         q, k, v = (self.split_heads(t) for t in qkv.split([self.cfg.key_dim, self.cfg.key_dim, self.cfg.value_dim], -1))
         gates = self.gates(x)
         q, k, ccq_state = self.read_query(q, k, gates, state.ccq, cu_seqlens)
-        o, memory = self.recur(q, k, v, gates, state.memory, **self.packing(x, cu_seqlens))
+        if cu_seqlens is None:
+            o, memory = self.recur(q, k, v, gates, state.memory)
+        elif self.fla_runs(x):  # fla's kernels take the boundaries
+            o, memory = self.recur(q, k, v, gates, None, cu_seqlens=cu_seqlens)
+        else:  # ours: every sequence moved to begin at a chunk, where the scan starts afresh
+            align = ChunkAlignment(cu_seqlens, self.cfg.chunk_size)
+            spread = {name: align.spread(gate) for name, gate in gates.items()}
+            o, memory = self.recur(*map(align.spread, (q, k, v)), spread, None, starts=align.starts)
+            o = align.gather(o)
         o = rms_norm_fp32(self.out_norm, o) * F.silu(self.split_heads(self.gate_proj(x)))
         y = self.out_proj(o.transpose(1, 2).reshape(B, T, -1).to(x.dtype))
-        packed_in_chunks = cu_seqlens is not None and not self.fla_runs(x)
-        return y, None if packed_in_chunks else LinearState(memory, conv_state, ccq_state)
-
-    def packing(self, x: torch.Tensor, cu_seqlens: torch.Tensor | None) -> dict:
-        """How the chunk form is told of packed sequences: fla's kernels take cu_seqlens, ours the chunks that
-        begin a sequence (starts); nothing for one sequence a row."""
-        if cu_seqlens is None:
-            return {}
-        if self.fla_runs(x):
-            return {"cu_seqlens": cu_seqlens}
-        return {"starts": chunk_starts(cu_seqlens, self.cfg.chunk_size)}
+        return y, LinearState(memory, conv_state, ccq_state)
 
     def packed(self, x, cu_seqlens):
-        """Every packed sequence at once. Where fla's kernels run the sequences, they take the boundaries
-        themselves (cu_seqlens, each sequence from a fresh state, the short convolution restarted alike). Else
-        one batched forward of the sequences right-aligned behind zeros (packed_by_left_padding), exact here: a
-        zero input makes q = k = v = 0 (no biases), which adds nothing to the memory whatever the gates, the short
-        convolution's fresh state is zeros, and nothing reads positions."""
-        if self.fla_runs(x):
-            y, state = nn.Module.__call__(self, x, None, cu_seqlens)
-            return y, [state_row(state, row) for row in range(len(cu_seqlens) - 1)]
-        return packed_by_left_padding(self, x, cu_seqlens)
+        """Every packed sequence in one forward: fla's kernels take the boundaries themselves; our chunk forms take
+        each sequence moved to begin at a chunk, where their scan starts afresh (ChunkAlignment: the zeros that
+        fill a sequence's last chunk, q = k = v = 0 with no decay, leave its state as it was). The short
+        convolution restarts at every start alike."""
+        y, state = nn.Module.__call__(self, x, None, cu_seqlens)
+        return y, [state_row(state, row) for row in range(len(cu_seqlens) - 1)]
 
     def packed_outputs(self, x, cu_seqlens):
-        if self.fla_runs(x):
-            return self.packed(x, cu_seqlens)[0]
-        return packed_in_chunks(self, x, cu_seqlens, self.cfg.chunk_size)
+        return self.packed(x, cu_seqlens)[0]
 
     def fla_runs(self, x: torch.Tensor) -> bool:
         """Whether the chunkwise forms of x take fla's kernels (the backend and the device say so)."""
@@ -218,8 +210,8 @@ class LinearAttention(Mixer):
 
 
 def _run(chunk_op, step_op, chunk_size: int, *inputs, state, **packing):
-    """The chunkwise form for sequences (packed ones: fla's with cu_seqlens, ours with the chunks that begin
-    a sequence, starts), the recurrent step for a single token."""
+    """The chunkwise form for sequences (packed ones: fla's with cu_seqlens, ours with starts, the chunks that
+    begin a sequence), the recurrent step for a single token."""
     if packing:
         return chunk_op(*inputs, chunk_size=chunk_size, **packing)
     if inputs[0].shape[2] == 1:

@@ -14,7 +14,6 @@ import math
 from dataclasses import dataclass, fields
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError, UserError, unknown_name
@@ -68,20 +67,6 @@ def sequences(cu_seqlens: torch.Tensor) -> list[tuple[int, int]]:
     return list(zip(bounds[:-1], bounds[1:], strict=True))
 
 
-def packed_by_left_padding(mixer: nn.Module, x: torch.Tensor, cu_seqlens: torch.Tensor):
-    """Mixer.packed for a mixer whose state a zero input leaves exactly as it was before the first token and
-    that reads no positions (a linear recurrence without biases into its state): the sequences become the rows
-    of one batch, right-aligned behind zeros, so that every row ends in its sequence's final state; one forward,
-    then each sequence's outputs and state taken back out. Its cost is that of the batch: rows as long as the
-    longest sequence."""
-    pieces = [x[0, start:end] for start, end in sequences(cu_seqlens)]
-    batch = nn.utils.rnn.pad_sequence(pieces, batch_first=True, padding_side="left")
-    y, state = nn.Module.__call__(mixer, batch)
-    width = batch.shape[1]
-    outputs = [y[row, width - len(piece):] for row, piece in enumerate(pieces)]
-    return torch.cat(outputs)[None], [state_row(state, row) for row in range(len(pieces))]
-
-
 def length_groups(cu_seqlens: torch.Tensor, slack: float = 1.25) -> list[list[int]]:
     """The packed sequences' indices grouped for batching by length: longest first, each group's shortest at
     least 1 / slack of its longest, so that padding a group to its longest at most multiplies its tokens by
@@ -109,20 +94,6 @@ def packed_by_right_padding(mixer: nn.Module, x: torch.Tensor, cu_seqlens: torch
         for row, (i, piece) in enumerate(zip(group, pieces, strict=True)):
             outputs[i] = y[row, : len(piece)]
     return torch.cat(outputs)[None]
-
-
-def packed_in_chunks(mixer: nn.Module, x: torch.Tensor, cu_seqlens: torch.Tensor, chunk_size: int) -> torch.Tensor:
-    """Mixer.packed_outputs for a mixer whose forward(x, None, cu_seqlens) runs sequences that begin at chunk
-    multiples in one call of a chunk form that starts its state scan afresh at each: every sequence moved to
-    begin at a multiple of chunk_size (zeros after it fill its last chunk), one call, the outputs taken back.
-    The zeros after a sequence are read after it and are not returned, so they change nothing."""
-    lengths = cu_seqlens.diff()
-    aligned = F.pad((-(-lengths // chunk_size) * chunk_size).cumsum(0), (1, 0))
-    shift = torch.repeat_interleave(aligned[:-1] - cu_seqlens[:-1], lengths)
-    index = (shift + torch.arange(x.shape[1], device=shift.device)).to(x.device)
-    spread = x.new_zeros(1, int(aligned[-1]), x.shape[2]).index_copy(1, index, x)
-    y, _ = nn.Module.__call__(mixer, spread, None, aligned)
-    return y[:, index]
 
 
 def stack_rows(states: list):

@@ -21,8 +21,8 @@ from ..errors import ConfigError, unknown_name
 from ..nn import Rotary, ShortConv, at_least_fp32, log_uniform_dt, no_autocast, positions_in_sequences, set_optim
 from ..ops import interdomain as ops
 from ..ops import s4d
-from ..ops._chunks import chunk_starts
-from .registry import Mixer, MixerConfig, packed_in_chunks, register_mixer
+from ..ops._chunks import ChunkAlignment
+from .registry import Mixer, MixerConfig, register_mixer
 
 
 @dataclass
@@ -138,9 +138,9 @@ class InterdomainAttention(Mixer):
         return x.view(B, T, self.cfg.n_heads, -1).transpose(1, 2)
 
     def forward(self, x: torch.Tensor, state: SSMState | None = None, cu_seqlens: torch.Tensor | None = None):
-        """The layer over x [B, T, d_model] from state; or, given cu_seqlens, over sequences packed in
-        x [1, N, d_model] that begin at chunk multiples (packed_in_chunks), each from a fresh state (the short
-        convolution, RoPE's positions and the chunk scan restart), returning no state."""
+        """The layer over x [B, T, d_model] from state; or, given cu_seqlens (the chunk form's query read only),
+        over the sequences packed in x [1, N, d_model], each from a fresh state (the short convolution, RoPE's
+        positions and the chunk scan restart), returning no state."""
         cfg = self.cfg
         B, T, _ = x.shape
         state = state if state is not None else self.init_state(B, x.device, x.dtype)
@@ -180,16 +180,18 @@ class InterdomainAttention(Mixer):
         return self.out_proj(y), SSMState(memory, conv_state, state.position + T)
 
     def packed_outputs(self, x, cu_seqlens):
-        """The chunk form's scan restarted at every sequence (packed_in_chunks) where the query reads it; else
-        batches of similar lengths (Mixer.packed_outputs)."""
+        """One forward where the chunk form's query read runs (its scan restarts at each sequence); else batches
+        of similar lengths (Mixer.packed_outputs). No state: padding after a sequence would decay it."""
         if self.cfg.query == "conditioned" and self.cfg.form == "chunk":
-            return packed_in_chunks(self, x, cu_seqlens, self.cfg.chunk_size)
+            return nn.Module.__call__(self, x, None, cu_seqlens)[0]
         return super().packed_outputs(x, cu_seqlens)
 
     def read(self, xi_q, z, lam, B_bar, C, memory, cu_seqlens=None):
-        if cu_seqlens is not None:
-            starts = chunk_starts(cu_seqlens, self.cfg.chunk_size)
-            return ops.interdomain_chunk(xi_q, z, lam, B_bar, C, self.cfg.readout, None, self.cfg.chunk_size, starts)
+        if cu_seqlens is not None:  # every sequence moved to begin at a chunk, where the scan starts afresh
+            align = ChunkAlignment(cu_seqlens, self.cfg.chunk_size)
+            o, _ = ops.interdomain_chunk(align.spread(xi_q), align.spread(z), lam, B_bar, C, self.cfg.readout, None,
+                                         self.cfg.chunk_size, align.starts)
+            return align.gather(o), None
         if z.shape[2] == 1:
             o, memory = ops.interdomain_step(xi_q[:, :, 0], z[:, :, 0], lam, B_bar, C, memory, self.cfg.readout)
             return o[:, :, None], memory

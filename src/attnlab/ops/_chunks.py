@@ -100,3 +100,27 @@ def chunk_starts(cu_seqlens: torch.Tensor, chunk_size: int) -> torch.Tensor:
     starts = torch.zeros(int(cu_seqlens[-1]) // chunk_size, dtype=torch.bool)
     starts[cu_seqlens[:-1].cpu() // chunk_size] = True
     return starts
+
+
+class ChunkAlignment:
+    """Packed sequences (cu_seqlens, in one row) moved to begin at multiples of chunk_size, for a chunk form that
+    starts its scan afresh at each (`starts`): spread moves a tensor's time axis there, zeros filling the rest of
+    each sequence's last chunk (read after the sequence, so they change none of its outputs); gather takes the
+    sequences' positions back."""
+
+    def __init__(self, cu_seqlens: torch.Tensor, chunk_size: int):
+        cu_seqlens = cu_seqlens.cpu()
+        lengths = cu_seqlens.diff()
+        aligned = F.pad((-(-lengths // chunk_size) * chunk_size).cumsum(0), (1, 0))
+        shift = torch.repeat_interleave(aligned[:-1] - cu_seqlens[:-1], lengths)  # of each token
+        self.index = shift + torch.arange(int(cu_seqlens[-1]))
+        self.length = int(aligned[-1])
+        self.starts = chunk_starts(aligned, chunk_size)
+
+    def spread(self, x: torch.Tensor, dim: int = 2) -> torch.Tensor:
+        shape = list(x.shape)
+        shape[dim] = self.length
+        return x.new_zeros(shape).index_copy(dim, self.index.to(x.device), x)
+
+    def gather(self, x: torch.Tensor, dim: int = 2) -> torch.Tensor:
+        return x.index_select(dim, self.index.to(x.device))
