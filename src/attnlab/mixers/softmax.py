@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from ..nn import at_least_fp32, causal_mask
-from ..ops.sigmoid_attention import sigmoid_attention, sigmoid_attention_masked
+from ..ops.sigmoid_attention import sigmoid_attention
 from .attention import AttentionConfig, AttentionMixer
 from .registry import register_mixer
 
@@ -73,4 +73,4 @@ class SigmoidAttention(AttentionMixer):
         return sigmoid_attention(q, k, v, self.cfg.bias)  # blockwise: no [T, S] matrix
 
     def attend_masked(self, q, k, v, mask):
-        return sigmoid_attention_masked(q, k, v, self.cfg.bias, mask)
+        return sigmoid_attention(q, k, v, self.cfg.bias, mask=mask)
