@@ -41,35 +41,6 @@ def positions_in_sequences(cu_seqlens: torch.Tensor, device=None) -> torch.Tenso
     return torch.arange(int(cu_seqlens[-1]), device=device) - torch.repeat_interleave(cu_seqlens[:-1], lengths)
 
 
-def packed_windows(cu_seqlens: torch.Tensor, device=None) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Packed sequences regrouped for attention: windows as wide as the longest sequence, filled first-fit with
-    the sequences longest first (first-fit decreasing bin packing: within 11/9 of the fewest windows, plus one),
-    so that attending within windows costs about N x longest rather than the whole row's N^2.
-
-    Returns index [G, W] (the row position of each window slot; N, one past the row, for the padding at a
-    window's end), mask [G, 1, W, W] (True = attend: each token sees its own sequence up to itself, and a
-    padding slot sees itself alone, since a query that sees nothing would make attention's softmax 0/0), and
-    how many windows come first that hold one sequence each, from their first slot: plain causal attention
-    reads those exactly (their padding comes after their tokens)."""
-    bounds = cu_seqlens.tolist()
-    spans = list(zip(bounds[:-1], bounds[1:], strict=True))
-    width, n = max(end - start for start, end in spans), bounds[-1]
-    windows: list[list[tuple[int, int]]] = []  # the sequences in each window
-    for span in sorted(spans, key=lambda span: span[0] - span[1]):
-        room = next((w for w in windows if sum(b - a for a, b in w) + span[1] - span[0] <= width), None)
-        if room is None:
-            room = []
-            windows.append(room)
-        room.append(span)
-    windows.sort(key=len)  # windows of one sequence first
-    positions = [[p for a, b in w for p in range(a, b)] for w in windows]
-    index = torch.tensor([p + [n] * (width - len(p)) for p in positions], device=device)
-    sequence = torch.bucketize(index, cu_seqlens.to(device), right=True)  # 1.. for tokens, len(bounds) for padding
-    sequence = torch.where(index == n, -1 - torch.arange(width, device=device), sequence)  # each pad alone
-    mask = (sequence[:, :, None] == sequence[:, None, :]) & (index[:, :, None] >= index[:, None, :])
-    return index, mask[:, None], sum(len(w) == 1 for w in windows)
-
-
 def causal_mask(n_queries: int, n_keys: int, device=None, window: int | None = None) -> torch.Tensor:
     """Boolean [n_queries, n_keys] mask (True = attend) for queries that are the last n_queries keys.
 

@@ -9,7 +9,7 @@ from attnlab.errors import UserError
 from attnlab.mixers import build_mixer
 from attnlab.mixers.registry import length_groups, sequences
 from attnlab.model import Decoder
-from attnlab.nn import ShortConv, packed_windows
+from attnlab.nn import ShortConv
 from helpers import CASE_IDS, CASES
 
 D_MODEL, N_HEADS = 32, 4
@@ -127,33 +127,14 @@ def test_a_packed_decoder_gives_each_sequence_its_own_logits(positions):
     assert [len(layer) for layer in states] == [len(LENGTHS)] * 2
 
 
-@pytest.mark.parametrize("name", ["softmax", "sigmoid", "coupled-qk", "uncoupled-qk", "differential",
-                                  "coupled-differential", "linear", "gla", "gdn"])
-def test_the_fast_forms_run_a_packed_row_at_once(name, monkeypatch):
-    """The attention mixers' one batch of masked windows and the linear family's one left-padded batch, not the
-    reference loop over the sequences."""
+@pytest.mark.parametrize("name", ["linear", "gla", "gdn"])
+def test_the_linear_family_returns_every_sequence_state_from_one_call(name, monkeypatch):
+    """fla's kernels or our chunk forms with the scan restarted at every sequence, not a loop over them."""
     mixer = make(name)
     forward, calls = mixer.forward, []
-    monkeypatch.setattr(mixer, "forward", lambda *args: calls.append(1) or forward(*args))
-    y, states = mixer(torch.randn(1, sum(LENGTHS), D_MODEL, dtype=torch.float64), cu_seqlens=boundaries(LENGTHS))
-    assert y.shape == (1, sum(LENGTHS), D_MODEL) and len(states) == len(LENGTHS) and len(calls) <= 1
-
-
-@pytest.mark.parametrize("lengths", [LENGTHS, [4], [2, 2, 2, 2, 9, 1, 1]])
-def test_packed_windows_hold_every_token_once_no_wider_than_the_longest_sequence(lengths):
-    index, mask, alone = packed_windows(boundaries(lengths))
-    n = sum(lengths)
-    starts = boundaries(lengths)[:-1].tolist()
-    assert all(window[0] in starts and sum(int(i) in starts for i in window) == 1 for window in index[:alone].tolist())
-    assert all(sum(int(i) in starts for i in window) > 1 for window in index[alone:].tolist())
-    assert index.shape[1] == max(lengths) and sorted(index[index < n].tolist()) == list(range(n))
-    assert index.shape[0] <= 2 * n / max(lengths) + 1  # windows are filled greedily: no two half-empty in a row
-    sequence = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
-    for window, allowed in zip(index, mask[:, 0], strict=True):
-        for i, a in enumerate(window.tolist()):
-            for j, b in enumerate(window.tolist()):
-                same = a < n and b < n and sequence[a] == sequence[b] and b <= a
-                assert bool(allowed[i, j]) == (same or (a == n and i == j))
+    monkeypatch.setattr(mixer, "forward", lambda *args: calls.append(args[0].shape[0]) or forward(*args))
+    _, states = mixer(torch.randn(1, sum(LENGTHS), D_MODEL, dtype=torch.float64), cu_seqlens=boundaries(LENGTHS))
+    assert calls == [1] and len(states) == len(LENGTHS)
 
 
 def test_sequences_are_batched_by_length_padding_at_most_a_quarter_more_tokens():
@@ -166,13 +147,17 @@ def test_sequences_are_batched_by_length_padding_at_most_a_quarter_more_tokens()
     assert [sorted(lengths[i] for i in group) for group in groups] == [[39, 40], [20, 21], [11], [7], [3], [1]]
 
 
-@pytest.mark.parametrize("name", ["s4d", "ccq-gla", "boltzmann"])
-def test_without_states_every_mixer_runs_a_batch_per_group_of_lengths(name, monkeypatch):
+@pytest.mark.parametrize("name, keep_state", [("s4d", False), ("ccq-gla", False), ("boltzmann", False),
+                                              *((name, keep) for name in ("softmax", "sigmoid", "differential")
+                                                for keep in (True, False))])
+def test_the_others_run_a_batch_per_group_of_lengths(name, keep_state, monkeypatch):
+    """Without states every other mixer, and the attention mixers with their KV caches too, run the sequences as
+    batches of similar lengths padded at their ends."""
     mixer = make(name)
     forward, calls = mixer.forward, []
     monkeypatch.setattr(mixer, "forward", lambda *args: calls.append(args[0].shape[0]) or forward(*args))
     mixer(torch.randn(1, sum(LENGTHS), D_MODEL, dtype=torch.float64), cu_seqlens=boundaries(LENGTHS),
-          keep_state=False)
+          keep_state=keep_state)
     assert calls == [len(group) for group in length_groups(boundaries(LENGTHS))]
 
 

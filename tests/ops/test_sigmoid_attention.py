@@ -41,21 +41,6 @@ def test_blockwise_matches_reference(T, S, block_size, bias):
         torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize(("T", "S", "block_size"), [(37, 37, 16), (13, 40, 4), (10, 10, 1)])
-def test_blockwise_takes_a_mask_as_the_reference_does(T, S, block_size):
-    """A mask [B, 1, T, S] (packed sequences) narrows the causal one: the same outputs and gradients, and a
-    key it hides has no gradient from that query."""
-    inputs = random_inputs(T, S)
-    mask = torch.rand(2, 1, T, S, generator=torch.Generator().manual_seed(2)) < 0.6
-    y, grads = output_and_grads(lambda q, k, v: sigmoid_attention(q, k, v, -1.0, block_size, mask=mask), inputs)
-    y_ref, grads_ref = output_and_grads(lambda q, k, v: sigmoid_attention_reference(q, k, v, -1.0, mask), inputs)
-    torch.testing.assert_close(y, y_ref, rtol=0, atol=1e-12)
-    for got, expected in zip(grads, grads_ref, strict=True):
-        torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
-    unmasked = sigmoid_attention(*inputs, -1.0, block_size)
-    assert not torch.allclose(y, unmasked)
-
-
 def test_blockwise_gradcheck():
     inputs = random_inputs(T=5, S=7, B=1, H=2, D=4, D_v=3)
     assert torch.autograd.gradcheck(lambda q, k, v: sigmoid_attention(q, k, v, -0.7, block_size=2), inputs)

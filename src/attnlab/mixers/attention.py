@@ -6,11 +6,10 @@ import dataclasses
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from ..nn import Rotary, packed_windows, positions_in_sequences
-from .registry import Mixer, MixerConfig, sequences
+from ..nn import Rotary
+from .registry import Mixer, MixerConfig, padded_groups
 
 
 @dataclass
@@ -121,47 +120,19 @@ class AttentionMixer(Mixer):
         return self.out_proj(y.transpose(1, 2).reshape(B, T, -1).to(x.dtype)), state
 
     def packed(self, x: torch.Tensor, cu_seqlens: torch.Tensor):
-        """Every packed sequence at once where the mixer's attention takes a mask (``attend_masked``): the
-        sequences regrouped into a batch of windows as wide as the longest (nn.packed_windows), a window of one
-        sequence under plain causal attention and one of several under its block-diagonal causal mask, RoPE
-        counted from each sequence's start, and each sequence's KV cache a view of its keys and values. Else each
-        sequence on its own (Mixer.packed)."""
-        if type(self).attend_masked is AttentionMixer.attend_masked:
-            return super().packed(x, cu_seqlens)
-        _, N, _ = x.shape
-        q, k, v = self.qkv(x).view(1, N, 3, self.cfg.n_heads, self.cfg.head_dim).permute(2, 0, 3, 1, 4)
-        q, k = self.prepare_qk(q, k)
-        if self.rotary is not None:
-            position = positions_in_sequences(cu_seqlens, x.device)
-            q, k = self.rotary(q, positions=position), self.rotary(k, positions=position)
-        index, mask, alone = packed_windows(cu_seqlens, x.device)
-        windows = [F.pad(t[0], (0, 0, 0, 1))[:, index].transpose(0, 1) for t in (q, k, v)]  # [G, H, W, D]
-        parts = []  # [G, H', W, D']
-        if alone:  # one sequence a window: plain causal attention
-            parts.append(self.attend(*(w[:alone] for w in windows)))
-        if alone < len(index):
-            parts.append(self.attend_masked(*(w[alone:] for w in windows), mask[alone:]))
-        y = torch.cat(parts)
-        slots = index.flatten()
-        filled = (slots < N).nonzero().squeeze(1)
-        y = y.transpose(0, 1).flatten(1, 2)[:, filled[slots[filled].argsort()]]  # back to the row's order: [H', N, D']
-        states = [KVCache.holding(k[:, :, start:end], v[:, :, start:end]) for start, end in sequences(cu_seqlens)]
-        return self.out_proj(y.transpose(0, 1).reshape(1, N, -1).to(x.dtype)), states
-
-    def packed_outputs(self, x: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
-        if type(self).attend_masked is AttentionMixer.attend_masked:
-            return super().packed_outputs(x, cu_seqlens)
-        return self.packed(x, cu_seqlens)[0]
+        """The packed sequences as batches of similar lengths padded at their ends (registry.padded_groups): causal
+        attention reads no padding, and each sequence's KV cache is its row's first keys and values. (Cheaper than
+        one block-diagonal mask over the row: its attention costs the sum of the squared lengths, under the
+        causal kernels.)"""
+        outputs, states = {}, {}
+        for i, y, cache, row in padded_groups(self, x, cu_seqlens):
+            outputs[i] = y
+            states[i] = KVCache.holding(cache.k[row : row + 1, :, : len(y)], cache.v[row : row + 1, :, : len(y)])
+        return torch.cat([outputs[i] for i in range(len(outputs))])[None], [states[i] for i in range(len(states))]
 
     def prepare_qk(self, q: torch.Tensor, k: torch.Tensor):
         """Per-token transform of q and k before RoPE and scoring (identity here)."""
         return q, k
-
-    def attend_masked(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """attend() of queries and keys at the same positions [B, H, T, D] where each query reads only the keys
-        that mask [B, 1, T, T] allows (True), for packed sequences; a mixer whose attention has a masked form
-        overrides it."""
-        raise NotImplementedError
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

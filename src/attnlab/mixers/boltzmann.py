@@ -20,7 +20,7 @@ from ..errors import ConfigError, UserError, unknown_name
 from ..nn import at_least_fp32, causal_mask, no_autocast, overwritten, set_optim
 from ..ops import annealing, ising
 from .attention import AttentionConfig, AttentionMixer, KVCache
-from .registry import register_mixer
+from .registry import Mixer, register_mixer
 
 # which terms of the energy each mode keeps: (fields h, pair couplings J, three-body couplings K)
 MODES = {
@@ -156,6 +156,11 @@ class BoltzmannAttention(AttentionMixer):
         if self.sliding():  # the next token sees at most the last window - 1 of these keys: keep only those
             state = state.keep_last(self.cfg.window - 1)
         return y, state
+
+    def packed(self, x: torch.Tensor, cu_seqlens: torch.Tensor):
+        """Each sequence on its own (Mixer.packed): a sliding window's cache keeps a row's last keys, and a
+        padded row's last keys are padding."""
+        return Mixer.packed(self, x, cu_seqlens)
 
     def state_size(self, seq_len: int) -> int:
         return super().state_size(min(seq_len, self.cfg.window - 1) if self.sliding() else seq_len)

@@ -64,11 +64,8 @@ class DifferentialAttention(AttentionMixer):
         y = self._one_query(q, k, v) if q.shape[-2] == 1 < k.shape[-2] else self._fused(q, k, v)
         return rms_norm_fp32(self.head_norm, y) * (1.0 - self.lambda_init)
 
-    def attend_masked(self, q, k, v, mask):
-        return rms_norm_fp32(self.head_norm, self._fused(q, k, v, mask)) * (1.0 - self.lambda_init)
-
-    def _fused(self, q, k, v, mask=None):
-        """Both maps of every pair under the causal mask, or under `mask` [T, T] (packed sequences)."""
+    def _fused(self, q, k, v):
+        """Both maps of every pair under the causal mask."""
         H, D = v.shape[1], v.shape[-1]
         # Heads 2i and 2i+1 form differential head i: (A_2i - lambda A_2i+1) [v_2i, v_2i+1], a value 2D wide.
         # SDPA's fused kernels need q, k and v of one width (else it materialises the [T, S] maps), so q and k
@@ -77,8 +74,7 @@ class DifferentialAttention(AttentionMixer):
         # products cost what two D-wide calls (A1 and A2 times each half of the value) would.
         v = v.unflatten(1, (H // 2, 2)).transpose(2, 3).flatten(-2).repeat_interleave(2, 1)  # [B, H, S, 2D]
         q, k = F.pad(q, (0, D)), F.pad(k, (0, D))
-        y = (causal_sdpa(q, k, v, scale=D**-0.5) if mask is None else
-             F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=D**-0.5))
+        y = causal_sdpa(q, k, v, scale=D**-0.5)
         return y[:, 0::2] - self.lambda_full() * y[:, 1::2]  # [B, H/2, T, 2D]
 
     def _one_query(self, q, k, v):

@@ -82,18 +82,23 @@ def length_groups(cu_seqlens: torch.Tensor, slack: float = 1.25) -> list[list[in
     return groups
 
 
-def packed_by_right_padding(mixer: nn.Module, x: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
-    """Mixer.packed_outputs for any causal mixer: the sequences in groups of similar lengths (length_groups), each
-    group one batch of rows padded at their ends, which cannot change the tokens before them; the outputs taken
-    back out in order. (The rows' final states have read the padding, so this form keeps no state.)"""
+def padded_groups(mixer: nn.Module, x: torch.Tensor, cu_seqlens: torch.Tensor):
+    """The packed sequences run as batches of similar lengths (length_groups), each a batch of rows padded at their
+    ends, which a causal mixer cannot read before them. Yields (the sequence's index, its outputs [length,
+    d_model], its group's batched state, its row in it), for every sequence. A row's state has read its padding
+    too: a mixer that keeps states trims them (a KV cache to the row's length)."""
     spans = sequences(cu_seqlens)
-    outputs: list[torch.Tensor | None] = [None] * len(spans)
     for group in length_groups(cu_seqlens):
         pieces = [x[0, spans[i][0] : spans[i][1]] for i in group]
-        y, _ = nn.Module.__call__(mixer, nn.utils.rnn.pad_sequence(pieces, batch_first=True))
+        y, state = nn.Module.__call__(mixer, nn.utils.rnn.pad_sequence(pieces, batch_first=True))
         for row, (i, piece) in enumerate(zip(group, pieces, strict=True)):
-            outputs[i] = y[row, : len(piece)]
-    return torch.cat(outputs)[None]
+            yield i, y[row, : len(piece)], state, row
+
+
+def packed_by_right_padding(mixer: nn.Module, x: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
+    """Mixer.packed_outputs for any causal mixer: padded_groups' outputs, back in order."""
+    outputs = dict((i, y) for i, y, _, _ in padded_groups(mixer, x, cu_seqlens))
+    return torch.cat([outputs[i] for i in range(len(outputs))])[None]
 
 
 def stack_rows(states: list):

@@ -51,9 +51,6 @@ class SoftmaxAttention(AttentionMixer):
     def attend(self, q, k, v):
         return causal_sdpa(q, k, v)
 
-    def attend_masked(self, q, k, v, mask):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-
 
 @dataclass
 class SigmoidConfig(AttentionConfig):
@@ -71,6 +68,3 @@ class SigmoidAttention(AttentionMixer):
 
     def attend(self, q, k, v):
         return sigmoid_attention(q, k, v, self.cfg.bias)  # blockwise: no [T, S] matrix
-
-    def attend_masked(self, q, k, v, mask):
-        return sigmoid_attention(q, k, v, self.cfg.bias, mask=mask)

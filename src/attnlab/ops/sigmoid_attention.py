@@ -15,26 +15,24 @@ from ..nn import at_least_fp32, causal_mask, no_autocast
 from ._chunks import autocast_off
 
 
-def sigmoid_attention_reference(q, k, v, bias: float, mask=None):
-    """The whole [T, S] weight matrix at once; mask (broadcast to [..., T, S], True = attend) narrows the causal
-    one further (packed sequences)."""
+def sigmoid_attention_reference(q, k, v, bias: float):
+    """The whole [T, S] weight matrix at once."""
     scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5 + bias
     weights = torch.sigmoid(scores) * causal_mask(q.shape[-2], k.shape[-2], q.device)
-    return (weights if mask is None else weights * mask) @ v
+    return weights @ v
 
 
 @autocast_off
-def sigmoid_attention(q, k, v, bias: float, block_size: int = 128, mask=None):
+def sigmoid_attention(q, k, v, bias: float, block_size: int = 128):
     """Blockwise form: `block_size` queries at a time against the keys they can see, so that at most
     [block_size, S] weights per head exist at once. Each weight depends on its own score alone (there is no
     normalisation), so unlike flash attention no running max or sum is carried between blocks. It computes in
-    the inputs' common dtype with autocast off (under autocast the mixer's q, k, v arrive in bf16 already).
-    mask: as in `sigmoid_attention_reference`."""
+    the inputs' common dtype with autocast off (under autocast the mixer's q, k, v arrive in bf16 already)."""
     dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
-    return _BlockwiseSigmoidAttention.apply(q.to(dtype), k.to(dtype), v.to(dtype), bias, block_size, mask)
+    return _BlockwiseSigmoidAttention.apply(q.to(dtype), k.to(dtype), v.to(dtype), bias, block_size)
 
 
-def _query_blocks(q, k, bias: float, block_size: int, mask=None):
+def _query_blocks(q, k, bias: float, block_size: int):
     """For each block of queries: (its rows, n = how many keys its last query sees, its weights [..., rows, n]).
 
     With s_ij = q_i . k_j / sqrt(D) + b, the weights are p_ij = sigmoid(s_ij), and 0 for keys after query i.
@@ -47,8 +45,6 @@ def _query_blocks(q, k, bias: float, block_size: int, mask=None):
         n = S - T + stop
         weights = (q[..., start:stop, :] @ k[..., :n, :].mT).mul_(q.shape[-1] ** -0.5).add_(bias).sigmoid_()
         weights[..., n - (stop - start) :].tril_()
-        if mask is not None:
-            weights = weights * mask[..., start:stop, :n]
         yield slice(start, stop), n, weights
 
 
@@ -59,11 +55,11 @@ class _BlockwiseSigmoidAttention(torch.autograd.Function):
     dk and dv are sums over query blocks, accumulated in at least fp32."""
 
     @staticmethod
-    def forward(ctx, q, k, v, bias, block_size, mask):
+    def forward(ctx, q, k, v, bias, block_size):
         ctx.save_for_backward(q, k, v)
-        ctx.bias, ctx.block_size, ctx.mask = bias, block_size, mask
+        ctx.bias, ctx.block_size = bias, block_size
         y = v.new_empty(*q.shape[:-1], v.shape[-1])
-        for rows, n, p in _query_blocks(q, k, bias, block_size, mask):
+        for rows, n, p in _query_blocks(q, k, bias, block_size):
             y[..., rows, :] = p @ v[..., :n, :]
         return y
 
@@ -74,10 +70,10 @@ class _BlockwiseSigmoidAttention(torch.autograd.Function):
             scale = q.shape[-1] ** -0.5
             dq = torch.empty_like(q)
             dk, dv = at_least_fp32(torch.zeros_like(k)), at_least_fp32(torch.zeros_like(v))
-            for rows, n, p in _query_blocks(q, k, ctx.bias, ctx.block_size, ctx.mask):
+            for rows, n, p in _query_blocks(q, k, ctx.bias, ctx.block_size):
                 dy_rows = dy[..., rows, :]
                 dv[..., :n, :] += p.mT @ dy_rows
                 ds = torch.ops.aten.sigmoid_backward(dy_rows @ v[..., :n, :].mT, p)  # 0 where p is masked to 0
                 dq[..., rows, :] = (ds @ k[..., :n, :]).mul_(scale)
                 dk[..., :n, :] += (ds.mT @ q[..., rows, :]).mul_(scale)
-        return dq, dk.to(k.dtype), dv.to(v.dtype), None, None, None
+        return dq, dk.to(k.dtype), dv.to(v.dtype), None, None
