@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attnlab.ops._chunks import chunk_starts
+from attnlab.ops._chunks import ChunkAlignment
 from attnlab.ops.delta_rule import delta_rule_chunk
 from attnlab.ops.gla import gla_chunk, gla_reference, gla_step
 from helpers import assert_same, grads_of, random_linear_inputs, step_through
@@ -82,15 +82,17 @@ def test_chunk_scores_compile_without_graph_breaks():
 
 
 @pytest.mark.parametrize("op", ["gla", "delta_rule"])
-def test_packed_sequences_that_begin_at_chunks_scan_from_zeros_and_end_in_their_own_states(op):
-    cu_seqlens = torch.tensor([0, 8, 32, 48])  # 1, 3 and 2 chunks of 8
-    q, k, v, g, beta, _ = random_linear_inputs(B=1, H=2, T=48, K=4, V=3)
+def test_packed_sequences_laid_out_in_chunks_scan_from_zeros_and_end_in_their_own_states(op):
+    """ChunkAlignment's rows (sequences of 1 to 3 chunks of 8, one not filling its last chunk, two sharing a
+    row): each sequence's outputs and last state are those it has alone."""
+    cu_seqlens = torch.tensor([0, 8, 30, 45, 47])
+    q, k, v, g, beta, _ = random_linear_inputs(B=1, H=2, T=47, K=4, V=3)
     form, extra, gates = (gla_chunk, (), g) if op == "gla" else (delta_rule_chunk, (beta,), g[..., 0])
-    o, states = form(q, k, v, gates, *extra, chunk_size=8, starts=chunk_starts(cu_seqlens, 8))
-    assert states.shape[0] == 3
+    align = ChunkAlignment(cu_seqlens, 8)
+    assert align.rows < 4  # the short sequences share rows
+    o, after = form(*(align.spread(x) for x in (q, k, v, gates, *extra)), chunk_size=8, starts=align.starts)
+    o, states = align.gather(o), align.final_states(after)
     for i, (a, b) in enumerate(zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist(), strict=True)):
         o_alone, state_alone = form(*(x[:, :, a:b] for x in (q, k, v, gates, *extra)), chunk_size=8)
         torch.testing.assert_close(o[:, :, a:b], o_alone, rtol=0, atol=1e-10)
         torch.testing.assert_close(states[i : i + 1], state_alone, rtol=0, atol=1e-10)
-    with pytest.raises(ValueError, match="must begin at multiples of the chunk"):
-        chunk_starts(torch.tensor([0, 5, 16]), 8)

@@ -152,8 +152,8 @@ class LinearAttention(Mixer):
         else:  # ours: every sequence moved to begin at a chunk, where the scan starts afresh
             align = ChunkAlignment(cu_seqlens, self.cfg.chunk_size)
             spread = {name: align.spread(gate) for name, gate in gates.items()}
-            o, memory = self.recur(*map(align.spread, (q, k, v)), spread, None, starts=align.starts)
-            o = align.gather(o)
+            o, after = self.recur(*map(align.spread, (q, k, v)), spread, None, starts=align.starts)
+            o, memory = align.gather(o), align.final_states(after)
         o = rms_norm_fp32(self.out_norm, o) * F.silu(self.split_heads(self.gate_proj(x)))
         y = self.out_proj(o.transpose(1, 2).reshape(B, T, -1).to(x.dtype))
         return y, LinearState(memory, conv_state, ccq_state)

@@ -69,58 +69,68 @@ def decay_matrix(b: torch.Tensor) -> torch.Tensor:
 
 
 class SequenceStarts:
-    """The state scan over chunks of packed sequences that each begin at a chunk (B = 1): the state entering a
-    chunk that begins a sequence is zeros, and the states kept are each sequence's last, stacked on dim 0.
-    starts: bool [N_chunks], True at the chunks that begin a sequence; None: one sequence per row, as usual."""
+    """The state scan over chunks of rows of packed sequences that each begin at a chunk: the state entering a
+    chunk that begins a sequence is zeros. starts: bool [B, N_chunks], True at the chunks that begin a sequence
+    (from ChunkAlignment); None: one sequence per row, as usual. With starts, `final` gives the state after
+    every chunk, [B, N_chunks, ...], from which ChunkAlignment.final_states takes each sequence's last."""
 
     def __init__(self, starts: torch.Tensor | None, h: torch.Tensor):
-        if starts is not None and h.shape[0] != 1:
-            raise ValueError(f"packed sequences come in one row; got a batch of {h.shape[0]}")
-        self.starts = None if starts is None else starts.tolist()
-        self.ends: list[torch.Tensor] = []
+        self.keep = None if starts is None else (~starts).to(h.device, h.dtype)
+        self.after: list[torch.Tensor] = []  # the state after each chunk, before any reset
 
     def entering(self, n: int, h: torch.Tensor) -> torch.Tensor:
         """The state that enters chunk n, given the state the chunk before it left."""
-        if self.starts is None or not self.starts[n]:
+        if self.keep is None:
             return h
         if n:
-            self.ends.append(h)
-        return torch.zeros_like(h)
+            self.after.append(h)
+        return h * self.keep[:, n].view(-1, *[1] * (h.ndim - 1))
 
     def final(self, h: torch.Tensor) -> torch.Tensor:
-        """The state after the last chunk, or with starts the last state of every sequence."""
-        return h if self.starts is None else torch.cat((*self.ends, h))
-
-
-def chunk_starts(cu_seqlens: torch.Tensor, chunk_size: int) -> torch.Tensor:
-    """bool [N / chunk_size]: which chunks of a packed row begin a sequence, for sequences that all begin at a
-    multiple of chunk_size (a ValueError otherwise)."""
-    if bool((cu_seqlens % chunk_size).any()):
-        raise ValueError(f"packed sequences must begin at multiples of the chunk ({chunk_size}): {cu_seqlens.tolist()}")
-    starts = torch.zeros(int(cu_seqlens[-1]) // chunk_size, dtype=torch.bool)
-    starts[cu_seqlens[:-1].cpu() // chunk_size] = True
-    return starts
+        return h if self.keep is None else torch.stack((*self.after, h), dim=1)
 
 
 class ChunkAlignment:
-    """Packed sequences (cu_seqlens, in one row) moved to begin at multiples of chunk_size, for a chunk form that
-    starts its scan afresh at each (`starts`): spread moves a tensor's time axis there, zeros filling the rest of
-    each sequence's last chunk (read after the sequence, so they change none of its outputs); gather takes the
-    sequences' positions back."""
+    """Packed sequences (cu_seqlens, in one row) laid out for a chunk form whose scan starts afresh at every
+    sequence: each sequence moved to begin at a chunk, and the sequences packed first-fit, longest first, into
+    rows as wide as the longest (so that the scan runs over a few rows of a few chunks rather than one long
+    row). Zeros fill the rest of a sequence's last chunk and of a row: read after a sequence, they change none of
+    its outputs, and where they add nothing to a state (k = v = 0, no decay) none of its state either."""
 
     def __init__(self, cu_seqlens: torch.Tensor, chunk_size: int):
-        cu_seqlens = cu_seqlens.cpu()
-        lengths = cu_seqlens.diff()
-        aligned = F.pad((-(-lengths // chunk_size) * chunk_size).cumsum(0), (1, 0))
-        shift = torch.repeat_interleave(aligned[:-1] - cu_seqlens[:-1], lengths)  # of each token
-        self.index = shift + torch.arange(int(cu_seqlens[-1]))
-        self.length = int(aligned[-1])
-        self.starts = chunk_starts(aligned, chunk_size)
+        bounds = cu_seqlens.tolist()
+        spans = list(zip(bounds[:-1], bounds[1:], strict=True))
+        room = [-(-(end - start) // chunk_size) * chunk_size for start, end in spans]  # whole chunks
+        self.width = max(room)
+        rows: list[int] = []  # the width each row has used
+        place = [(0, 0)] * len(spans)  # (row, offset) of every sequence
+        for i in sorted(range(len(spans)), key=lambda i: -room[i]):
+            row = next((r for r, used in enumerate(rows) if used + room[i] <= self.width), len(rows))
+            if row == len(rows):
+                rows.append(0)
+            place[i] = (row, rows[row])
+            rows[row] += room[i]
+        self.rows = len(rows)
+        self.index = torch.cat([row * self.width + offset + torch.arange(end - start)
+                                for (row, offset), (start, end) in zip(place, spans, strict=True)])
+        self.starts = torch.zeros(self.rows, self.width // chunk_size, dtype=torch.bool)
+        for row, offset in place:
+            self.starts[row, offset // chunk_size] = True
+        self.last_chunk = [((row, (offset + end - start - 1) // chunk_size)) for (row, offset), (start, end)
+                           in zip(place, spans, strict=True)]
 
-    def spread(self, x: torch.Tensor, dim: int = 2) -> torch.Tensor:
+    def spread(self, x: torch.Tensor) -> torch.Tensor:
+        """[1, H, N, ...] -> [rows, H, width, ...]."""
         shape = list(x.shape)
-        shape[dim] = self.length
-        return x.new_zeros(shape).index_copy(dim, self.index.to(x.device), x)
+        shape[2] = self.rows * self.width
+        laid = x.new_zeros(shape).index_copy(2, self.index.to(x.device), x)
+        return laid.unflatten(2, (self.rows, self.width))[0].movedim(1, 0)
 
-    def gather(self, x: torch.Tensor, dim: int = 2) -> torch.Tensor:
-        return x.index_select(dim, self.index.to(x.device))
+    def gather(self, y: torch.Tensor) -> torch.Tensor:
+        """[rows, H, width, ...] -> [1, H, N, ...], the sequences' positions in their order."""
+        return y.movedim(0, 1).flatten(1, 2)[None].index_select(2, self.index.to(y.device))
+
+    def final_states(self, after: torch.Tensor) -> torch.Tensor:
+        """Each sequence's last state, [N_seq, ...], from the state after every chunk [rows, N_chunks, ...]."""
+        rows, chunks = zip(*self.last_chunk, strict=True)
+        return after[list(rows), list(chunks)]

@@ -71,8 +71,9 @@ def gla_chunk(q, k, v, g, scale=None, initial_state=None, chunk_size: int = 64, 
         h_next = exp(b_C) h_prev + (k exp(b_C - b))^T v
     Every chunk's contribution is computed in parallel; only the cheap state scan runs in order.
     Lengths that are not a multiple of chunk_size are zero-padded (k = 0, g = 0 leave the state alone).
-    starts (packed sequences that each begin at a chunk, B = 1): bool [T / chunk_size], the chunks that begin
-    a sequence, whose h_prev is zeros; the states returned are then each sequence's last, [N_seq, H, D_k, D_v].
+    starts (rows of packed sequences that each begin at a chunk, from ChunkAlignment): bool [B, T / chunk_size],
+    the chunks that begin a sequence, whose h_prev is zeros; the states returned are then those after every
+    chunk, [B, T / chunk_size, H, D_k, D_v].
     """
     out_dtype = v.dtype
     q, k, v, g, h = prepare_memory_inputs(q, k, v, g, scale=scale, state=initial_state)

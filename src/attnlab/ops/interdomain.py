@@ -130,7 +130,7 @@ def interdomain_chunk(xi_q, z, lam, B_bar, C, readout="re_first", initial_state=
     Only chunk-boundary states exist; only non-negative powers of lambda appear. The big products run in
     real arithmetic on complex mode vectors stacked as [Re ; Im] (2M real modes; real BLAS, several times
     faster than complex einsums on a CPU); only the serial carry between chunks stays complex.
-    starts (packed sequences that each begin at a chunk, B = 1; see `gla_chunk`): X0 is zeros at every chunk
+    starts (rows of packed sequences that each begin at a chunk; see `gla_chunk`): X0 is zeros at every chunk
     that begins a sequence, and no state is returned (None): padding after a sequence would have decayed it."""
     B, H, T, _ = z.shape
     R = xi_q.shape[-1]
