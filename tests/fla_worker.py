@@ -139,6 +139,15 @@ def state_tensors(state):
     return [t for t in (state.memory, state.conv, *ccq) if t is not None]
 
 
+def assert_same_parameter_gradients(torch_mixer, fla_mixer, y, y_fla, what: str):
+    """The gradients of a random projection of y and y_fla with respect to each mixer's parameters agree."""
+    weights = torch.randn(y.shape, generator=torch.Generator().manual_seed(5))
+    grads = torch.autograd.grad((y * weights).sum(), list(torch_mixer.parameters()))
+    grads_fla = torch.autograd.grad((y_fla * weights).sum(), list(fla_mixer.parameters()))
+    for (param, _), g_fla, g in zip(torch_mixer.named_parameters(), grads_fla, grads, strict=True):
+        torch.testing.assert_close(g_fla, g, **TOLERANCE, msg=lambda m, n=f"{what} {param}": f"{n} gradient: {m}")
+
+
 def check_mixers():
     """Each linear-attention mixer: forward, final state and parameter gradients with backend=fla equal those
     with backend=torch, and an fla prefill continued by single-token steps equals the full forward."""
@@ -149,11 +158,7 @@ def check_mixers():
         torch.testing.assert_close(y_fla, y, **TOLERANCE, msg=lambda m, name=name: f"{name} forward: {m}")
         for s_fla, s in zip(state_tensors(state_fla), state_tensors(state), strict=True):
             torch.testing.assert_close(s_fla, s, **TOLERANCE, msg=lambda m, name=name: f"{name} state: {m}")
-        weights = torch.randn(y.shape, generator=torch.Generator().manual_seed(5))
-        grads = torch.autograd.grad((y * weights).sum(), list(torch_mixer.parameters()))
-        grads_fla = torch.autograd.grad((y_fla * weights).sum(), list(fla_mixer.parameters()))
-        for (param, _), g_fla, g in zip(torch_mixer.named_parameters(), grads_fla, grads, strict=True):
-            torch.testing.assert_close(g_fla, g, **TOLERANCE, msg=lambda m, n=f"{name} {param}": f"{n} gradient: {m}")
+        assert_same_parameter_gradients(torch_mixer, fla_mixer, y, y_fla, name)
 
         with torch.no_grad():
             outputs, state = [], None
@@ -180,12 +185,7 @@ def check_packed():
         for s_fla, (_, s) in zip(states_fla, alone, strict=True):
             for a, b in zip(state_tensors(s_fla), state_tensors(s), strict=True):
                 torch.testing.assert_close(a, b, **TOLERANCE, msg=lambda m, name=name: f"{name} packed state: {m}")
-        weights = torch.randn(y.shape, generator=torch.Generator().manual_seed(7))
-        grads = torch.autograd.grad((y * weights).sum(), list(torch_mixer.parameters()))
-        grads_fla = torch.autograd.grad((y_fla * weights).sum(), list(fla_mixer.parameters()))
-        for (param, _), g_fla, g in zip(torch_mixer.named_parameters(), grads_fla, grads, strict=True):
-            torch.testing.assert_close(g_fla, g, **TOLERANCE,
-                                       msg=lambda m, n=f"{name} {param}": f"{n} packed gradient: {m}")
+        assert_same_parameter_gradients(torch_mixer, fla_mixer, y, y_fla, f"{name} packed")
         y_out, _ = fla_mixer(x, cu_seqlens=cu_seqlens, keep_state=False)
         torch.testing.assert_close(y_out, y_fla, rtol=0, atol=0, msg=lambda m, name=name: f"{name} outputs: {m}")
 
