@@ -77,8 +77,8 @@ def test_query_scale_does_not_change_the_gla_layer_output():
     y, _ = mixer(x)
     original = mixer.read_query
 
-    def scaled(q, k, gates, state, cu_seqlens=None):
-        q, k, state = original(q, k, gates, state, cu_seqlens)
+    def scaled(q, k, gates, state, **packing):
+        q, k, state = original(q, k, gates, state, **packing)
         return q * (0.5 + torch.rand(q.shape[:-1], dtype=q.dtype)[..., None]), k, state
 
     mixer.read_query = scaled

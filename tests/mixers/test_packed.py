@@ -146,7 +146,7 @@ def test_sequences_are_batched_by_length_padding_at_most_a_quarter_more_tokens()
     assert [sorted(lengths[i] for i in group) for group in groups] == [[39, 40], [20, 21], [11], [7], [3], [1]]
 
 
-@pytest.mark.parametrize("name, keep_state", [("s4d", False), ("ccq-gla", False), ("boltzmann", False),
+@pytest.mark.parametrize("name, keep_state", [("s4d", False), ("boltzmann", False),
                                               *((name, keep) for name in ("softmax", "sigmoid", "differential")
                                                 for keep in (True, False))])
 def test_the_others_run_a_batch_per_group_of_lengths(name, keep_state, monkeypatch):
@@ -173,7 +173,8 @@ def test_the_short_convolution_restarts_at_every_sequence():
 
 
 @pytest.mark.parametrize("name, options", [("linear", {"short_conv": True}), ("gla", {"short_conv": True}),
-                                           ("gdn", {}), ("interdomain", {}), ("interdomain", {"normalize": True})])
+                                           ("gdn", {}), ("ccq-gla", {}), ("ccq-gdn", {"ccq_decay": True}),
+                                           ("interdomain", {}), ("interdomain", {"normalize": True})])
 def test_the_chunked_mixers_run_packed_sequences_in_one_call(name, options, monkeypatch):
     """Without states, each sequence begins at a chunk (chunk 4: sequences of 1 to 3 chunks) and the chunk
     form's state scan starts afresh there: one forward, the outputs and gradients of each sequence alone."""

@@ -144,15 +144,18 @@ class LinearAttention(Mixer):
             qkv, conv_state = self.conv(qkv, state.conv) if cu_seqlens is None else self.conv.packed(qkv, cu_seqlens)
         q, k, v = (self.split_heads(t) for t in qkv.split([self.cfg.key_dim, self.cfg.key_dim, self.cfg.value_dim], -1))
         gates = self.gates(x)
-        q, k, ccq_state = self.read_query(q, k, gates, state.ccq, cu_seqlens)
         if cu_seqlens is None:
+            q, k, ccq_state = self.read_query(q, k, gates, state.ccq)
             o, memory = self.recur(q, k, v, gates, state.memory)
         elif self.fla_runs(x):  # fla's kernels take the boundaries
+            q, k, ccq_state = self.read_query(q, k, gates, None, cu_seqlens=cu_seqlens)
             o, memory = self.recur(q, k, v, gates, None, cu_seqlens=cu_seqlens)
-        else:  # ours: every sequence moved to begin at a chunk, where the scan starts afresh
+        else:  # ours: every sequence moved to begin at a chunk, where the scans start afresh
             align = ChunkAlignment(cu_seqlens, self.cfg.chunk_size)
-            spread = {name: align.spread(gate) for name, gate in gates.items()}
-            o, after = self.recur(*map(align.spread, (q, k, v)), spread, None, starts=align.starts)
+            q, k, v = map(align.spread, (q, k, v))
+            gates = {name: align.spread(gate) for name, gate in gates.items()}
+            q, k, ccq_state = self.read_query(q, k, gates, None, starts=align.starts)
+            o, after = self.recur(q, k, v, gates, None, starts=align.starts)
             o, memory = align.gather(o), align.final_states(after)
         o = rms_norm_fp32(self.out_norm, o) * F.silu(self.split_heads(self.gate_proj(x)))
         y = self.out_proj(o.transpose(1, 2).reshape(B, T, -1).to(x.dtype))
@@ -167,7 +170,7 @@ class LinearAttention(Mixer):
         return y, [state_row(state, row) for row in range(len(cu_seqlens) - 1)]
 
     def packed_outputs(self, x, cu_seqlens):
-        return self.packed(x, cu_seqlens)[0]
+        return nn.Module.__call__(self, x, None, cu_seqlens)[0]
 
     def fla_runs(self, x: torch.Tensor) -> bool:
         """Whether the chunkwise forms of x take fla's kernels (the backend and the device say so)."""
@@ -177,8 +180,8 @@ class LinearAttention(Mixer):
         """Whether the recurrence's gates are one per head (fla's scalar-gated kernels)."""
         return False
 
-    def read_query(self, q, k, gates, ccq_state, cu_seqlens=None):
-        """Transform the queries before the read (identity here; CCQ cleans them)."""
+    def read_query(self, q, k, gates, ccq_state, **packing):
+        """Transform the queries before the read (identity here; CCQ cleans them). packing: as `recur` takes it."""
         return q, k, ccq_state
 
     def chunk_form(self, torch_form, fla_form, x: torch.Tensor, scalar_gates: bool = False):
@@ -283,7 +286,7 @@ class GatedDeltaNet(LinearAttention):
         beta = torch.sigmoid(at_least_fp32(self.beta_proj(x)))
         return {"log_decay": log_decay.transpose(1, 2), "beta": beta.transpose(1, 2)}  # [B, H, T]
 
-    def read_query(self, q, k, gates, ccq_state, cu_seqlens=None):
+    def read_query(self, q, k, gates, ccq_state, **packing):
         return F.normalize(q, dim=-1, eps=1e-6), F.normalize(k, dim=-1, eps=1e-6), ccq_state
 
     def scalar_gates(self) -> bool:
@@ -313,13 +316,8 @@ class CCQRead:
 
     def packed(self, x, cu_seqlens):
         """fla's kernels with the boundaries where they run (LinearAttention.packed); else each sequence on its
-        own (Mixer.packed): the key statistics count tokens, so zeros in front of a sequence would change them."""
+        own (Mixer.packed): the key statistics count tokens, so the zeros that fill a chunk would change them."""
         return super().packed(x, cu_seqlens) if self.fla_runs(x) else Mixer.packed(self, x, cu_seqlens)
-
-    def packed_outputs(self, x, cu_seqlens):
-        """fla's kernels where they run; else batches of similar lengths (Mixer.packed_outputs): the torch
-        form of the key statistics has no restart at a chunk."""
-        return self.packed(x, cu_seqlens)[0] if self.fla_runs(x) else Mixer.packed_outputs(self, x, cu_seqlens)
 
     def scalar_gates(self) -> bool:
         return super().scalar_gates() or self.cfg.ccq_decay
@@ -328,7 +326,7 @@ class CCQRead:
         """lambda = sigmoid(w . q_bar + b) set to 0 (w = 0, b = -30): the backbone's own read."""
         return overwritten((self.lambda_weight, 0.0), (self.lambda_bias, -30.0))
 
-    def read_query(self, q, k, gates, ccq_state, cu_seqlens=None):
+    def read_query(self, q, k, gates, ccq_state, **packing):
         q, k, _ = super().read_query(q, k, gates, ccq_state)
         if self.unit_qk:
             q_bar, k_bar = q, k
@@ -339,16 +337,16 @@ class CCQRead:
         if self.cfg.ccq_decay:
             log_decay = gates["log_decay"]
             log_decay = log_decay.mean(-1) if log_decay.ndim == 4 else log_decay  # GLA: mean over channels
-        if q.shape[2] == 1 and cu_seqlens is None:
+        if q.shape[2] == 1 and not packing:
             stats = ccq_state if ccq_state is not None else CCQStats.empty(*q.shape[:2], q.shape[-1], q.device)
             q_clean, ccq_state = ccq_step(q[:, :, 0], k_bar[:, :, 0], lam[:, :, 0], stats,
                                           None if log_decay is None else log_decay[:, :, 0])
             return q_clean[:, :, None], k, ccq_state
-        if cu_seqlens is not None:  # fla's kernel, each packed sequence from empty statistics
-            q_clean, ccq_state = fla_ops.ccq_fla(q, k_bar, lam, None, log_decay, self.cfg.chunk_size, cu_seqlens)
+        if "cu_seqlens" in packing:  # fla's kernel, each packed sequence from empty statistics
+            q_clean, ccq_state = fla_ops.ccq_fla(q, k_bar, lam, None, log_decay, self.cfg.chunk_size, **packing)
             return q_clean, k, ccq_state
         chunk = self.chunk_form(ccq_chunk, fla_ops.ccq_fla, q, scalar_gates=log_decay is not None)
-        q_clean, ccq_state = chunk(q, k_bar, lam, ccq_state, log_decay, self.cfg.chunk_size)
+        q_clean, ccq_state = chunk(q, k_bar, lam, ccq_state, log_decay, self.cfg.chunk_size, **packing)
         return q_clean, k, ccq_state
 
     def init_state(self, batch, device=None, dtype=None):

@@ -88,19 +88,22 @@ def ccq_step(q, k, lam, stats: CCQStats, log_decay=None):
 
 
 @autocast_off
-def ccq_chunk(q, k, lam, stats: CCQStats | None = None, log_decay=None, chunk_size: int = 64):
+def ccq_chunk(q, k, lam, stats: CCQStats | None = None, log_decay=None, chunk_size: int = 64, starts=None):
     """Chunkwise form: within a chunk with cumulative log-decays b and Gamma_ij = exp(b_i - b_j), j <= i,
         P_i q_i = exp(b_i) P_prev q_i + sum_{j<=i} Gamma_ij (q_i . k_j) k_j      (no D x D matrix per token)
         m_i = exp(b_i) m_prev + sum_{j<=i} Gamma_ij k_j,    n_i = exp(b_i) n_prev + sum_{j<=i} Gamma_ij.
     Without decay (the paper's form) Gamma is all ones on and below the diagonal: P_prev is a prefix sum over
     chunks, m_i and n_i are prefix sums over the sequence. The rest runs for all chunks at once.
+    starts (rows of packed sequences that each begin at a chunk; see `gla_chunk`): the statistics entering a
+    chunk that begins a sequence are empty, and none are returned (None): the zeros after a sequence count.
     """
     out_dtype = q.dtype
     q, k, lam, stats, g = _prepare(q, k, lam, stats, log_decay)
     B, H, T, D = q.shape
     C, padded = chunk_layout(T, chunk_size)
     qc, kc = (to_chunks(x, C, padded) for x in (q, k))
-    if log_decay is None:
+    keep = None if starts is None else (~starts).to(q.device, q.dtype)
+    if log_decay is None and starts is None:
         second_prev, second = _prefix_sums(stats.second, kc.transpose(-1, -2) @ kc)
         second_q = qc @ second_prev.transpose(-1, -2) + (qc @ kc.transpose(-1, -2)).tril() @ kc
         total_i = stats.total[:, :, None] + k.cumsum(dim=2)
@@ -112,18 +115,18 @@ def ccq_chunk(q, k, lam, stats: CCQStats | None = None, log_decay=None, chunk_si
         start = b.exp()[..., None]  # decay from the chunk start to each position
         to_end = (b[..., -1:] - b).exp()[..., None]  # weight of each key at the end of its chunk
         chunk_decay = b[..., -1].exp().unbind(2)
-        second_prev, second = _scan(stats.second, ((kc * to_end).transpose(-1, -2) @ kc).unbind(2), chunk_decay)
+        second_prev, second = _scan(stats.second, ((kc * to_end).transpose(-1, -2) @ kc).unbind(2), chunk_decay, keep)
         second_q = start * (qc @ second_prev.transpose(-1, -2)) + ((qc @ kc.transpose(-1, -2)) * gamma) @ kc
         real = to_chunks(torch.ones_like(q[..., 0]), C, padded)  # padded keys must not count
-        total_prev, total = _scan(stats.total, (kc * to_end).sum(-2).unbind(2), chunk_decay)
-        count_prev, count = _scan(stats.count, (to_end.squeeze(-1) * real).sum(-1).unbind(2), chunk_decay)
+        total_prev, total = _scan(stats.total, (kc * to_end).sum(-2).unbind(2), chunk_decay, keep)
+        count_prev, count = _scan(stats.count, (to_end.squeeze(-1) * real).sum(-1).unbind(2), chunk_decay, keep)
         total_i = (start * total_prev[..., None, :] + gamma @ kc).reshape(B, H, padded, D)[:, :, :T]
         count_i = (start * count_prev[..., None, None] + gamma @ real[..., None]).reshape(B, H, padded, 1)[:, :, :T]
     second_q = second_q.reshape(B, H, padded, D)[:, :, :T]
     inv_count = 1 / count_i
     sigma_q = (second_q - total_i * ((total_i * q).sum(-1, keepdim=True) * inv_count)) * inv_count
     q_clean = q - lam[..., None] * sigma_q
-    return q_clean.to(out_dtype), CCQStats(second, total, count)
+    return q_clean.to(out_dtype), None if starts is not None else CCQStats(second, total, count)
 
 
 def _prefix_sums(initial: torch.Tensor, updates: torch.Tensor):
@@ -133,11 +136,14 @@ def _prefix_sums(initial: torch.Tensor, updates: torch.Tensor):
     return torch.cat((initial[:, :, None], after[:, :, :-1]), dim=2), after[:, :, -1]
 
 
-def _scan(initial: torch.Tensor, updates, decays):
-    """x_{n+1} = decay_n x_n + update_n over chunks: (the value entering each chunk, stacked on dim 2; last)."""
+def _scan(initial: torch.Tensor, updates, decays, keep=None):
+    """x_{n+1} = decay_n x_n + update_n over chunks: (the value entering each chunk, stacked on dim 2; last).
+    keep [B, N]: 0 where a chunk begins a packed sequence, whose x enters as zeros."""
     entering = []
     x = initial
-    for update, decay in zip(updates, decays, strict=True):
+    for n, (update, decay) in enumerate(zip(updates, decays, strict=True)):
+        if keep is not None:
+            x = x * keep[:, n].view(-1, *[1] * (x.ndim - 1))
         entering.append(x)
         x = decay.view(*decay.shape, *[1] * (x.ndim - decay.ndim)) * x + update
     return torch.stack(entering, dim=2), x
