@@ -8,7 +8,7 @@ import torch
 from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError, UserError
 from attnlab.mixers import build_mixer
-from attnlab.mixers.registry import stack_rows
+from attnlab.mixers.packing import stack_rows
 from attnlab.model import Decoder
 from helpers import CASE_IDS, CASES
 

@@ -7,7 +7,7 @@ import torch
 from attnlab.config import ModelConfig
 from attnlab.errors import UserError
 from attnlab.mixers import build_mixer
-from attnlab.mixers.registry import length_groups, sequences
+from attnlab.mixers.packing import length_groups, sequences
 from attnlab.model import Decoder
 from attnlab.nn import ShortConv
 from helpers import CASE_IDS, CASES

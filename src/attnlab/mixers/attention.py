@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from ..nn import Rotary
-from .registry import Mixer, MixerConfig, padded_groups
+from .packing import padded_groups
+from .registry import Mixer, MixerConfig
 
 
 @dataclass
@@ -120,7 +121,7 @@ class AttentionMixer(Mixer):
         return self.out_proj(y.transpose(1, 2).reshape(B, T, -1).to(x.dtype)), state
 
     def packed(self, x: torch.Tensor, cu_seqlens: torch.Tensor):
-        """The packed sequences as batches of similar lengths padded at their ends (registry.padded_groups): causal
+        """The packed sequences as batches of similar lengths padded at their ends (packing.padded_groups): causal
         attention reads no padding, and each sequence's KV cache is its row's first keys and values. (Cheaper than
         one block-diagonal mask over the row: its attention costs the sum of the squared lengths, under the
         causal kernels.)"""

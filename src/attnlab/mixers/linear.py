@@ -22,7 +22,8 @@ from ..ops._chunks import ChunkAlignment
 from ..ops.ccq import CCQStats, ccq_chunk, ccq_step
 from ..ops.delta_rule import delta_rule_chunk, delta_rule_step
 from ..ops.gla import gla_chunk, gla_step
-from .registry import Mixer, MixerConfig, register_mixer, state_row
+from .packing import state_row
+from .registry import Mixer, MixerConfig, register_mixer
 
 BACKENDS = ("torch", "fla", "auto")
 
