@@ -43,8 +43,8 @@ log = logging.getLogger(__name__)
 class AttnlabLM(TemplateLM):
     def __init__(self, path: str, device: str | None = "auto", max_length: int | None = None,
                  batch_size: int | str = 1, **kwargs):
-        """batch_size: the requests one forward reads, laid end to end in one packed row (each from its own
-        fresh state, so no padding is computed); "auto" takes AUTO_BATCH. Other kwargs: lm-eval's, unused."""
+        """batch_size: the requests one forward reads, laid end to end in one packed row, each from its own
+        fresh state; "auto" takes AUTO_BATCH. Other kwargs: lm-eval's, unused."""
         super().__init__()
         if device and device.startswith("cuda") and not torch.cuda.is_available():
             # lm-eval's command line asks for cuda:0 unless told otherwise
