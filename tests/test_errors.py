@@ -49,9 +49,9 @@ BAD_INPUT = [
     (["bench", "--ops", "--lengths", "64", "--batch", "2"], "--batch applies only to the mixers alone (--lengths), "
                                                            "not to --ops; drop it"),
     (["bench", "--boltzmann", "--repeats", "2"], "--repeats applies only to the mixers alone (--lengths), --ops, "
-                                                 "--model, not to --boltzmann; drop it"),
+                                                 "--model, --packed, not to --boltzmann; drop it"),
     (["bench", "--model", "demo", "--lengths", "64"], "--lengths applies only to the mixers alone (--lengths), --ops, "
-                                                      "not to --model; drop it"),
+                                                      "--packed, not to --model; drop it"),
     (["bench", "--quick", "--lengths", "64"], "--quick is the whole bench at toy sizes, --lengths times the mixers"),
     (["train", "demo", "name="], "name= needs a value: give a str"),
     (["train", "demo", "train.steps="], "train.steps= needs a value: give an int"),
