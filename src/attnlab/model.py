@@ -222,7 +222,8 @@ class Decoder(nn.Module):
         text to generate. When the view grows past it, the model re-reads the newest context // 2
         tokens from a fresh state and continues incrementally from there. None: the view is unbounded.
         attention_mask: prompts of different lengths padded on the left or the right [B, T0] (1: a token,
-        0: padding): every row gets what it would get alone. The result keeps the prompt's layout, padding
+        0: padding): every row's next-token distributions are those it has alone (so greedy decoding gives it
+        exactly its own continuation). The result keeps the prompt's layout, padding
         included, and appends the new tokens (as transformers' generate does): its tokens are where
         cat(attention_mask, ones) is 1.
         """
