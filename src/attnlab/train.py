@@ -447,7 +447,7 @@ def _accumulate_gradients(run: Run) -> torch.Tensor:
     train as one process with the whole batch would."""
     t, ranks = run.cfg.train, run.ranks
     micro_batches = [_micro_batch(run) for _ in range(t.grad_accum)]
-    scored = sum(count for *_, count in micro_batches)
+    scored = max(1, sum(count for *_, count in micro_batches))  # a batch that scores nothing adds nothing
     share = torch.zeros((), device=run.device)
     for micro, (x, y, cu_seqlens, _) in enumerate(micro_batches):
         last = micro == t.grad_accum - 1  # DDP averages gradients over the ranks once, at the last one
