@@ -235,8 +235,8 @@ class Decoder(nn.Module):
             if context is not None:
                 raise ConfigError("context (a sliding view) is not available for a padded batch: pass context=None, "
                                   "or generate the prompts one at a time")
-            mask = attention_mask.repeat_interleave(num_samples, dim=0)
-            return self._generate_padded(out, mask, max_new_tokens, sampling, generator, finished)
+            mask, seen = (t.repeat_interleave(num_samples, dim=0) for t in (attention_mask, lengths))
+            return self._generate_padded(out, mask, seen, max_new_tokens, sampling, generator, finished)
         view_start = 0 if context is None else max(0, out.shape[1] - context)
         logits, states = self(out[:, view_start:])
         for i in range(max_new_tokens):
@@ -251,12 +251,11 @@ class Decoder(nn.Module):
                 logits, states = self(token, states, start=out.shape[1] - 1 - view_start)
         return out
 
-    def _generate_padded(self, out: torch.Tensor, mask: torch.Tensor, max_new_tokens: int, sampling: Sampling,
-                         generator, finished) -> torch.Tensor:
+    def _generate_padded(self, out: torch.Tensor, mask: torch.Tensor, seen: torch.Tensor, max_new_tokens: int,
+                         sampling: Sampling, generator, finished) -> torch.Tensor:
         """generate for rows padded as `mask` marks: one padded read (each row alone), then one token per row and
         step, each continuing its own row's states (batched where they stack)."""
         logits, states = self.forward_padded(out, mask)
-        seen = check_padding(mask, out.shape)
         last_token = out.gather(1, (mask.long().cumsum(1).argmax(1))[:, None])  # stands in for pads in the penalty
         for i in range(max_new_tokens):
             token = sampling.pick(logits[:, -1].float(), torch.where(mask.bool(), out, last_token), generator)
