@@ -126,6 +126,17 @@ def test_a_packed_decoder_gives_each_sequence_its_own_logits(positions):
     assert [len(layer) for layer in states] == [len(LENGTHS)] * 2
 
 
+@pytest.mark.parametrize("name", ["interdomain", "s4d"])
+def test_the_interdomain_read_and_the_s4d_convolution_run_every_sequence_in_one_call(name, monkeypatch):
+    """Without states: the chunk scan restarted at every sequence, or one convolution per group of lengths."""
+    mixer = make(name)
+    forward, calls = mixer.forward, []
+    monkeypatch.setattr(mixer, "forward", lambda *args: calls.append(args[0].shape[0]) or forward(*args))
+    mixer(torch.randn(1, sum(LENGTHS), D_MODEL, dtype=torch.float64), cu_seqlens=boundaries(LENGTHS),
+          keep_state=False)
+    assert calls == [1]
+
+
 @pytest.mark.parametrize("name", ["linear", "gla", "gdn"])
 def test_the_linear_family_returns_every_sequence_state_from_one_call(name, monkeypatch):
     """fla's kernels or our chunk forms with the scan restarted at every sequence, not a loop over them."""
@@ -146,7 +157,7 @@ def test_sequences_are_batched_by_length_padding_at_most_a_quarter_more_tokens()
     assert [sorted(lengths[i] for i in group) for group in groups] == [[39, 40], [20, 21], [11], [7], [3], [1]]
 
 
-@pytest.mark.parametrize("name, keep_state", [("s4d", False), ("boltzmann", False),
+@pytest.mark.parametrize("name, keep_state", [("s4d", True), ("boltzmann", False),
                                               *((name, keep) for name in ("softmax", "sigmoid", "differential")
                                                 for keep in (True, False))])
 def test_the_others_run_a_batch_per_group_of_lengths(name, keep_state, monkeypatch):

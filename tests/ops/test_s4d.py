@@ -59,6 +59,20 @@ def test_fft_form_and_step_match_the_loop_with_a_carried_state():
     torch.testing.assert_close(y, y_ref[:, :, 0])
 
 
+def test_packed_sequences_each_convolve_from_zeros():
+    """Sequences laid end to end, batched in groups padded to their longest, give what each gives alone."""
+    c, lam, B_bar = ssm()
+    spans = [(0, 1), (1, 8), (8, 9), (9, 25), (25, 31)]  # lengths 1, 7, 1, 16, 6
+    u = torch.randn(1, 3, 31, 4, generator=torch.Generator().manual_seed(2), dtype=f64, requires_grad=True)
+    y = s4d.s4d_fft_sequences(u, c, lam, B_bar, [[spans[3]], [spans[1], spans[4]], [spans[0], spans[2]]])
+    alone = torch.cat([s4d.s4d_reference(u[:, :, start:end], c, lam, B_bar)[0] for start, end in spans], dim=2)
+    torch.testing.assert_close(y, alone, rtol=0, atol=1e-10)
+    weights = torch.randn_like(y)
+    grad, = torch.autograd.grad((y * weights).sum(), u)
+    grad_alone, = torch.autograd.grad((alone * weights).sum(), u)
+    torch.testing.assert_close(grad, grad_alone, rtol=0, atol=1e-10)
+
+
 def test_inits():
     M = 64
     paper = s4d.s4d_inv_imag(M)

@@ -22,6 +22,7 @@ from ..nn import Rotary, ShortConv, at_least_fp32, log_uniform_dt, no_autocast, 
 from ..ops import interdomain as ops
 from ..ops import s4d
 from ..ops._chunks import ChunkAlignment
+from .packing import length_groups, sequences
 from .registry import Mixer, MixerConfig, register_mixer
 
 
@@ -138,9 +139,9 @@ class InterdomainAttention(Mixer):
         return x.view(B, T, self.cfg.n_heads, -1).transpose(1, 2)
 
     def forward(self, x: torch.Tensor, state: SSMState | None = None, cu_seqlens: torch.Tensor | None = None):
-        """The layer over x [B, T, d_model] from state; or, given cu_seqlens (the chunk form's query read only),
-        over the sequences packed in x [1, N, d_model], each from a fresh state (the short convolution, RoPE's
-        positions and the chunk scan restart), returning no state."""
+        """The layer over x [B, T, d_model] from state; or, given cu_seqlens (the chunk form's query read or the
+        linear contraction), over the sequences packed in x [1, N, d_model], each from a fresh state (the short
+        convolution, RoPE's positions and the scan or the convolution restart), returning no state."""
         cfg = self.cfg
         B, T, _ = x.shape
         state = state if state is not None else self.init_state(B, x.device, x.dtype)
@@ -171,7 +172,7 @@ class InterdomainAttention(Mixer):
                     o = o[..., :-1] / (o[..., -1:] + cfg.normalize_eps)
             else:
                 c = torch.einsum("hm,hmn->hn", self.contraction.to(C.dtype), C)  # (C^T w): y = Re(c . X)
-                o, memory = self.contract(z, c, lam, B_bar, state.memory)
+                o, memory = self.contract(z, c, lam, B_bar, state.memory, cu_seqlens)
         y = o.transpose(1, 2).reshape(B, T, -1).to(x.dtype)
         if self.gate_proj is not None:
             y = F.silu(self.gate_proj(x)) * y
@@ -180,9 +181,10 @@ class InterdomainAttention(Mixer):
         return self.out_proj(y), SSMState(memory, conv_state, state.position + T)
 
     def packed_outputs(self, x, cu_seqlens):
-        """One forward where the chunk form's query read runs (its scan restarts at each sequence); else batches
-        of similar lengths (Mixer.packed_outputs). No state: padding after a sequence would decay it."""
-        if self.cfg.query == "conditioned" and self.cfg.form == "chunk":
+        """One forward where the read restarts at each sequence by itself (the chunk form's query read, the
+        linear contraction's convolution); else batches of similar lengths (Mixer.packed_outputs). No state:
+        padding after a sequence would decay it."""
+        if self.cfg.query == "linear" or self.cfg.form == "chunk":
             return nn.Module.__call__(self, x, None, cu_seqlens)[0]
         return super().packed_outputs(x, cu_seqlens)
 
@@ -199,7 +201,11 @@ class InterdomainAttention(Mixer):
             return ops.interdomain_fft(xi_q, z, lam, B_bar, C, self.cfg.readout, memory)
         return ops.interdomain_chunk(xi_q, z, lam, B_bar, C, self.cfg.readout, memory, self.cfg.chunk_size)
 
-    def contract(self, z, c, lam, B_bar, memory):
+    def contract(self, z, c, lam, B_bar, memory, cu_seqlens=None):
+        if cu_seqlens is not None:  # one convolution per batch of sequences of similar lengths, each from zeros
+            spans = sequences(cu_seqlens)
+            groups = [[spans[i] for i in group] for group in length_groups(cu_seqlens)]
+            return s4d.s4d_fft_sequences(z, c, lam, B_bar, groups), None
         if z.shape[2] == 1:
             o, memory = s4d.s4d_step(z[:, :, 0], c, lam, B_bar, memory)
             return o[:, :, None], memory

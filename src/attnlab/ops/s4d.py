@@ -3,7 +3,8 @@
     x_t = lambda * x_{t-1} + B_bar u_t      (M complex modes),      y_t = Re(c . x_t)
 with lambda = exp(dt A) and B_bar = (lambda - 1) / A (zero-order hold, B = 1), or the bilinear
 transform. The impulse response is the kernel K[tau] = Re sum_n c_n B_bar_n lambda_n^tau, so a whole
-sequence is one causal convolution (done with FFTs); decoding is the recurrence.
+sequence is one causal convolution (done with FFTs), and so are sequences packed along time, each from a zero
+state (`s4d_fft_sequences`); decoding is the recurrence.
 Shapes: lam, B_bar, c [H, M] complex; inputs u [B, H, T, D] real (D channels share the SSM of head H).
 """
 
@@ -12,6 +13,8 @@ from __future__ import annotations
 import math
 
 import torch
+
+from ._chunks import pad_time
 
 
 def s4d_inv_imag(modes: int, inv_uses_2M: bool = False) -> torch.Tensor:
@@ -86,3 +89,20 @@ def s4d_fft(u, c, lam, B_bar, initial_state=None):
         y = y + torch.einsum("hm,hmt,bhmd->bhtd", c * lam, decay, initial_state).real
         state = state + (lam**T)[..., None] * initial_state
     return y, state
+
+
+def s4d_fft_sequences(u, c, lam, B_bar, groups):
+    """The convolution form over sequences packed along time in u [1, H, N, D], each from a zero state: groups
+    lists the sequences' (start, end) spans in batches, and every batch runs as rows padded at their ends to its
+    longest (padding after a sequence changes none of its outputs), with the kernel cut to that length.
+    -> y [1, H, N, D]; no states (use s4d_fft on a sequence for its state)."""
+    longest = max(end - start for group in groups for start, end in group)
+    kernel = s4d_kernel(c, lam, B_bar, longest).to(u.dtype)
+    outputs = {}
+    for group in groups:
+        width = max(end - start for start, end in group)
+        rows = torch.stack([pad_time(u[0, :, start:end], width, dim=1) for start, end in group])  # [G, H, width, D]
+        y = causal_conv(rows, kernel[:, :width])
+        for row, (start, end) in enumerate(group):
+            outputs[start] = y[row, :, : end - start]
+    return torch.cat([outputs[start] for start in sorted(outputs)], dim=1)[None]
