@@ -81,6 +81,15 @@ def test_chunk_scores_compile_without_graph_breaks():
     assert torch._dynamo.explain(decayed_scores)(q, k, b).graph_break_count == 0
 
 
+def test_the_layout_halves_its_chunk_while_rounding_wastes_more_than_a_tenth_and_picks_the_tightest_rows():
+    lengths = [40, 40, 40, 100]  # rounded to chunks of 64: 320 tokens; of 32: 288 (> 1.1 x 220); of 16: 240
+    align = ChunkAlignment(torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()]), 64)
+    assert align.chunk_size == 16
+    # rows of 112 (the longest) take three rows, 336 positions; of 144: 112 | 48 48 48, two rows, 288; of 176 to
+    # 224 (twice the longest): two rows, 352 or more
+    assert (align.rows, align.width) == (2, 144)
+
+
 @pytest.mark.parametrize("op", ["gla", "delta_rule"])
 def test_packed_sequences_laid_out_in_chunks_scan_from_zeros_and_end_in_their_own_states(op):
     """ChunkAlignment's rows (sequences of 1 to 3 chunks of 8, one not filling its last chunk, two sharing a
@@ -90,7 +99,8 @@ def test_packed_sequences_laid_out_in_chunks_scan_from_zeros_and_end_in_their_ow
     form, extra, gates = (gla_chunk, (), g) if op == "gla" else (delta_rule_chunk, (beta,), g[..., 0])
     align = ChunkAlignment(cu_seqlens, 8)
     assert align.rows < 4  # the short sequences share rows
-    o, after = form(*(align.spread(x) for x in (q, k, v, gates, *extra)), chunk_size=8, starts=align.starts)
+    assert align.chunk_size == 8  # the smallest chunk the layout takes is 16 (or the one given, if smaller)
+    o, after = form(*(align.spread(x) for x in (q, k, v, gates, *extra)), **align.packing)
     o, states = align.gather(o), align.final_states(after)
     for i, (a, b) in enumerate(zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist(), strict=True)):
         o_alone, state_alone = form(*(x[:, :, a:b] for x in (q, k, v, gates, *extra)), chunk_size=8)

@@ -110,15 +110,24 @@ class AttentionMixer(Mixer):
         self.rotary = Rotary(cfg.head_dim, cfg.rope_base) if cfg.rope else None
 
     def forward(self, x: torch.Tensor, state: KVCache | None = None):
-        B, T, _ = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.cfg.n_heads, self.cfg.head_dim).permute(2, 0, 3, 1, 4)
-        past = 0 if state is None else state.position
-        q, k = self.prepare_qk(q, k)
-        if self.rotary is not None:
-            q, k = self.rotary(q, offset=past), self.rotary(k, offset=past)
+        q, k, v = self.projections(x, 0 if state is None else state.position)
         state = KVCache.holding(k, v) if state is None else state.extend(k, v)
         y = self.attend(q, state.k, state.v)  # [B, H', T, D'], in fp32 where attend normalises in it
-        return self.out_proj(y.transpose(1, 2).reshape(B, T, -1).to(x.dtype)), state
+        return self.output(y, x), state
+
+    def projections(self, x: torch.Tensor, offset: int = 0, positions: torch.Tensor | None = None):
+        """q, k, v [B, H, T, D] of x [B, T, d_model], q and k rotated to positions offset.. (or the given ones)."""
+        B, T, _ = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.cfg.n_heads, self.cfg.head_dim).permute(2, 0, 3, 1, 4)
+        q, k = self.prepare_qk(q, k)
+        if self.rotary is not None:
+            q, k = self.rotary(q, offset, positions), self.rotary(k, offset, positions)
+        return q, k, v
+
+    def output(self, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The output projection of attend's y [B, H', T, D'], in x's dtype."""
+        B, T, _ = x.shape
+        return self.out_proj(y.transpose(1, 2).reshape(B, T, -1).to(x.dtype))
 
     def packed(self, x: torch.Tensor, cu_seqlens: torch.Tensor):
         """The packed sequences as batches of similar lengths padded at their ends (packing.padded_groups): causal

@@ -17,7 +17,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..errors import ConfigError, UserError, unknown_name
-from ..nn import at_least_fp32, causal_mask, no_autocast, overwritten, set_optim
+from ..nn import at_least_fp32, causal_mask, no_autocast, overwritten, positions_in_sequences, set_optim
 from ..ops import annealing, ising
 from .attention import AttentionConfig, AttentionMixer, KVCache
 from .registry import Mixer, register_mixer
@@ -162,6 +162,17 @@ class BoltzmannAttention(AttentionMixer):
         padded row's last keys are padding."""
         return Mixer.packed(self, x, cu_seqlens)
 
+    def packed_outputs(self, x: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
+        """Banded inference over a sliding window in one call: each query's chain begins no earlier than its own
+        sequence's start, as a stream's first queries begin at 0. Otherwise batches of similar lengths
+        (Mixer.packed_outputs)."""
+        if not (self.sliding() and self.cfg.inference == "banded"):
+            return super().packed_outputs(x, cu_seqlens)
+        positions = positions_in_sequences(cu_seqlens, x.device)
+        q, k, v = self.projections(x, positions=positions)
+        starts = torch.arange(x.shape[1], device=x.device) - positions
+        return self.output(self.attend_banded(q, k, v, starts), x)
+
     def state_size(self, seq_len: int) -> int:
         return super().state_size(min(seq_len, self.cfg.window - 1) if self.sliding() else seq_len)
 
@@ -261,11 +272,12 @@ class BoltzmannAttention(AttentionMixer):
             return torch.zeros_like(h)
         return None
 
-    def attend_banded(self, q, k, v):
+    def attend_banded(self, q, k, v, starts: torch.Tensor | None = None):
         """Banded inference touches only each query's visible keys (at most `window`): their fields, one
         chain of spins per query, O(window 2^band), and their values, so time and memory are linear in
         the length. Queries go in groups that fit the memory budget and keep a chain's messages in the
-        caches; each group's messages are recomputed in the backward pass instead of kept."""
+        caches; each group's messages are recomputed in the backward pass instead of kept. starts [Tq]: the
+        first key each query may see (its packed sequence's start; default 0)."""
         B, H, Tq, _ = q.shape
         S = k.shape[-2]
         n, w = min(S, self.cfg.window), self.cfg.band
@@ -277,14 +289,16 @@ class BoltzmannAttention(AttentionMixer):
         group = max(1, min(int(self.cfg.memory_budget_gib * 2**30) // (bytes_per_query * B * H),
                            CHAIN_GROUP_BYTES // (2 ** (w + 1) * element * B * H)))
         position = torch.arange(S - Tq, S, device=q.device)  # of each query among the keys
-        return torch.cat([self._banded_rows(q[:, :, r0 : r0 + group], k, v, position[r0 : r0 + group], n, J, band)
+        starts = torch.zeros_like(position) if starts is None else starts
+        return torch.cat([self._banded_rows(q[:, :, r0 : r0 + group], k, v, position[r0 : r0 + group],
+                                            starts[r0 : r0 + group], n, J, band)
                           for r0 in range(0, Tq, group)], dim=2)
 
-    def _banded_rows(self, q, k, v, position, n, J, band):
-        """The output of the queries at these positions among the keys, each over its last n keys."""
+    def _banded_rows(self, q, k, v, position, starts, n, J, band):
+        """The output of the queries at these positions among the keys, each over its last n keys from its start."""
         B, H, Tq, D = q.shape
         S = k.shape[-2]
-        index = (position - n + 1).clamp_min(0)[:, None] + torch.arange(n, device=q.device)  # [Tq, n]
+        index = torch.maximum(position - n + 1, starts)[:, None] + torch.arange(n, device=q.device)  # [Tq, n]
         present = index <= position[:, None]  # the chain's spins; absent ones (a suffix) are free
         index = index.clamp_max(S - 1)
         with no_autocast(q.device):  # fields and partition functions in fp32

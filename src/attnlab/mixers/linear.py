@@ -155,8 +155,8 @@ class LinearAttention(Mixer):
             align = ChunkAlignment(cu_seqlens, self.cfg.chunk_size)
             q, k, v = map(align.spread, (q, k, v))
             gates = {name: align.spread(gate) for name, gate in gates.items()}
-            q, k, ccq_state = self.read_query(q, k, gates, None, starts=align.starts)
-            o, after = self.recur(q, k, v, gates, None, starts=align.starts)
+            q, k, ccq_state = self.read_query(q, k, gates, None, **align.packing)
+            o, after = self.recur(q, k, v, gates, None, **align.packing)
             o, memory = align.gather(o), align.final_states(after)
         o = rms_norm_fp32(self.out_norm, o) * F.silu(self.split_heads(self.gate_proj(x)))
         y = self.out_proj(o.transpose(1, 2).reshape(B, T, -1).to(x.dtype))
@@ -213,11 +213,11 @@ class LinearAttention(Mixer):
         return self.cfg.n_heads * self.head_k * self.head_v + conv
 
 
-def _run(chunk_op, step_op, chunk_size: int, *inputs, state, **packing):
-    """The chunkwise form for sequences (packed ones: fla's with cu_seqlens, ours with starts, the chunks that
-    begin a sequence), the recurrent step for a single token."""
+def _run(chunk_op, step_op, chunk_size: int, /, *inputs, state, **packing):
+    """The chunkwise form for sequences (packed ones: fla's with cu_seqlens, ours with ChunkAlignment's chunk
+    size and starts, the chunks that begin a sequence), the recurrent step for a single token."""
     if packing:
-        return chunk_op(*inputs, chunk_size=chunk_size, **packing)
+        return chunk_op(*inputs, **{"chunk_size": chunk_size, **packing})
     if inputs[0].shape[2] == 1:
         o, state = step_op(*(t[:, :, 0] for t in inputs), state)
         return o[:, :, None], state
@@ -347,7 +347,8 @@ class CCQRead:
             q_clean, ccq_state = fla_ops.ccq_fla(q, k_bar, lam, None, log_decay, self.cfg.chunk_size, **packing)
             return q_clean, k, ccq_state
         chunk = self.chunk_form(ccq_chunk, fla_ops.ccq_fla, q, scalar_gates=log_decay is not None)
-        q_clean, ccq_state = chunk(q, k_bar, lam, ccq_state, log_decay, self.cfg.chunk_size, **packing)
+        q_clean, ccq_state = chunk(q, k_bar, lam, ccq_state, log_decay, **{"chunk_size": self.cfg.chunk_size,
+                                                                          **packing})
         return q_clean, k, ccq_state
 
     def init_state(self, batch, device=None, dtype=None):

@@ -192,7 +192,7 @@ class InterdomainAttention(Mixer):
         if cu_seqlens is not None:  # every sequence moved to begin at a chunk, where the scan starts afresh
             align = ChunkAlignment(cu_seqlens, self.cfg.chunk_size)
             o, _ = ops.interdomain_chunk(align.spread(xi_q), align.spread(z), lam, B_bar, C, self.cfg.readout, None,
-                                         self.cfg.chunk_size, align.starts)
+                                         **align.packing)
             return align.gather(o), None
         if z.shape[2] == 1:
             o, memory = ops.interdomain_step(xi_q[:, :, 0], z[:, :, 0], lam, B_bar, C, memory, self.cfg.readout)
