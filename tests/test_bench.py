@@ -173,7 +173,7 @@ def test_attention_decode_and_precision_goals_are_judged_from_the_run():
                "mixers": [row("differential", 1024, 2.0, 10), row("differential", 4096, 2.1, 40),
                           row("sigmoid", 1024, 2.5, 10), row("sigmoid", 4096, 3.0, 160)],
                "decode_floor": {"context": 16, "gb_per_s": 20.0, "x_floor": 1.2},
-               "utilisation": {"peaks": {"fp32": 100.0, "bf16": 300.0}, "bf16_speedup": {"d 512": 0.9}}}
+               "utilisation": {"products": {"fp32": 100.0, "bf16": 300.0}, "bf16_speedup": {"d 512": 0.9}}}
     verdicts = {g["goal"].split(" (")[0]: g["verdict"] for g in goals(results)}
     assert verdicts["differential / softmax mixer fwd+bwd at T=4096"] == "met"
     assert verdicts["differential activation memory T=4096 / T=1024"] == "met"
@@ -181,7 +181,9 @@ def test_attention_decode_and_precision_goals_are_judged_from_the_run():
     assert verdicts["sigmoid activation memory T=4096 / T=1024"] == "NOT MET"  # quadratic: 16x for 4x the length
     assert verdicts["softmax decode ms/token at 16 / one read of its cache at 20 GB/s"] == "met"
     assert verdicts["bf16 / fp32 training step speed, d 512"] == "NOT MET"
-    results["utilisation"]["peaks"]["bf16"] = 100.0  # no faster bf16 products: bf16 is not held to a goal
+    results["utilisation"]["products"]["bf16"] = 100.0  # no faster bf16 products: bf16 is not held to a goal
+    assert not any(g["goal"].startswith("bf16") for g in goals(results))
+    results["utilisation"].update(products={"fp32": 100.0, "bf16": 1.0}, bf16_speedup={})  # bf16 steps not timed
     assert not any(g["goal"].startswith("bf16") for g in goals(results))
 
 
@@ -208,3 +210,16 @@ def test_packed_steps_are_held_to_their_goal():
     verdicts = {g["goal"]: g["verdict"] for g in goals(results) if "packed" in g["goal"]}
     assert verdicts == {"gla packed documents / plain rows, training step (x)": "met",
                         "ccq-gla packed documents / plain rows, training step (x)": "NOT MET"}
+
+
+def test_bf16_steps_are_not_timed_where_bf16_products_are_slower_and_no_share_exceeds_its_peak(monkeypatch):
+    from attnlab.bench import TINY_MODEL, utilisation
+
+    speeds = {torch.float32: 50.0, torch.bfloat16: 0.5}
+    monkeypatch.setattr(utilisation, "matmul_peak", lambda dtypes, sizes: {"gflops": speeds[dtypes[0]]})
+    lines = []
+    result = utilisation.bench_utilisation({"tiny": TINY_MODEL}, repeats=1, log=lines.append)
+    assert [row["precision"] for row in result["rows"]] == ["fp32"] and result["bf16_speedup"] == {}
+    assert any("bf16 steps not timed: bf16 products run at 0.01x fp32's" in line for line in lines)
+    bf16_only = utilisation.bench_utilisation({"tiny": TINY_MODEL}, ("bf16",), 1, log=lines.append)
+    assert bf16_only["peaks"] == {"bf16": 50.0} and bf16_only["rows"] == []  # autocast keeps some fp32 products

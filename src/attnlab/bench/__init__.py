@@ -131,10 +131,11 @@ def _attention_goals(results: dict) -> list[tuple]:
         rows.append((f"softmax decode ms/token at {floor['context']} / one read of its cache at "
                      f"{floor['gb_per_s']:.0f} GB/s (x)", floor["x_floor"], "<=", 1.5))
     utilisation = results.get("utilisation")
-    if utilisation and utilisation["peaks"]["bf16"] >= 1.5 * utilisation["peaks"]["fp32"]:
+    products = utilisation["products"] if utilisation else {}
+    if utilisation and utilisation["bf16_speedup"] and products["bf16"] >= 1.5 * products["fp32"]:
         label = list(utilisation["bf16_speedup"])[-1]
         rows.append((f"bf16 / fp32 training step speed, {label} (x; bf16 products "
-                     f"{utilisation['peaks']['bf16'] / utilisation['peaks']['fp32']:.1f}x fp32's here)",
+                     f"{products['bf16'] / products['fp32']:.1f}x fp32's here)",
                      utilisation["bf16_speedup"][label], ">=", 1.2))
     return rows
 

@@ -22,10 +22,18 @@ from .timing import count_flops, matmul_peak, peak_share, round_robin
 def bench_utilisation(shapes: dict[str, list[str]], precisions=("fp32", "bf16"), repeats: int = 5,
                       peak_sizes=(256, 512, 1024, 2048), log=print) -> dict:
     """shapes: {label: overrides of the demo preset}. Rows of {shape, precision, ms, tokens_per_s, gflops,
-    peak_gflops, mfu} and, per shape, bf16's speed-up over fp32."""
-    peaks = {p: matmul_peak([DTYPES[p]], peak_sizes)["gflops"] for p in precisions}
-    log("decoder training step against the matmul peak of its dtype: "
-        + ", ".join(f"{p} {g:.0f} GFLOP/s" for p, g in peaks.items()))
+    peak_gflops, mfu}, per shape bf16's speed-up over fp32, the matmul peak of each dtype's products
+    ("products") and the peak each precision's MFU divides by ("peaks": under bf16 autocast some products stay
+    in fp32, so the faster of the two). bf16 steps are not timed where bf16 products are slower than fp32's:
+    autocast could only slow the step there."""
+    products = {p: matmul_peak([DTYPES[p]], peak_sizes)["gflops"] for p in dict.fromkeys(("fp32", *precisions))}
+    peaks = {p: max(products[p], products["fp32"]) for p in precisions}
+    log("decoder training step against the matmul peak of its products: "
+        + ", ".join(f"{p} {g:.0f} GFLOP/s" for p, g in products.items()))
+    if "bf16" in products and products["bf16"] < products["fp32"]:
+        log(f"  bf16 steps not timed: bf16 products run at {products['bf16'] / products['fp32']:.2g}x fp32's here "
+            f"(no native bf16 matrix unit)")
+        precisions = tuple(p for p in precisions if p != "bf16")
     log(f"{'shape':<26} {'precision':<9} {'ms/step':>9} {'tokens/s':>10} {'GFLOP/s':>9} {'MFU':>7}")
     configs = {label: load_config("demo", ["model.vocab_size=256", *overrides]) for label, overrides in shapes.items()}
     rows, tasks, flops = [], {}, {}
@@ -47,7 +55,7 @@ def bench_utilisation(shapes: dict[str, list[str]], precisions=("fp32", "bf16"),
         for label in shapes:
             speedup[label] = seconds[label, "fp32"] / seconds[label, "bf16"]
             log(f"  {label}: bf16 step {speedup[label]:.2f}x as fast as fp32")
-    return {"rows": rows, "bf16_speedup": speedup, "peaks": peaks}
+    return {"rows": rows, "bf16_speedup": speedup, "peaks": peaks, "products": products}
 
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
