@@ -96,7 +96,7 @@ class ChunkAlignment:
     rows (so that the scan runs over a few rows of a few chunks rather than one long row). Zeros fill the rest of
     a sequence's last chunk and of a row: read after a sequence, they change none of its outputs, and where they
     add nothing to a state (k = v = 0, no decay) none of its state either.
-    The layout is what costs: the chunk is chunk_size, halved (down to 16) while rounding every sequence up to
+    Padding is what a layout costs, so the chunk is chunk_size, halved (down to 16) while rounding every sequence up to
     whole chunks would add more than a tenth to its tokens, and the rows are as wide as the longest sequence or
     wider, up to twice, whichever lays the sequences out in the fewest positions. (Training steps of gla, gdn,
     ccq-gdn and interdomain on a CPU ran as fast with chunks of 32 as of 64, and rows of 512 tokens packed with
