@@ -28,6 +28,40 @@ def test_without_a_gpu_it_says_so_and_checks_on_the_cpu(two_mixers, tmp_path, ca
     for row in report["mixers"].values():
         assert row["fp32"]["forward"] < 1e-5 and row["bf16"]["ok"]
     assert report["train"]["steps"] == 2 and report["train"]["val_loss"] > 0
+    assert "backend=auto takes on a Hopper GPU (H100/H200)" in printed
+    assert report["backends"]["softmax"] == {"backends": ["torch"], "auto": "torch", "why": "its only form"}
+    assert report["backends"]["gla"]["backends"] == ["torch", "fla"]  # every registered mixer is listed
+    assert set(report["backends"]) >= {"gdn", "ccq-gdn", "interdomain", "boltzmann"}
+
+
+FACTS = {"cuda": True, "hopper": True, "fla": "0.6.0", "triton": "3.6.0", "tilelang": False}
+
+
+@pytest.mark.parametrize("facts, scalar_gates, uses_fla, why", [
+    ({"cuda": False}, False, False, "no CUDA GPU"),
+    ({"fla": None}, False, False, "flash-linear-attention is not installed (pip install 'attnlab[fla]')"),
+    ({}, False, True, "fla 0.6.0's Triton kernels (Triton 3.6.0)"),  # gla's kernels have no such bug
+    ({}, True, False, "Triton 3.6.0 miscompiles fla's scalar-gated backward on Hopper GPUs"),
+    ({"tilelang": True}, True, True, "the scalar-gated backward on fla's TileLang backend"),
+    ({"triton": "3.7.1"}, True, True, "Triton >= 3.7.1 compiles their scalar-gated backward correctly"),
+    ({"triton": "3.8.0+git1234"}, True, True, "Triton >= 3.7.1"),
+    ({"triton": "3.3.1"}, True, True, "fla 0.6.0's Triton kernels (Triton 3.3.1)"),  # before the regression
+    ({"hopper": False}, True, True, "fla 0.6.0's Triton kernels (Triton 3.6.0)"),  # an A100: no such bug
+])
+def test_auto_takes_fla_where_its_kernels_train_correctly_and_says_why(facts, scalar_gates, uses_fla, why):
+    from attnlab.ops.fla import auto_route
+
+    taken, reason = auto_route(scalar_gates, **{**FACTS, **facts})
+    assert taken is uses_fla and why in reason
+
+
+def test_the_scalar_gated_mixers_ask_for_the_scalar_gated_route():
+    from attnlab.mixers import build_mixer
+
+    routes = [build_mixer(name, d_model=16, n_heads=2, **options).auto_backend(**FACTS)[0]
+              for name, options in [("gla", {}), ("gdn", {}), ("ccq-gla", {}), ("ccq-gla", {"ccq_decay": True}),
+                                    ("ccq-gdn", {}), ("linear", {})]]
+    assert routes == ["fla", "torch", "fla", "torch", "torch", "fla"]
 
 
 def test_a_wrong_mixer_is_outside_the_limits(two_mixers, tmp_path, monkeypatch):

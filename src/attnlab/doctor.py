@@ -2,9 +2,11 @@
 
 1. Every mixer's forward, input gradient and token-by-token decode on the device, in fp32 and under bf16
    autocast, against the same mixer in fp64 on the CPU (relative errors, with pass/fail limits).
-2. Every mixer's forward+backward time against SDPA softmax, and each linear mixer's fla backend against
-   its torch form (outputs compared, then timed side by side).
-3. The demo model trained for a few hundred steps on the device.
+2. Every mixer's backends and the one backend=auto takes, and why (on this GPU; without one, on a Hopper
+   GPU with the fla and Triton installed here).
+3. Every mixer's forward+backward time against SDPA softmax, and each mixer's fla backend against its torch
+   form (outputs compared, then timed side by side).
+4. The demo model trained for a few hundred steps on the device.
 Without a CUDA GPU it says so and runs the checks on the CPU, which keeps the command itself testable.
 The results are printed as tables and written to doctor.json, section by section, so a run cut short
 keeps what it measured.
@@ -23,12 +25,12 @@ import torch
 from .bench.mixers import contenders
 from .bench.timing import round_robin
 from .errors import UserError
-from .mixers import build_mixer
+from .mixers import build_mixer, list_mixers, mixer_class
+from .ops import fla
 
 # relative error limits against fp64: fp32 kernels differ in summation order only; bf16 rounds the
 # projections (the states stay fp32), as the CPU tests allow
 LIMITS = {"fp32": 1e-4, "bf16": 3e-2}
-FLA_BACKENDS = ("gla", "linear", "ccq-gla", "gdn", "ccq-gdn")
 
 
 def relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
@@ -142,6 +144,23 @@ def time_mixers(device: torch.device, batch: int, seq_len: int, d_model: int, n_
     return results
 
 
+def backend_routes(device: torch.device, log=print) -> dict:
+    """{mixer: {backends, auto, why}}: the forms each registered mixer's sequences can run on and the one
+    backend=auto takes, on this GPU, or without one on a Hopper GPU (H100/H200) with what is installed here."""
+    cuda = device.type == "cuda"
+    machine = {"cuda": True, "hopper": torch.cuda.get_device_capability(device)[0] == 9 if cuda else True,
+               **fla.installed()}
+    where = torch.cuda.get_device_name(device) if cuda else "a Hopper GPU (H100/H200) with the packages installed here"
+    log(f"\nbackends, and the one backend=auto takes on {where}")
+    routes = {}
+    for name in list_mixers():
+        mixer = build_mixer(name, d_model=64, n_heads=4)
+        backend, why = mixer.auto_backend(**machine)
+        routes[name] = {"backends": list(mixer.backends), "auto": backend, "why": why}
+        log(f"{name:<22} {', '.join(mixer.backends):<11} auto: {backend:<6} {why}")
+    return routes
+
+
 def compare_fla(device: torch.device, batch: int, seq_len: int, d_model: int, n_heads: int, repeats: int,
                 log=print) -> dict:
     """Each linear mixer with backend=fla against the same weights with backend=torch: the largest
@@ -149,7 +168,7 @@ def compare_fla(device: torch.device, batch: int, seq_len: int, d_model: int, n_
     log(f"\nfla backend against the torch form on {device}: batch {batch}, T {seq_len}, d_model {d_model}")
     results = {}
     x = torch.randn(batch, seq_len, d_model, device=device, requires_grad=True)
-    for name in FLA_BACKENDS:
+    for name in (name for name in list_mixers() if "fla" in mixer_class(name).backends):
         try:
             torch.manual_seed(0)
             forms = {b: build_mixer(name, d_model=d_model, n_heads=n_heads, backend=b).to(device)
@@ -205,6 +224,7 @@ def run_doctor(out: str | Path = "runs/doctor", train_steps: int = 200, log=prin
         log("no CUDA GPU found: running the checks on the CPU (GPU timings and the fla backend are skipped)")
     report = {"environment": environment(device)}
     log(json.dumps(report["environment"]))
+    report["backends"] = backend_routes(device, log)
 
     def save():
         (out / "doctor.json").write_text(json.dumps(report, indent=1))

@@ -65,16 +65,25 @@ def test_auto_backend_runs_torch_off_cuda_with_the_same_parameters():
     assert {name: p.shape for name, p in auto_mixer.state_dict().items()} == shapes
 
 
-def test_auto_backend_on_cuda_keeps_torch_where_fla_cannot_train_scalar_gates(monkeypatch):
-    """On a GPU (an object that says it is on CUDA stands in for one) auto takes fla, except for scalar-gated
-    kernels where fla refuses their backward (Hopper with Triton 3.4.0 to 3.7.0)."""
+def test_auto_backend_on_cuda_keeps_torch_where_fla_cannot_train_scalar_gates(monkeypatch, caplog):
+    """On a GPU (an object that says it is on CUDA stands in for one; the machine's facts are set) auto takes
+    fla, except for scalar-gated kernels where fla refuses their backward (Hopper with Triton 3.4.0 to 3.7.0
+    and no TileLang), and says once which route it took."""
     from types import SimpleNamespace
 
     on_cuda = SimpleNamespace(is_cuda=True)
     mixer = build_mixer("gdn", d_model=32, n_heads=2, backend="auto")
-    monkeypatch.setattr(fla_ops, "available", lambda: True)
-    for works in (True, False):
-        monkeypatch.setattr(fla_ops, "scalar_gated_backward_works", lambda works=works: works)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *device: (9, 0))
+    for triton, works in (("3.7.1", True), ("3.6.0", False)):
+        monkeypatch.setattr(fla_ops, "installed", lambda triton=triton: {"fla": "0.6.0", "triton": triton,
+                                                                         "tilelang": False})
+        fla_ops.route.cache_clear()
+        caplog.clear()
         assert mixer.chunk_form(gla_chunk, fla_ops.gla_fla, on_cuda) is fla_ops.gla_fla
         chosen = mixer.chunk_form(gla_chunk, fla_ops.delta_rule_fla, on_cuda, scalar_gates=True)
+        mixer.chunk_form(gla_chunk, fla_ops.delta_rule_fla, on_cuda, scalar_gates=True)
         assert chosen is (fla_ops.delta_rule_fla if works else gla_chunk)
+        notes = [r.getMessage() for r in caplog.records if "backend=auto" in r.getMessage()]
+        assert len(notes) == 2 and ("the torch forms" in notes[1]) is not works  # once per kind of kernel
+    fla_ops.route.cache_clear()

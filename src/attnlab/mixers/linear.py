@@ -37,8 +37,9 @@ class LinearConfig(MixerConfig):
     chunk_size: int = 64
     norm_eps: float = 1e-5
     # where sequences (training, prefill) run: torch (our chunkwise forms), fla (flash-linear-attention's
-    # Triton kernels) or auto (fla on CUDA when it is installed, else torch). Single tokens always use our steps.
-    backend: str = "torch"
+    # Triton kernels) or auto (fla on a CUDA GPU where its kernels train correctly, said once; else torch).
+    # Single tokens always use our steps.
+    backend: str = "auto"
 
     @property
     def key_dim(self) -> int:
@@ -117,6 +118,7 @@ class LinearAttention(Mixer):
     """Shared layer structure. Subclasses provide ``gates(x)`` and ``recur(q, k, v, gates, memory)``."""
 
     config_class = LinearConfig
+    backends = ("torch", "fla")
     unit_qk = False  # whether read_query already returns L2-normalised queries and keys
 
     def __init__(self, cfg: LinearConfig):
@@ -173,6 +175,10 @@ class LinearAttention(Mixer):
     def packed_outputs(self, x, cu_seqlens):
         return nn.Module.__call__(self, x, None, cu_seqlens)[0]
 
+    def auto_backend(self, **machine) -> tuple[str, str]:
+        uses_fla, why = fla_ops.auto_route(self.scalar_gates(), **machine)
+        return ("fla" if uses_fla else "torch"), why
+
     def fla_runs(self, x: torch.Tensor) -> bool:
         """Whether the chunkwise forms of x take fla's kernels (the backend and the device say so)."""
         return self.chunk_form(False, True, x, scalar_gates=self.scalar_gates())
@@ -190,8 +196,7 @@ class LinearAttention(Mixer):
         it on CUDA where fla imports and, for scalar-gated kernels, where fla can train them."""
         backend = self.cfg.backend
         if backend == "auto":
-            usable = x.is_cuda and fla_ops.available()
-            return fla_form if usable and (not scalar_gates or fla_ops.scalar_gated_backward_works()) else torch_form
+            return fla_form if x.is_cuda and fla_ops.route(scalar_gates)[0] else torch_form
         return fla_form if backend == "fla" else torch_form
 
     def gates(self, x: torch.Tensor) -> dict:

@@ -53,6 +53,7 @@ class Mixer(nn.Module):
     config_class: type[MixerConfig] = MixerConfig
     name: str = ""
     compile_exclusion: str | None = None  # why train.compile=true leaves this mixer's blocks eager, if it does
+    backends: tuple[str, ...] = ("torch",)  # the forms its sequences can run on (the `backend` option, if several)
 
     def __init__(self, cfg: MixerConfig):
         super().__init__()
@@ -124,6 +125,10 @@ class Mixer(nn.Module):
         couplings, the coupling's step, CCQ's correction), to measure at evaluation how much the trained model
         uses it; None where the mixer has no such component."""
         return None
+
+    def auto_backend(self, **machine) -> tuple[str, str]:
+        """(the backend backend=auto takes, why) on a machine with these facts (`ops.fla.auto_route`'s)."""
+        return "torch", "its only form"
 
     def init_state(self, batch: int, device=None, dtype=None):
         """The state before the first token."""

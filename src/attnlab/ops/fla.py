@@ -17,7 +17,10 @@ final states come one per sequence, [N_seq, H, D_k, D_v].
 from __future__ import annotations
 
 import functools
+import importlib.util
+import logging
 import os
+import re
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +30,7 @@ from ._chunks import autocast_off
 from .ccq import CCQStats
 
 INSTALL_HINT = "pip install 'attnlab[fla]'"
+log = logging.getLogger(__name__)
 
 
 @functools.cache
@@ -39,13 +43,67 @@ def available() -> bool:
     return True
 
 
-@functools.cache
-def scalar_gated_backward_works() -> bool:
-    """Whether fla computes the backward of its scalar-gated kernels (the gated delta rule, decayed simple
-    GLA) here: fla 0.6.0 refuses it on Hopper GPUs with Triton 3.4.0 to 3.7.0, which miscompile it."""
-    from fla.utils import IS_NVIDIA_HOPPER, TRITON_ABOVE_3_4_0, TRITON_ABOVE_3_7_1
+FIXED_TRITON = (3, 7, 1)  # the first Triton that compiles fla's scalar-gated backward correctly on Hopper GPUs
 
-    return not (IS_NVIDIA_HOPPER and TRITON_ABOVE_3_4_0 and not TRITON_ABOVE_3_7_1)
+
+def auto_route(scalar_gates: bool, *, cuda: bool, hopper: bool, fla: str | None, triton: str | None,
+               tilelang: bool) -> tuple[bool, str]:
+    """(whether backend=auto runs fla's kernels, why) on a machine with these facts: a CUDA GPU, a Hopper one,
+    the installed fla and Triton versions (None: not installed) and whether fla's TileLang backend can run.
+    Triton 3.4.0 to 3.7.0 miscompiles the backward of fla's scalar-gated kernels (the gated delta rule,
+    decayed CCQ's statistics) on Hopper, and fla 0.6.0 refuses it there; Triton 3.7.1 fixes it, and fla's
+    TileLang backend computes that backward without Triton."""
+    if not cuda:
+        return False, "no CUDA GPU: the torch forms"
+    if fla is None or triton is None:
+        return False, f"flash-linear-attention is not installed ({INSTALL_HINT}): the torch forms"
+    kernels = f"fla {fla}'s Triton kernels (Triton {triton})"
+    if not scalar_gates or not hopper or _version(triton) < (3, 4, 0):
+        return True, kernels
+    if _version(triton) >= FIXED_TRITON:
+        return True, f"{kernels}: Triton >= 3.7.1 compiles their scalar-gated backward correctly on Hopper"
+    if tilelang:
+        return True, f"{kernels}, the scalar-gated backward on fla's TileLang backend"
+    return False, (f"the torch forms: Triton {triton} miscompiles fla's scalar-gated backward on Hopper GPUs; "
+                   "a torch whose Triton is 3.7.1 or newer, or tilelang (pip install tilelang, with nvcc), lets fla's kernels run")
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """(3, 7, 1) from '3.7.1', '3.7.1+git...' or '3.7.1rc1'; (0, 0, 0) where it is not a version."""
+    numbers = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+    return tuple(int(n or 0) for n in numbers.groups()) if numbers else (0, 0, 0)
+
+
+def installed() -> dict:
+    """The versions of fla and Triton installed here (None where missing) and whether fla's TileLang backend
+    can run (tilelang and a working nvcc)."""
+    from importlib import metadata
+
+    def version(package):
+        try:
+            return metadata.version(package)
+        except metadata.PackageNotFoundError:
+            return None
+
+    fla = version("fla-core") or version("flash-linear-attention")
+    tilelang = False
+    if fla is not None and importlib.util.find_spec("tilelang") is not None and available():
+        try:
+            from fla.ops.common.backends.tilelang import CommonTileLangBackend
+            tilelang = CommonTileLangBackend.can_use()
+        except ImportError:
+            pass
+    return {"fla": fla, "triton": version("triton"), "tilelang": tilelang}
+
+
+@functools.cache
+def route(scalar_gates: bool) -> tuple[bool, str]:
+    """auto_route on this machine, said once (a note on stderr): which route backend=auto takes and why."""
+    hopper = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+    taken = auto_route(scalar_gates, cuda=torch.cuda.is_available(), hopper=hopper, **installed())
+    gates = "scalar-gated " if scalar_gates else ""
+    log.warning(f"note: backend=auto runs the {gates}linear-attention mixers on {taken[1]}")
+    return taken
 
 
 NEEDS_CUDA = "backend=fla runs flash-linear-attention's Triton kernels, which need a CUDA GPU"
