@@ -190,6 +190,25 @@ def check_packed():
         torch.testing.assert_close(y_out, y_fla, rtol=0, atol=0, msg=lambda m, name=name: f"{name} outputs: {m}")
 
 
+def check_doctor_dry_run():
+    """`attnlab doctor --dry-run` on the CPU: the GPU run's sections (fla against the torch forms, every mixer
+    timed against softmax at two lengths, the goals) at tiny sizes, fla's kernels interpreted."""
+    import tempfile
+
+    from attnlab.doctor import SPEED_GOALS, run_doctor
+
+    with tempfile.TemporaryDirectory() as out:
+        report = run_doctor(out, train_steps=0, dry_run=True, log=lambda line: None)
+    assert list(report["speed"]) == list(report["fla"]) == ["16", "32"], report.keys()
+    for seq_len, compared in report["fla"].items():
+        assert set(compared) == {"linear", "gla", "gdn", "ccq-gla", "ccq-gdn"}
+        for name, row in compared.items():
+            assert "error" not in row and row["difference"] < 1e-3, (seq_len, name, row)
+    speed_goals = report["goals"][: len(SPEED_GOALS)]
+    assert all(goal["verdict"] == "not judged" and goal["value"] > 0 for goal in speed_goals), speed_goals
+    assert all(goal["verdict"] == "not judged" for goal in report["goals"]) and report["failed"] == []
+
+
 CHECKS = {name.removeprefix("check_"): fn for name, fn in globals().items() if name.startswith("check_")}
 
 if __name__ == "__main__":

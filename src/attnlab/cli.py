@@ -461,7 +461,7 @@ def cmd_bench(args) -> None:
 def cmd_doctor(args) -> None:
     from .doctor import run_doctor
 
-    run_doctor(args.out, args.train_steps)
+    run_doctor(args.out, args.train_steps, args.dry_run)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -650,6 +650,8 @@ def _doctor_parser(sub) -> None:
     p.add_argument("--out", default="runs/doctor", help="folder for doctor.json")
     p.add_argument("--train-steps", type=non_negative_int, default=200,
                    help="steps of the demo model (0: no training)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="the GPU run's timed sections too, at tiny sizes and unjudged, on whatever device is here")
     p.set_defaults(func=cmd_doctor, check=check_doctor)
 
 

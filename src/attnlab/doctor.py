@@ -31,6 +31,14 @@ from .ops import fla
 # relative error limits against fp64: fp32 kernels differ in summation order only; bf16 rounds the
 # projections (the states stay fp32), as the CPU tests allow
 LIMITS = {"fp32": 1e-4, "bf16": 3e-2}
+# the timed sections' sizes: on a GPU, and in a dry run (the same code paths at sizes a CPU runs in seconds)
+SIZES = {"gpu": {"batch": 8, "lengths": (2048, 8192), "d_model": 512, "n_heads": 8, "repeats": 5},
+         "dry run": {"batch": 1, "lengths": (16, 32), "d_model": 32, "n_heads": 2, "repeats": 1}}
+# what the GPU run is held to (bf16, B 8, d_model 512 on an H100/H200): (mixer, length, relation, times
+# softmax's forward+backward)
+SPEED_GOALS = [*((name, 2048, "<=", 1.5) for name in ("gla", "gdn", "ccq-gla", "ccq-gdn")),
+               *((name, 8192, "<", 1.0) for name in ("gla", "gdn", "ccq-gla", "ccq-gdn")),
+               ("interdomain", 2048, "<=", 2.0), ("boltzmann (banded 4, window 64)", 2048, "<=", 8.0)]
 
 
 def relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
@@ -214,14 +222,17 @@ def train_demo(device: torch.device, steps: int, log=print) -> dict:
     return result
 
 
-def run_doctor(out: str | Path = "runs/doctor", train_steps: int = 200, log=print) -> dict:
-    """Every check in turn on the GPU if there is one, else on the CPU; doctor.json in `out`."""
+def run_doctor(out: str | Path = "runs/doctor", train_steps: int = 200, dry_run: bool = False, log=print) -> dict:
+    """Every check in turn on the GPU if there is one, else on the CPU; doctor.json in `out`. dry_run: the
+    timed sections too, at tiny sizes and unjudged, wherever this runs (a CPU test of the GPU run's code)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
     if not cuda:
-        log("no CUDA GPU found: running the checks on the CPU (GPU timings and the fla backend are skipped)")
+        log("no CUDA GPU found: running the checks on the CPU"
+            + (" (a dry run: the timed sections at tiny sizes)" if dry_run else
+               " (GPU timings and the fla backend are skipped)"))
     report = {"environment": environment(device)}
     log(json.dumps(report["environment"]))
     report["backends"] = backend_routes(device, log)
@@ -236,12 +247,45 @@ def run_doctor(out: str | Path = "runs/doctor", train_steps: int = 200, log=prin
     if train_steps > 0:
         report["train"] = train_demo(device, train_steps, log)
         save()
-    if cuda:  # last, the slowest to start: fla compiles and tunes its kernels on first use
-        shape = dict(batch=8, seq_len=2048, d_model=512, n_heads=8, repeats=5)
-        report["speed"] = time_mixers(device, log=log, **shape)
-        save()
-        report["fla"] = compare_fla(device, log=log, **shape) if report["environment"]["fla"] else "fla not installed"
-        save()
+    if cuda or dry_run:  # last, the slowest to start: fla compiles and tunes its kernels on first use
+        sizes = dict(SIZES["dry run" if dry_run else "gpu"])
+        lengths = sizes.pop("lengths")
+        report["speed"], report["fla"] = {}, {}
+        for seq_len in lengths:
+            report["speed"][str(seq_len)] = time_mixers(device, seq_len=seq_len, log=log, **sizes)
+            save()
+            if report["environment"]["fla"]:
+                report["fla"][str(seq_len)] = compare_fla(device, seq_len=seq_len, log=log, **sizes)
+                save()
+    report["goals"] = doctor_goals(report, judged=cuda and not dry_run)
+    save()
+    log("\ngoals (bf16, B 8, d_model 512 on an H100/H200):")
+    for goal in report["goals"]:
+        log(f"  {goal['goal']:<64} {_value(goal['value']):>8}  {goal['bar']:<7} {goal['verdict']}")
     log(f"\n{len(report['mixers']) - len(failed)} of {len(report['mixers'])} mixers within limits"
         + (f"; outside: {', '.join(failed)}" if failed else "") + f". Written to {out / 'doctor.json'}")
     return report
+
+
+def doctor_goals(report: dict, judged: bool = True) -> list[dict]:
+    """SPEED_GOALS and the fla kernels' agreement with the torch forms (bf16 limit), each met, NOT MET, not
+    measured (this run has no such number: no GPU, a mixer that failed) or not judged (a dry run)."""
+    rows, timed_lengths = [], list(report.get("speed", {}))  # a dry run's lengths stand in for the GPU's in turn
+    for label, seq_len, relation, bar in SPEED_GOALS:
+        at = SIZES["gpu"]["lengths"].index(seq_len)
+        timed = report["speed"][timed_lengths[at]].get(label) if at < len(timed_lengths) else None
+        rows.append((f"{label} / softmax fwd+bwd at T={seq_len} (x)", timed and timed["x_softmax"], relation, bar))
+    for seq_len, compared in report.get("fla", {}).items():
+        for name, row in compared.items():
+            rows.append((f"{name} fla vs torch form at T={seq_len} (relative difference)", row.get("difference"),
+                         "<=", LIMITS["bf16"]))
+    goals = []
+    for goal, value, relation, bar in rows:
+        met = None if value is None or not judged else (value <= bar if relation == "<=" else value < bar)
+        verdict = ("not measured" if value is None else "not judged" if not judged else "met" if met else "NOT MET")
+        goals.append({"goal": goal, "value": value, "bar": f"{relation} {bar:g}", "met": met, "verdict": verdict})
+    return goals
+
+
+def _value(value) -> str:
+    return "-" if value is None else f"{value:.3g}"

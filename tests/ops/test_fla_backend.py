@@ -23,7 +23,7 @@ WORKER = Path(__file__).parents[1] / "fla_worker.py"
 # fp32 outputs, final states and every gradient of gla, linear, the delta rule and CCQ (plain, decayed);
 # bf16 inputs; each linear-attention mixer with backend=fla against backend=torch (prefill + decode too); and
 # packed rows through fla's cu_seqlens against each sequence alone
-CHECKS = ["gla", "linear", "delta_rule", "ccq", "ccq_decay", "bf16", "mixers", "packed"]
+CHECKS = ["gla", "linear", "delta_rule", "ccq", "ccq_decay", "bf16", "mixers", "packed", "doctor_dry_run"]
 
 
 @pytest.fixture(scope="module")
