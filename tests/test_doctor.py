@@ -32,6 +32,7 @@ def test_without_a_gpu_it_says_so_and_checks_on_the_cpu(two_mixers, tmp_path, ca
     assert report["backends"]["softmax"] == {"backends": ["torch"], "auto": "torch", "why": "its only form"}
     assert report["backends"]["gla"]["backends"] == ["torch", "fla"]  # every registered mixer is listed
     assert set(report["backends"]) >= {"gdn", "ccq-gdn", "interdomain", "boltzmann"}
+    assert report["goals"] and {goal["verdict"] for goal in report["goals"]} == {"not measured"}  # no GPU timings
 
 
 FACTS = {"cuda": True, "hopper": True, "fla": "0.6.0", "triton": "3.6.0", "tilelang": False}
