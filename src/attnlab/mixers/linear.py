@@ -181,7 +181,7 @@ class LinearAttention(Mixer):
 
     def fla_runs(self, x: torch.Tensor) -> bool:
         """Whether the chunkwise forms of x take fla's kernels (the backend and the device say so)."""
-        return self.chunk_form(False, True, x, scalar_gates=self.scalar_gates())
+        return self.uses_fla(x, self.scalar_gates())
 
     def scalar_gates(self) -> bool:
         """Whether the recurrence's gates are one per head (fla's scalar-gated kernels)."""
@@ -192,12 +192,16 @@ class LinearAttention(Mixer):
         return q, k, ccq_state
 
     def chunk_form(self, torch_form, fla_form, x: torch.Tensor, scalar_gates: bool = False):
-        """The chunkwise form for sequences on x's device: fla's when the backend asks for it; `auto` takes
-        it on CUDA where fla imports and, for scalar-gated kernels, where fla can train them."""
+        """The chunkwise form for sequences on x's device: fla_form where `uses_fla`, else torch_form."""
+        return fla_form if self.uses_fla(x, scalar_gates) else torch_form
+
+    def uses_fla(self, x: torch.Tensor, scalar_gates: bool = False) -> bool:
+        """Whether x's sequences run on fla's kernels: backend=fla, or backend=auto on a CUDA GPU where fla's
+        kernels (scalar-gated ones, if so) train correctly (`ops.fla.route`)."""
         backend = self.cfg.backend
         if backend == "auto":
-            return fla_form if x.is_cuda and fla_ops.route(scalar_gates)[0] else torch_form
-        return fla_form if backend == "fla" else torch_form
+            return x.is_cuda and fla_ops.route(scalar_gates)[0]
+        return backend == "fla"
 
     def gates(self, x: torch.Tensor) -> dict:
         raise NotImplementedError
