@@ -19,6 +19,7 @@ from torch.utils.checkpoint import checkpoint
 from ..errors import ConfigError, UserError, unknown_name
 from ..nn import at_least_fp32, causal_mask, no_autocast, overwritten, positions_in_sequences, set_optim
 from ..ops import annealing, ising
+from ..ops.field_attention import field_attention
 from .attention import AttentionConfig, AttentionMixer, KVCache
 from .registry import Mixer, register_mixer
 
@@ -28,6 +29,7 @@ MODES = {
     "h+J+K": (True, True, True), "h+K": (True, False, True), "J+K": (False, True, True), "K-only": (False, False, True),
 }
 INFERENCE = ("exact", "banded", "mean-field", "dqa")
+BACKENDS = ("torch", "flex", "auto")
 MAX_DQA_WINDOW = 12  # a state vector of 2^window amplitudes per query
 # the cheap configuration that runs at any length: banded inference over a sliding window of distance
 # couplings, one chain of `window` spins with 2^band states per query (a few times a softmax step)
@@ -71,6 +73,9 @@ class BoltzmannConfig(AttentionConfig):
     dqa_shots: int = 256  # 0: use the simulated measurement probabilities (infinitely many shots)
     dqa_gradient: str = "ste"  # ste: through the simulated circuit | covariance: sample correlations
     memory_budget_gib: float = 2.0  # exact inference: log-weights held at once
+    # fields only (mode=h-only, no bias_field): torch (the forms below), flex (FlexAttention: softmax of
+    # log sigma(2h) over a sliding causal block mask, one fused kernel on a GPU) or auto (flex on a CUDA GPU)
+    backend: str = "auto"
 
     def validate(self) -> None:
         super().validate()
@@ -89,6 +94,12 @@ class BoltzmannConfig(AttentionConfig):
         if uses_K and self.inference == "banded":
             raise ConfigError(f"banded inference handles pair couplings only; mode={self.mode} has three-body "
                               "terms: use inference=exact, mean-field or dqa")
+        if self.backend not in BACKENDS:
+            raise ConfigError(unknown_name("backend", self.backend, BACKENDS))
+        if self.backend == "flex" and (MODES[self.mode] != MODES["h-only"] or self.bias_field):
+            raise ConfigError(f"backend=flex runs fields only (mode=h-only without bias_field), where every spin "
+                              f"is independent; mode={self.mode}{' with bias_field' if self.bias_field else ''} "
+                              f"needs Ising inference: use backend=torch or backend=auto")
         if self.inference == "banded" and not 1 <= self.band < self.window:
             raise ConfigError(f"band={self.band} must be between 1 and window - 1 = {self.window - 1}")
         if self.inference == "dqa":
@@ -108,6 +119,7 @@ class BoltzmannAttention(AttentionMixer):
     """Attention weights from Ising marginals; see the module docstring and ``attnlab.ops.ising``."""
 
     config_class = BoltzmannConfig
+    backends = ("torch", "flex")
     compile_exclusion = ("its inference loops (enumeration in pieces, chain messages, annealing steps) unroll into "
                          "graphs that did not finish compiling in 75 s for one small layer on a 2-core CPU")
 
@@ -146,6 +158,21 @@ class BoltzmannAttention(AttentionMixer):
         index = torch.where((offset >= 1) & (offset <= reach), offset, 0)
         return table[:, index]
 
+    def fields_only(self) -> bool:
+        """Whether every spin is independent (fields, no couplings, no bias field): FlexAttention's case."""
+        return self.uses_h and not self.uses_J and not self.uses_K and self.bias is None
+
+    def uses_flex(self, x: torch.Tensor) -> bool:
+        """Whether attention runs on FlexAttention: backend=flex, or backend=auto with fields only on a CUDA GPU."""
+        return self.cfg.backend == "flex" or (self.cfg.backend == "auto" and x.is_cuda and self.fields_only())
+
+    def auto_backend(self, **machine) -> tuple[str, str]:
+        if not self.fields_only():
+            return "torch", f"mode={self.cfg.mode}: couplings need Ising inference, the torch forms"
+        if not machine["cuda"]:
+            return "torch", "no CUDA GPU: the torch form"
+        return "flex", "FlexAttention: fields only, softmax of log sigma(2h) over a sliding causal block mask"
+
     def sliding(self) -> bool:
         """Whether contexts past the window are allowed (each query then sees its last `window` keys)."""
         cfg = self.cfg
@@ -164,9 +191,9 @@ class BoltzmannAttention(AttentionMixer):
 
     def packed_outputs(self, x: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
         """Banded inference over a sliding window in one call: each query's chain begins no earlier than its own
-        sequence's start, as a stream's first queries begin at 0. Otherwise batches of similar lengths
-        (Mixer.packed_outputs)."""
-        if not (self.sliding() and self.cfg.inference == "banded"):
+        sequence's start, as a stream's first queries begin at 0. Otherwise (FlexAttention too) batches of
+        similar lengths (Mixer.packed_outputs)."""
+        if self.uses_flex(x) or not (self.sliding() and self.cfg.inference == "banded"):
             return super().packed_outputs(x, cu_seqlens)
         positions = positions_in_sequences(cu_seqlens, x.device)
         q, k, v = self.projections(x, positions=positions)
@@ -182,6 +209,10 @@ class BoltzmannAttention(AttentionMixer):
         if S > self.cfg.window and not self.sliding():
             raise UserError(f"Boltzmann attention with window={self.cfg.window} sees at most {self.cfg.window} "
                             f"positions, but this call reaches {S}; {self.length_advice(S)}")
+        if self.uses_flex(q):
+            with no_autocast(q.device):  # fields and partition functions in fp32, as below
+                q, k = at_least_fp32(q), at_least_fp32(k)
+                return field_attention(q, k, v.to(q.dtype), self.cfg.window).to(v.dtype)
         if self.cfg.inference == "banded":
             return self.attend_banded(q, k, v)
         visible = causal_mask(Tq, S, q.device, window=self.cfg.window)
