@@ -1,38 +1,31 @@
 """train.compile: compiled blocks compute what the eager ones do; excluded mixers stay eager with a reason."""
 
-import pytest
 import torch
 
 from attnlab.config import ModelConfig
 from attnlab.model import Decoder
 
 
-@pytest.mark.parametrize("mixer", ["softmax", "gla"])
-def test_compiled_forward_equals_eager(mixer):
-    torch.manual_seed(0)
-    model = Decoder(ModelConfig(vocab_size=32, d_model=32, n_layers=1, n_heads=2, mixer=mixer))
-    tokens = torch.randint(32, (2, 16))
-    eager, _ = model(tokens)
-    names = [n for n, _ in model.named_parameters()]
-    model.compile_blocks()
-    compiled, _ = model(tokens)
-    torch.testing.assert_close(compiled, eager, rtol=0, atol=1e-5)
-    assert [n for n, _ in model.named_parameters()] == names  # checkpoints keep their keys
-
-
-def test_a_model_compiled_after_others_is_compiled_too(monkeypatch):
+def test_compiled_blocks_equal_eager_and_a_model_compiled_after_others_is_compiled_too(monkeypatch):
+    """Each model's compiled forward equals its eager one and keeps its parameter names (checkpoints keep their
+    keys), and models compiled one after another (a suite's runs) are each compiled, not left eager."""
     from torch._dynamo.utils import counters
 
     monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)  # as a suite's later models meet the real 8
     tokens = torch.randint(32, (2, 16))
     for mixer in ["softmax", "gla", "softmax"]:
+        torch.manual_seed(0)
         model = Decoder(ModelConfig(vocab_size=32, d_model=32, n_layers=1, n_heads=2, mixer=mixer))
+        eager, _ = model(tokens)
+        names = [n for n, _ in model.named_parameters()]
         model.compile_blocks()
         graphs = counters["stats"]["unique_graphs"]
-        model(tokens)
+        compiled, _ = model(tokens)
         with torch.no_grad():
             model(tokens)
         assert counters["stats"]["unique_graphs"] == graphs + 2  # with and without grad, neither left eager
+        torch.testing.assert_close(compiled, eager, rtol=0, atol=1e-5)
+        assert [n for n, _ in model.named_parameters()] == names
 
 
 def test_an_excluded_mixer_stays_eager_and_says_why(monkeypatch):

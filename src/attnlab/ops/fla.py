@@ -65,7 +65,8 @@ def auto_route(scalar_gates: bool, *, cuda: bool, hopper: bool, fla: str | None,
     if tilelang:
         return True, f"{kernels}, the scalar-gated backward on fla's TileLang backend"
     return False, (f"the torch forms: Triton {triton} miscompiles fla's scalar-gated backward on Hopper GPUs; "
-                   "a torch whose Triton is 3.7.1 or newer, or tilelang (pip install tilelang, with nvcc), lets fla's kernels run")
+                   "a torch whose Triton is 3.7.1 or newer, or tilelang (pip install tilelang, with nvcc), "
+                   "lets fla's kernels run")
 
 
 def _version(text: str) -> tuple[int, ...]:
