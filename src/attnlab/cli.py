@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import difflib
 import importlib.util
+import json
 import os
 import sys
 import traceback
@@ -435,6 +436,12 @@ def cmd_results(args) -> None:
     if args.readme:
         update_readme(args.readme, summary)
         print(f"updated the results section of {args.readme}")
+        doctor_run = Path(args.root) / "doctor" / "doctor.json"
+        if doctor_run.exists():  # the GPU section, from the committed doctor run
+            from .doctor import readme_section
+
+            update_readme(args.readme, readme_section(json.loads(doctor_run.read_text())), section="doctor")
+            print(f"updated the doctor section of {args.readme} from {doctor_run}")
     else:
         print(summary)
 

@@ -289,3 +289,63 @@ def doctor_goals(report: dict, judged: bool = True) -> list[dict]:
 
 def _value(value) -> str:
     return "-" if value is None else f"{value:.3g}"
+
+
+def readme_section(report: dict) -> str:
+    """The README's account of a doctor run on a GPU: where it ran, the mixers within limits, the demo model,
+    each mixer's forward+backward at every timed length (and fla's against the torch form), and the goals."""
+    env = report["environment"]
+    errors = {p: [row[p][k] for row in report["mixers"].values() if "error" not in row
+                  for k in ("forward", "gradient", "decode")] for p in ("fp32", "bf16")}
+    within = len(report["mixers"]) - len(report["failed"])
+    lines = [f"The last run, on one {env.get('gpu', env['device'])} (PyTorch {env['torch'].split('+')[0]}, "
+             f"CUDA {env.get('cuda_version')}, Triton {env.get('triton')}), is in "
+             f"[`results/doctor/`](results/doctor/): {within} of {len(report['mixers'])} mixers within the limits "
+             f"(fp32 relative errors {_short(min(errors['fp32']))} to {_short(max(errors['fp32']))} against fp64, "
+             f"bf16 {_short(min(errors['bf16']))} to {_short(max(errors['bf16']))})"]
+    if "train" in report:
+        train = report["train"]
+        lines[0] += (f", the demo model at {train['tokens_per_s'] / 1e3:.0f}K tokens/s ({train['steps']} steps in "
+                     f"{train['seconds']:.0f} s, validation loss {train['val_loss']:.2f})")
+    speed = _speed_by_length(report)
+    lines[0] += "." if speed else "; no timings."
+    if speed:
+        lengths = list(speed)
+        header = " | ".join(f"T {n} ms | × softmax" for n in lengths)
+        lines += ["", f"| mixer (fwd+bwd, bf16, batch 8, d_model 512) | {header} |",
+                  "| --- |" + " ---: | ---: |" * len(lengths)]
+        for label in speed[lengths[0]]:
+            cells = " | ".join(f"{speed[n][label]['ms']:.2f} | {speed[n][label]['x_softmax']:.2f}"
+                               if label in speed[n] else "– | –" for n in lengths)
+            lines.append(f"| {label} | {cells} |")
+    fla_rows = [(n, name, row) for n, rows in report.get("fla", {}).items() for name, row in rows.items()]
+    if fla_rows:
+        lines += ["", "| fla against the torch form | T | relative difference | torch ms | fla ms |",
+                  "| --- | ---: | ---: | ---: | ---: |"]
+        lines += [f"| {name} | {n} | " + (f"{row['difference']:.1g} | {row['torch_ms']:.2f} | {row['fla_ms']:.2f} |"
+                                          if "error" not in row else f"failed: {row['error'][:80]} | | |")
+                  for n, name, row in fla_rows]
+    if env.get("fla") and not fla_rows:
+        lines += ["", "fla's section did not finish in this run (fla compiles and tunes its kernels on first use): "
+                      "no fla timings."]
+    if "goals" not in report:
+        lines += ["", "This run predates the doctor's goals: none judged."]
+    else:
+        verdicts = [goal["verdict"] for goal in report["goals"]]
+        lines += ["", "Goals: " + ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts)) + "."]
+        lines += [f"- {goal['goal']}: {_value(goal['value'])} ({goal['bar']}), {goal['verdict']}"
+                  for goal in report["goals"] if goal["verdict"] != "met"]
+    return "\n".join(lines)
+
+
+def _short(x: float) -> str:
+    """2e-7, 0.004, 1.4e-2 style: two significant digits at most, no padded exponent."""
+    return f"{x:.2g}".replace("e-0", "e-")
+
+
+def _speed_by_length(report: dict) -> dict:
+    """{length: {label: {ms, x_softmax}}}; a run written before timings were kept per length timed T = 2048."""
+    speed = report.get("speed", {})
+    if speed and all("ms" in row for row in speed.values()):
+        return {"2048": speed}
+    return speed

@@ -9,12 +9,13 @@ from attnlab import checkpoint
 from attnlab.errors import UserError
 from attnlab.evaluate import whole_split_loss
 from attnlab.experiments import SUITES, get_suite, report, runner
-from attnlab.experiments.report import README_END, README_START, results_summary, update_readme, write_report
+from attnlab.experiments.report import results_summary, update_readme, write_report
 from attnlab.experiments.runner import run_suite, sweep_key, tokens_to_loss, training_extent
 from attnlab.experiments.spec import Arm, Experiment, Suite
 from attnlab.experiments.stats import mean_std, paired_difference
 from helpers import Crash, crash_after_checkpoint
 
+README_START, README_END = "<!-- results: start -->", "<!-- results: end -->"
 TINY = ["train.steps=2", "train.batch_size=2", "train.eval_batches=1", "train.eval_every=2", "train.ckpt_every=2",
         "model.d_model=16", "model.n_layers=1", "data.max_chars=20000", "data.mqar.train_examples=16",
         "data.mqar.test_examples=8", "data.mqar.vocab_size=256", "data.brackets.train_examples=16",

@@ -293,7 +293,6 @@ def _plot_differences(ax, experiment: Experiment, results: dict, key: str) -> No
     ax.set(xlabel=f"Δ {key} vs {experiment.baseline} (paired, 95% interval{points})")
 
 
-README_START, README_END = "<!-- results: start -->", "<!-- results: end -->"
 
 
 def results_summary(root: str | Path) -> str:
@@ -327,11 +326,13 @@ def _progress(suite: Suite, results: dict) -> tuple[int, int]:
     return len(expected & set(results["runs"])), len(expected)
 
 
-def update_readme(readme: str | Path, summary: str) -> None:
-    """Replace the text between the results markers of the README with summary."""
+def update_readme(readme: str | Path, summary: str, section: str = "results") -> None:
+    """Replace the text between the README's markers of this section ('<!-- results: start -->' and
+    '<!-- results: end -->') with summary."""
+    start, end = f"<!-- {section}: start -->", f"<!-- {section}: end -->"
     path = Path(readme)
     text = path.read_text()
-    if README_START not in text or README_END not in text:
-        raise UserError(f"{path} has no '{README_START}' ... '{README_END}' markers to put the results between")
-    head, rest = text.split(README_START, 1)
-    path.write_text(head + README_START + "\n" + summary + "\n" + README_END + rest.split(README_END, 1)[1])
+    if start not in text or end not in text:
+        raise UserError(f"{path} has no '{start}' ... '{end}' markers to put the {section} between")
+    head, rest = text.split(start, 1)
+    path.write_text(head + start + "\n" + summary + "\n" + end + rest.split(end, 1)[1])
