@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ..nn import Rotary
-from .packing import padded_groups
+from .packing import packed_by_right_padding
 from .registry import Mixer, MixerConfig
 
 
@@ -130,15 +130,14 @@ class AttentionMixer(Mixer):
         return self.out_proj(y.transpose(1, 2).reshape(B, T, -1).to(x.dtype))
 
     def packed(self, x: torch.Tensor, cu_seqlens: torch.Tensor):
-        """The packed sequences as batches of similar lengths padded at their ends (packing.padded_groups): causal
-        attention reads no padding, and each sequence's KV cache is its row's first keys and values. (Cheaper than
-        one block-diagonal mask over the row: its attention costs the sum of the squared lengths, under the
-        causal kernels.)"""
-        outputs, states = {}, {}
-        for i, y, cache, row in padded_groups(self, x, cu_seqlens):
-            outputs[i] = y
-            states[i] = KVCache.holding(cache.k[row : row + 1, :, : len(y)], cache.v[row : row + 1, :, : len(y)])
-        return torch.cat([outputs[i] for i in range(len(outputs))])[None], [states[i] for i in range(len(states))]
+        """The packed sequences as batches of similar lengths padded at their ends (packed_by_right_padding):
+        causal attention reads no padding, and each sequence's KV cache is its row's first keys and values.
+        (Cheaper than one block-diagonal mask over the row: its attention costs the sum of the squared lengths,
+        under the causal kernels.)"""
+        def own_cache(cache, row, length):
+            return KVCache.holding(cache.k[row : row + 1, :, :length], cache.v[row : row + 1, :, :length])
+
+        return packed_by_right_padding(self, x, cu_seqlens, own_cache)
 
     def prepare_qk(self, q: torch.Tensor, k: torch.Tensor):
         """Per-token transform of q and k before RoPE and scoring (identity here)."""

@@ -70,10 +70,17 @@ def padded_groups(mixer: nn.Module, x: torch.Tensor, cu_seqlens: torch.Tensor):
             yield i, y[row, : len(piece)], state, row
 
 
-def packed_by_right_padding(mixer: nn.Module, x: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
-    """Mixer.packed_outputs for any causal mixer: padded_groups' outputs, back in order."""
-    outputs = dict((i, y) for i, y, _, _ in padded_groups(mixer, x, cu_seqlens))
-    return torch.cat([outputs[i] for i in range(len(outputs))])[None]
+def packed_by_right_padding(mixer: nn.Module, x: torch.Tensor, cu_seqlens: torch.Tensor, row_state=None):
+    """padded_groups' outputs back in order, [1, N, d_model], and, given row_state(state, row, length) (a
+    sequence's own state from its group's batched one), the state of every sequence in order (else None).
+    Mixer.packed_outputs for any causal mixer."""
+    outputs, states = {}, {}
+    for i, y, state, row in padded_groups(mixer, x, cu_seqlens):
+        outputs[i] = y
+        if row_state is not None:
+            states[i] = row_state(state, row, len(y))
+    order = range(len(outputs))
+    return torch.cat([outputs[i] for i in order])[None], [states[i] for i in order] if row_state else None
 
 
 def stack_rows(states: list):

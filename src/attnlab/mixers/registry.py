@@ -101,7 +101,7 @@ class Mixer(nn.Module):
         """The outputs of packed(x, cu_seqlens) without the states: here the sequences as batches of rows padded
         at their ends (packed_by_right_padding), exact for every causal mixer; a mixer whose packed form runs
         the sequences at once overrides it with that."""
-        return packed_by_right_padding(self, x, cu_seqlens)
+        return packed_by_right_padding(self, x, cu_seqlens)[0]
 
     def forward(self, x: torch.Tensor, state=None):
         """x [B, T, d_model], state from ``init_state`` or a previous call -> (y [B, T, d_model], state)."""
