@@ -48,6 +48,15 @@ def test_flex_gives_the_torch_forms_gradients(options, monkeypatch):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
 
 
+def test_training_on_flex_without_a_gpu_is_one_line():
+    from attnlab.errors import UserError
+
+    _, flex = pair()
+    cannot = r"^backend=flex cannot train on cpu \(FlexAttention does not support backward on CPU.*backend=torch"
+    with pytest.raises(UserError, match=cannot):
+        flex(torch.randn(1, 4, D_MODEL, dtype=torch.float64, requires_grad=True))
+
+
 def test_flex_takes_fields_only_and_auto_takes_it_on_a_gpu():
     with pytest.raises(ConfigError, match=r"^backend=flex runs fields only .* mode=h\+J needs Ising inference"):
         build_mixer("boltzmann", d_model=D_MODEL, n_heads=N_HEADS, backend="flex")

@@ -212,7 +212,11 @@ class BoltzmannAttention(AttentionMixer):
         if self.uses_flex(q):
             with no_autocast(q.device):  # fields and partition functions in fp32, as below
                 q, k = at_least_fp32(q), at_least_fp32(k)
-                return field_attention(q, k, v.to(q.dtype), self.cfg.window).to(v.dtype)
+                try:
+                    return field_attention(q, k, v.to(q.dtype), self.cfg.window).to(v.dtype)
+                except NotImplementedError as err:  # torch has no FlexAttention backward on a CPU
+                    raise UserError(f"backend=flex cannot train on {q.device.type} ({err}); use backend=torch or "
+                                    f"backend=auto here") from err
         if self.cfg.inference == "banded":
             return self.attend_banded(q, k, v)
         visible = causal_mask(Tq, S, q.device, window=self.cfg.window)

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 
 def field_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int) -> torch.Tensor:
+    """softmax_j(log sigma(2 q_i . k_j / sqrt(D))) v over each query's last `window` keys."""
     from torch.nn.attention.flex_attention import create_block_mask
 
     Tq, S = q.shape[-2], k.shape[-2]
