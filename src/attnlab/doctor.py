@@ -156,8 +156,7 @@ def backend_routes(device: torch.device, log=print) -> dict:
     """{mixer: {backends, auto, why}}: the forms each registered mixer's sequences can run on and the one
     backend=auto takes, on this GPU, or without one on a Hopper GPU (H100/H200) with what is installed here."""
     cuda = device.type == "cuda"
-    machine = {"cuda": True, "hopper": torch.cuda.get_device_capability(device)[0] == 9 if cuda else True,
-               **fla.installed()}
+    machine = fla.machine() if cuda else {**fla.machine(), "cuda": True, "hopper": True}
     where = torch.cuda.get_device_name(device) if cuda else "a Hopper GPU (H100/H200) with the packages installed here"
     log(f"\nbackends, and the one backend=auto takes on {where}")
     routes = {}

@@ -97,11 +97,16 @@ def installed() -> dict:
     return {"fla": fla, "triton": version("triton"), "tilelang": tilelang}
 
 
+def machine() -> dict:
+    """This machine's facts for auto_route: a CUDA GPU, a Hopper one (compute capability 9), and `installed()`."""
+    cuda = torch.cuda.is_available()
+    return {"cuda": cuda, "hopper": cuda and torch.cuda.get_device_capability()[0] == 9, **installed()}
+
+
 @functools.cache
 def route(scalar_gates: bool) -> tuple[bool, str]:
     """auto_route on this machine, said once (a note on stderr): which route backend=auto takes and why."""
-    hopper = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
-    taken = auto_route(scalar_gates, cuda=torch.cuda.is_available(), hopper=hopper, **installed())
+    taken = auto_route(scalar_gates, **machine())
     gates = "scalar-gated " if scalar_gates else ""
     log.warning(f"note: backend=auto runs the {gates}linear-attention mixers on {taken[1]}")
     return taken
