@@ -57,6 +57,12 @@ def length_groups(cu_seqlens: torch.Tensor, slack: float = 1.25) -> list[list[in
     return groups
 
 
+def span_groups(cu_seqlens: torch.Tensor) -> list[list[tuple[int, int]]]:
+    """length_groups as the (start, end) spans of their sequences."""
+    spans = sequences(cu_seqlens)
+    return [[spans[i] for i in group] for group in length_groups(cu_seqlens)]
+
+
 def padded_groups(mixer: nn.Module, x: torch.Tensor, cu_seqlens: torch.Tensor):
     """The packed sequences run as batches of similar lengths (length_groups), each a batch of rows padded at their
     ends, which a causal mixer cannot read before them. Yields (the sequence's index, its outputs [length,

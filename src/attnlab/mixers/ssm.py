@@ -22,7 +22,7 @@ from ..nn import Rotary, ShortConv, at_least_fp32, log_uniform_dt, no_autocast, 
 from ..ops import interdomain as ops
 from ..ops import s4d
 from ..ops._chunks import ChunkAlignment
-from .packing import length_groups, sequences
+from .packing import span_groups
 from .registry import Mixer, MixerConfig, register_mixer
 
 
@@ -203,9 +203,7 @@ class InterdomainAttention(Mixer):
 
     def contract(self, z, c, lam, B_bar, memory, cu_seqlens=None):
         if cu_seqlens is not None:  # one convolution per batch of sequences of similar lengths, each from zeros
-            spans = sequences(cu_seqlens)
-            groups = [[spans[i] for i in group] for group in length_groups(cu_seqlens)]
-            return s4d.s4d_fft_sequences(z, c, lam, B_bar, groups), None
+            return s4d.s4d_fft_sequences(z, c, lam, B_bar, span_groups(cu_seqlens)), None
         if z.shape[2] == 1:
             o, memory = s4d.s4d_step(z[:, :, 0], c, lam, B_bar, memory)
             return o[:, :, None], memory
