@@ -141,9 +141,10 @@ def _layout(lengths: tuple[int, ...], chunk_size: int) -> tuple[int, int, int, l
     """(chunk, width, rows, (row, offset) of every sequence) of ChunkAlignment's layout."""
     K = _layout_chunk(lengths, chunk_size)
     room = [-(-n // K) * K for n in lengths]  # whole chunks
-    width, rows, place = min((_first_fit(room, width) for width in _row_widths(max(room), K)),
-                             key=lambda layout: (layout[1] * layout[0], layout[0]))
-    return K, width, rows, place
+    places = {width: _first_fit(room, width) for width in _row_widths(max(room), K)}
+    rows = {width: 1 + max(row for row, _ in place) for width, place in places.items()}
+    width = min(places, key=lambda width: (rows[width] * width, width))  # the fewest positions
+    return K, width, rows[width], places[width]
 
 
 def _layout_chunk(lengths: tuple[int, ...], chunk_size: int) -> int:
@@ -159,10 +160,10 @@ def _row_widths(longest: int, chunk: int) -> list[int]:
     return sorted({-(-int(longest * f) // chunk) * chunk for f in (1, 1.25, 1.5, 1.75, 2)})
 
 
-def _first_fit(room: list[int], width: int) -> tuple[int, int, list[tuple[int, int]]]:
-    """(width, rows, (row, offset) of every sequence) packing sequences of these sizes first-fit, longest first,
-    into rows of this width."""
-    used: list[int] = []
+def _first_fit(room: list[int], width: int) -> list[tuple[int, int]]:
+    """(row, offset) of every sequence, packing sequences of these sizes first-fit, longest first, into rows of
+    this width."""
+    used: list[int] = []  # the width each row has used
     place = [(0, 0)] * len(room)
     for i in sorted(range(len(room)), key=lambda i: -room[i]):
         row = next((r for r, taken in enumerate(used) if taken + room[i] <= width), len(used))
@@ -170,4 +171,4 @@ def _first_fit(room: list[int], width: int) -> tuple[int, int, list[tuple[int, i
             used.append(0)
         place[i] = (row, used[row])
         used[row] += room[i]
-    return width, len(used), place
+    return place
