@@ -159,3 +159,13 @@ def test_the_fla_backend_on_cpu_tensors_is_refused_before_any_kernel(monkeypatch
     mixer = build_mixer("gla", d_model=16, n_heads=2, backend="fla")
     with pytest.raises(ConfigError, match=r"need a CUDA GPU, and this model runs on cpu; use backend=torch or "):
         mixer(torch.randn(1, 8, 16))
+
+
+@pytest.mark.parametrize("options, problem", [
+    (["model.mixer_options.boltzmann.backend=triton"], "unknown backend 'triton'. Known: auto, flex, torch"),
+    (["model.mixer_options.boltzmann.backend=flex"], "backend=flex runs fields only (mode=h-only without bias_field)"),
+])
+def test_a_bad_boltzmann_backend_is_one_line(capsys, options, problem):
+    assert main(["train", "demo", "model.mixer=boltzmann", *options]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: model.mixer_options.boltzmann: ") and problem in err and err.count("\n") == 1
