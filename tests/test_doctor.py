@@ -61,8 +61,9 @@ def test_the_scalar_gated_mixers_ask_for_the_scalar_gated_route():
 
     routes = [build_mixer(name, d_model=16, n_heads=2, **options).auto_backend(**FACTS)[0]
               for name, options in [("gla", {}), ("gdn", {}), ("ccq-gla", {}), ("ccq-gla", {"ccq_decay": True}),
-                                    ("ccq-gdn", {}), ("linear", {})]]
-    assert routes == ["fla", "torch", "fla", "torch", "torch", "fla"]
+                                    ("ccq-gdn", {}), ("linear", {}), ("interdomain", {}),
+                                    ("interdomain", {"form": "fft"}), ("s4d", {})]]
+    assert routes == ["fla", "torch", "fla", "torch", "torch", "fla", "fla", "torch", "torch"]
 
 
 def test_a_wrong_mixer_is_outside_the_limits(two_mixers, tmp_path, monkeypatch):

@@ -161,11 +161,14 @@ def test_the_fla_backend_on_cpu_tensors_is_refused_before_any_kernel(monkeypatch
         mixer(torch.randn(1, 8, 16))
 
 
-@pytest.mark.parametrize("options, problem", [
-    (["model.mixer_options.boltzmann.backend=triton"], "unknown backend 'triton'. Known: auto, flex, torch"),
-    (["model.mixer_options.boltzmann.backend=flex"], "backend=flex runs fields only (mode=h-only without bias_field)"),
+@pytest.mark.parametrize("mixer, option, problem", [
+    ("boltzmann", "backend=triton", "unknown backend 'triton'. Known: auto, flex, torch"),
+    ("boltzmann", "backend=flex", "backend=flex runs fields only (mode=h-only without bias_field)"),
+    ("interdomain", "backend=cuda", "unknown backend 'cuda'. Known: auto, fla, torch"),
+    ("s4d", "backend=fla", "backend=fla runs the chunk form's query read (query=conditioned, form=chunk), not "
+                           "query=linear"),
 ])
-def test_a_bad_boltzmann_backend_is_one_line(capsys, options, problem):
-    assert main(["train", "demo", "model.mixer=boltzmann", *options]) == 2
+def test_a_bad_backend_is_one_line(capsys, mixer, option, problem):
+    assert main(["train", "demo", f"model.mixer={mixer}", f"model.mixer_options.{mixer}.{option}"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: model.mixer_options.boltzmann: ") and problem in err and err.count("\n") == 1
+    assert err.startswith(f"error: model.mixer_options.{mixer}: ") and problem in err and err.count("\n") == 1

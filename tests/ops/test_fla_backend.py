@@ -20,10 +20,11 @@ from attnlab.ops import fla as fla_ops
 from attnlab.ops.gla import gla_chunk
 
 WORKER = Path(__file__).parents[1] / "fla_worker.py"
-# fp32 outputs, final states and every gradient of gla, linear, the delta rule and CCQ (plain, decayed);
-# bf16 inputs; each linear-attention mixer with backend=fla against backend=torch (prefill + decode too); and
+# fp32 outputs, final states and every gradient of gla, linear, the delta rule, CCQ (plain, decayed) and
+# interdomain's query read; bf16 inputs; each mixer with backend=fla against backend=torch (prefill + decode too); and
 # packed rows through fla's cu_seqlens against each sequence alone
-CHECKS = ["gla", "linear", "delta_rule", "ccq", "ccq_decay", "bf16", "mixers", "packed", "doctor_dry_run"]
+CHECKS = ["gla", "linear", "delta_rule", "ccq", "ccq_decay", "interdomain", "bf16", "mixers", "packed",
+          "doctor_dry_run"]
 
 
 @pytest.fixture(scope="module")

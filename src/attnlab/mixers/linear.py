@@ -25,8 +25,6 @@ from ..ops.gla import gla_chunk, gla_step
 from .packing import state_row
 from .registry import Mixer, MixerConfig, register_mixer
 
-BACKENDS = ("torch", "fla", "auto")
-
 
 @dataclass
 class LinearConfig(MixerConfig):
@@ -62,8 +60,8 @@ class LinearConfig(MixerConfig):
             raise ConfigError(f"conv_size={self.conv_size} must be at least 2")
         if self.chunk_size < 1:
             raise ConfigError(f"chunk_size={self.chunk_size} must be positive")
-        if self.backend not in BACKENDS:
-            raise ConfigError(f"backend={self.backend!r} must be one of: {', '.join(BACKENDS)}")
+        if self.backend not in fla_ops.BACKENDS:
+            raise ConfigError(f"backend={self.backend!r} must be one of: {', '.join(fla_ops.BACKENDS)}")
         if self.backend == "fla":
             fla_ops.require()
 
@@ -198,10 +196,7 @@ class LinearAttention(Mixer):
     def uses_fla(self, x: torch.Tensor, scalar_gates: bool = False) -> bool:
         """Whether x's sequences run on fla's kernels: backend=fla, or backend=auto on a CUDA GPU where fla's
         kernels (scalar-gated ones, if so) train correctly (`ops.fla.route`)."""
-        backend = self.cfg.backend
-        if backend == "auto":
-            return x.is_cuda and fla_ops.route(scalar_gates)[0]
-        return backend == "fla"
+        return fla_ops.runs_fla(self.cfg.backend, x, scalar_gates)
 
     def gates(self, x: torch.Tensor) -> dict:
         raise NotImplementedError

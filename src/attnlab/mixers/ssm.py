@@ -19,6 +19,7 @@ from torch import nn
 
 from ..errors import ConfigError, unknown_name
 from ..nn import Rotary, ShortConv, at_least_fp32, log_uniform_dt, no_autocast, positions_in_sequences, set_optim
+from ..ops import fla as fla_ops
 from ..ops import interdomain as ops
 from ..ops import s4d
 from ..ops._chunks import ChunkAlignment
@@ -38,6 +39,9 @@ class InterdomainConfig(MixerConfig):
     normalize: bool = False  # divide by the readout of a constant channel (the derivation's denominator)
     normalize_eps: float = 1e-6
     form: str = "chunk"  # training form: chunk (bounded memory) | fft (all states at once)
+    # where the chunk form's query read runs: torch (ours), fla (two reads on flash-linear-attention's Triton
+    # kernels) or auto (fla on a CUDA GPU where it is installed, said once; else torch)
+    backend: str = "auto"
     chunk_size: int = 64
     conv_size: int = 4
     discretization: str = "zoh"  # zoh | bilinear
@@ -61,6 +65,13 @@ class InterdomainConfig(MixerConfig):
             raise ConfigError(f"need 0 < dt_min <= dt_max (got {self.dt_min}, {self.dt_max})")
         if self.query == "linear" and (self.normalize or self.readout != "re_first"):
             raise ConfigError("query=linear has no query readout: normalize and readout apply to query=conditioned")
+        if self.backend not in fla_ops.BACKENDS:
+            raise ConfigError(unknown_name("backend", self.backend, fla_ops.BACKENDS))
+        if self.backend == "fla":
+            if self.query == "linear" or self.form == "fft":
+                raise ConfigError(f"backend=fla runs the chunk form's query read (query=conditioned, form=chunk), "
+                                  f"not query={self.query} with form={self.form}: use backend=torch or backend=auto")
+            fla_ops.require()
 
 
 @dataclass
@@ -95,6 +106,7 @@ class InterdomainAttention(Mixer):
     """Interdomain attention: queries read a fixed-size S4D state of keys and values through xi(q)."""
 
     config_class = InterdomainConfig
+    backends = ("torch", "fla")
     compile_exclusion = ("the complex-valued state and the serial carry between chunks did not finish compiling "
                          "in 75 s for one small layer on a 2-core CPU")
 
@@ -188,7 +200,16 @@ class InterdomainAttention(Mixer):
             return nn.Module.__call__(self, x, None, cu_seqlens)[0]
         return super().packed_outputs(x, cu_seqlens)
 
+    def auto_backend(self, **machine) -> tuple[str, str]:
+        if self.cfg.query == "linear" or self.cfg.form == "fft":
+            return "torch", f"query={self.cfg.query}, form={self.cfg.form}: the torch form"
+        uses_fla, why = fla_ops.auto_route(False, **machine)
+        return ("fla" if uses_fla else "torch"), why
+
     def read(self, xi_q, z, lam, B_bar, C, memory, cu_seqlens=None):
+        fla_read = self.cfg.form == "chunk" and fla_ops.runs_fla(self.cfg.backend, z)
+        if fla_read and (cu_seqlens is not None or z.shape[2] > 1):  # fla's kernels take the boundaries themselves
+            return fla_ops.interdomain_fla(xi_q, z, lam, B_bar, C, self.cfg.readout, memory, cu_seqlens=cu_seqlens)
         if cu_seqlens is not None:  # every sequence moved to begin at a chunk, where the scan starts afresh
             align = ChunkAlignment(cu_seqlens, self.cfg.chunk_size)
             o, _ = ops.interdomain_chunk(align.spread(xi_q), align.spread(z), lam, B_bar, C, self.cfg.readout, None,
@@ -229,4 +250,5 @@ class S4DMixer(InterdomainAttention):
     """The S4D-only baseline at the same state size: generic inputs [a, b] and a learned contraction."""
 
     config_class = S4DConfig
+    backends = ("torch",)
     compile_exclusion = None  # its FFT convolution compiles (the interdomain read does not)

@@ -1,9 +1,9 @@
 """The chunkwise forms on flash-linear-attention's Triton kernels (the optional `fla` extra).
 
 Each function has the contract of its torch counterpart (`gla_chunk`, `delta_rule_chunk`, `ccq_chunk`,
-and `gla_chunk` with g = 0 for `linear_fla`): tensors [B, H, T, D], states [B, H, D_k, D_v] in fp32,
-outputs in the input's dtype. The states come out in our layout, so the single-token steps continue
-from them. fla itself works in [B, T, H, D]; the transposes here are the only glue.
+`interdomain_chunk`, and `gla_chunk` with g = 0 for `linear_fla`): tensors [B, H, T, D], states
+[B, H, D_k, D_v] in fp32, outputs in the input's dtype. The states come out in our layout, so the
+single-token steps continue from them. fla itself works in [B, T, H, D]; the transposes here are the only glue.
 
 q, k, v may be bf16 (fla's intended use under autocast): the kernels accumulate in fp32, and decays
 and states are kept in fp32. Inputs wider than fp32 are computed in fp32, the widest the kernels take;
@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from ..errors import ConfigError
 from ._chunks import autocast_off
 from .ccq import CCQStats
+from .interdomain import as_real, beta_map, conjugate_real, rotate
 
 INSTALL_HINT = "pip install 'attnlab[fla]'"
 log = logging.getLogger(__name__)
@@ -108,8 +109,19 @@ def route(scalar_gates: bool) -> tuple[bool, str]:
     """auto_route on this machine, said once (a note on stderr): which route backend=auto takes and why."""
     taken = auto_route(scalar_gates, **machine())
     gates = "scalar-gated " if scalar_gates else ""
-    log.warning(f"note: backend=auto runs the {gates}linear-attention mixers on {taken[1]}")
+    log.warning(f"note: backend=auto runs the {gates}mixers that have fla forms on {taken[1]}")
     return taken
+
+
+BACKENDS = ("torch", "fla", "auto")  # the `backend` option of the mixers that have fla forms
+
+
+def runs_fla(backend: str, x: torch.Tensor, scalar_gates: bool = False) -> bool:
+    """Whether x's sequences run on fla's kernels: backend=fla, or backend=auto on a CUDA GPU where fla's
+    kernels (scalar-gated ones, if so) train correctly (`route`)."""
+    if backend == "auto":
+        return x.is_cuda and route(scalar_gates)[0]
+    return backend == "fla"
 
 
 NEEDS_CUDA = "backend=fla runs flash-linear-attention's Triton kernels, which need a CUDA GPU"
@@ -142,11 +154,15 @@ def _kernel_chunk(chunk_size: int) -> int:
     return max(16, min(64, 1 << (chunk_size.bit_length() - 1)))
 
 
+def _check_device(x: torch.Tensor) -> None:
+    if not (x.is_cuda or _interpreted()):
+        raise ConfigError(f"{NEEDS_CUDA}, and this model runs on {x.device}; use backend=torch or backend=auto")
+
+
 def _time_major(q, k, v, *gates):
     """[B, H, T, ...] -> fla's [B, T, H, ...]: q, k, v in a dtype the kernels take (fp64 becomes fp32), the
     gates (log-decays, beta) in fp32; a gate that is None stays None."""
-    if not (q.is_cuda or _interpreted()):
-        raise ConfigError(f"{NEEDS_CUDA}, and this model runs on {q.device}; use backend=torch or backend=auto")
+    _check_device(q)
     dtype = q.dtype if q.dtype in (torch.bfloat16, torch.float16, torch.float32) else torch.float32
     return [x.transpose(1, 2).to(dtype) for x in (q, k, v)] + [
         None if x is None else x.transpose(1, 2).float() for x in gates]
@@ -225,3 +241,89 @@ def ccq_fla(q, k, lam, stats: CCQStats | None = None, log_decay=None, chunk_size
     q_clean = q32 - lam.float()[..., None] * sigma_q
     state = state[:, :H]
     return q_clean.to(q.dtype), CCQStats(state[..., :D, :D].transpose(-1, -2), state[..., :D, D], state[..., D, D])
+
+
+KERNEL_CHUNK = 64  # the chunk of the value-gated read (fla's gated-slot-attention kernels are written for 64)
+
+
+class _ValueGatedRead(torch.autograd.Function):
+    """o_t[p] = sum_{s<=t} (q_t . k_s) exp(G_t[p] - G_s[p]) v_s[p] + sum_r q_t[r] exp(G_t[p]) h0[r, p], with G the
+    running sum of the log-decays g [B, T, H, V]: linear attention whose decay acts on the value channels. fla
+    has no public op for it: the first pass of its gated slot attention is this read, and its forward and
+    backward (`chunk_gsa_fwd_k`, `chunk_gsa_bwd_k`, fla 0.6.0) are called here as fla's own autograd function
+    calls them. Returns (o [B, T, H, V], the final states [N, H, K, V] in fp32)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, g, h0, cu_seqlens):
+        from fla.ops.gsa.chunk_fwd import chunk_gsa_fwd_k
+        from fla.ops.utils import chunk_local_cumsum, prepare_chunk_indices
+        from fla.ops.utils.constant import RCP_LN2
+
+        indices = None if cu_seqlens is None else prepare_chunk_indices(cu_seqlens, KERNEL_CHUNK)
+        # the kernels take G within each chunk, in base 2
+        G = chunk_local_cumsum(g, chunk_size=KERNEL_CHUNK, scale=RCP_LN2, cu_seqlens=cu_seqlens, chunk_indices=indices)
+        h, final, o = chunk_gsa_fwd_k(q, k, v, G, h0=h0, output_final_state=True, scale=1.0, cu_seqlens=cu_seqlens,
+                                      chunk_size=KERNEL_CHUNK, chunk_indices=indices)
+        ctx.save_for_backward(q, k, v, G, h0, h, o)
+        ctx.cu_seqlens, ctx.indices = cu_seqlens, indices
+        return o, final
+
+    @staticmethod
+    def backward(ctx, do, dfinal):
+        from fla.ops.gsa.chunk_bwd import chunk_gsa_bwd_k
+
+        q, k, v, G, h0, h, o = ctx.saved_tensors
+        dq, dk, dv, dg, dh0 = chunk_gsa_bwd_k(
+            q, k, v, G, h, h0, o, do.contiguous(), None if dfinal is None else dfinal.contiguous(),
+            dg=torch.zeros_like(G, dtype=torch.float32),  # the decays' gradient from elsewhere: none
+            scale=1.0, cu_seqlens=ctx.cu_seqlens, chunk_size=KERNEL_CHUNK, chunk_indices=ctx.indices)
+        return dq, dk, dv, dg, dh0, None
+
+
+@autocast_off
+def interdomain_fla(xi_q, z, lam, B_bar, C, readout="re_first", initial_state=None, chunk_size: int = 64,
+                    cu_seqlens=None):
+    """`interdomain_chunk` as two fla reads. With lambda = r e^{i theta} and rows counted from t = 0,
+        X_t = e^{i theta t} S_t,   S_t = sum_{s<=t} r^(t-s) c_s z_s^T + r^(t+1) e^{i theta} X_0,
+        c_s = B_bar e^{-i theta s}:
+    a real decay r per mode, the rotation folded into features as RoPE folds it. On the 2M real channels
+    kappa_s = [Re c_s ; Im c_s] (log-decays log r twice):
+      1. y_t = X_t^k xi_t = e^{i theta t} (A_t + i D_t), where [A_t ; D_t] is a value-gated read with queries
+         xi_t, keys k_s and values kappa_s (`_ValueGatedRead`);
+      2. beta_t = C^T readout(C y_t) (`beta_map`), and o_t = Re(beta_t . X_t^v) = sum_s (w_t . kappa_s) r^(t-s) v_s
+         with w_t = [Re beta'_t ; -Im beta'_t] and beta'_t = beta_t e^{i theta t}: fla's GLA with queries w,
+         keys kappa and values v.
+    Phases theta t are taken in fp64 (theta t reaches 1e4 radians and more). Everything runs in fp32, as in
+    `interdomain_chunk`. chunk_size is accepted for the common signature; the kernels choose theirs."""
+    B, H, T, _ = z.shape
+    R, M = xi_q.shape[-1], lam.shape[-1]
+    real = lam.real.dtype if lam.real.dtype != torch.float64 else torch.float32
+    log_lam = torch.log(lam)
+    positions = torch.arange(T, device=z.device, dtype=torch.float64)
+    phase = log_lam.imag.double()[..., None] * positions  # [H, M, T]
+    turn = torch.polar(torch.ones_like(phase), phase).to(lam.dtype).transpose(-1, -2)  # e^{i theta t}: [H, T, M]
+    kappa = as_real(B_bar[:, None] * turn.conj(), -1).to(real)  # [H, T, 2M]
+    log_decay = log_lam.real.to(real).repeat(1, 2)[:, None]  # [H, 1, 2M]
+
+    def fla_layout(x):  # [B or 1, H, T, D] -> [B, T, H, D] contiguous, fp32
+        return x.expand(B, H, T, x.shape[-1]).transpose(1, 2).to(real).contiguous()
+
+    kappa_, g_ = fla_layout(kappa[None]), fla_layout(log_decay[None].expand(1, H, T, 2 * M))
+    S0 = None
+    if initial_state is not None and cu_seqlens is None:
+        # e^{i theta} X_0 as [B, H, 2M, R + D]
+        S0 = as_real(torch.exp(1j * log_lam.imag)[..., None] * initial_state, 2).to(real)
+    _check_device(z)
+    A, S_keys = _ValueGatedRead.apply(fla_layout(xi_q), fla_layout(z[..., :R]), kappa_, g_,
+                                      None if S0 is None else S0[..., :R].transpose(-1, -2).contiguous(), cu_seqlens)
+    y = rotate(turn[None], A.transpose(1, 2))  # [B, H, T, 2M]
+    beta = rotate(turn[None], torch.einsum("hpm,bhtm->bhtp", beta_map(C, readout).to(real), y))
+    o, S_values = _kernels().chunk_gla(fla_layout(conjugate_real(beta)), kappa_, fla_layout(z[..., R:]), g_,
+                                       scale=1.0, initial_state=None if S0 is None else S0[..., R:].contiguous(),
+                                       output_final_state=True, cu_seqlens=cu_seqlens)
+    o = o.transpose(1, 2).to(z.dtype)
+    if cu_seqlens is not None:
+        return o, None
+    S = torch.cat((S_keys.transpose(-1, -2), S_values), -1)  # [B, H, 2M, R + D]
+    final = turn[:, -1, :, None] * torch.complex(*S.to(lam.real.dtype).chunk(2, dim=2))
+    return o, final

@@ -11,7 +11,8 @@ the default), u ('bilinear': Re(xi^T U^T Gamma) with complex U, Gamma) or conj(u
 which costs O(M (R + D) + M^2) per token. Shapes: xi_q [B, H, T, R]; z [B, H, T, R + D]; lam, B_bar
 [H, M]; C [H, M, M]; states [B, H, M, R + D] complex. Forms: `interdomain_reference` (loop over time,
 the naive readout), `interdomain_fft` (all states from one FFT convolution), `interdomain_chunk`
-(training: no per-position state beyond a chunk) and `interdomain_step` (decoding).
+(training: no per-position state beyond a chunk) and `interdomain_step` (decoding); `ops.fla.interdomain_fla`
+runs the chunk form's contract on fla's kernels.
 """
 
 from __future__ import annotations
@@ -86,23 +87,23 @@ def interdomain_fft(xi_q, z, lam, B_bar, C, readout="re_first", initial_state=No
     return _read(xi_q, X, C, readout), X[:, :, -1]
 
 
-def _as_real(x: torch.Tensor, dim: int) -> torch.Tensor:
+def as_real(x: torch.Tensor, dim: int) -> torch.Tensor:
     """A complex vector along dim as the real vector [Re x ; Im x] of twice the length."""
     return torch.cat([x.real, x.imag], dim)
 
 
-def _rotate(rho: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def rotate(rho: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """rho * y for complex rho [..., M] and y stacked as [Re ; Im] along the last dimension [..., 2M]."""
     re, im = y.chunk(2, -1)
     return torch.cat([rho.real * re - rho.imag * im, rho.imag * re + rho.real * im], -1)
 
 
-def _real_matrix(C: torch.Tensor) -> torch.Tensor:
+def real_matrix(C: torch.Tensor) -> torch.Tensor:
     """[[Re C, -Im C], [Im C, Re C]]: C acting on stacked [Re ; Im] vectors, [..., 2M, 2M]."""
     return torch.cat([torch.cat([C.real, -C.imag], -1), torch.cat([C.imag, C.real], -1)], -2)
 
 
-def _readout_real(u: torch.Tensor, readout: str) -> torch.Tensor:
+def readout_real(u: torch.Tensor, readout: str) -> torch.Tensor:
     """_coefficients on stacked [Re ; Im] vectors."""
     re, im = u.chunk(2, -1)
     if readout == "re_first":
@@ -114,10 +115,16 @@ def _readout_real(u: torch.Tensor, readout: str) -> torch.Tensor:
     raise ValueError(f"unknown readout {readout!r}; one of {READOUTS}")
 
 
-def _conjugate_real(y: torch.Tensor) -> torch.Tensor:
+def conjugate_real(y: torch.Tensor) -> torch.Tensor:
     """[Re ; -Im], so that Re(beta . x) for complex beta, x is the real dot product of the result with [Re x ; Im x]."""
     re, im = y.chunk(2, -1)
     return torch.cat([re, -im], -1)
+
+
+def beta_map(C: torch.Tensor, readout: str) -> torch.Tensor:
+    """beta = C^T readout(C y) is linear in y: one real [2M, 2M] matrix per head, [H, 2M, 2M], acting on
+    stacked [Re y ; Im y] (two products per position become one)."""
+    return real_matrix(C.transpose(-1, -2)) @ readout_real(real_matrix(C).mT, readout).mT
 
 
 def interdomain_chunk(xi_q, z, lam, B_bar, C, readout="re_first", initial_state=None, chunk_size: int = 64,
@@ -139,7 +146,7 @@ def interdomain_chunk(xi_q, z, lam, B_bar, C, readout="re_first", initial_state=
     real = lam.real.dtype
     zc, qc = (to_chunks(x, K, padded).to(real) for x in (z, xi_q))
     W = B_bar[..., None] * powers(lam, K)  # [H, M, K] complex
-    W_real = _as_real(W, 1)  # [H, 2M, K]
+    W_real = as_real(W, 1)  # [H, 2M, K]
     steps = torch.arange(K, device=z.device)
     lag = steps[:, None] - steps[None, :]  # i - j
     W_lag = W_real[:, :, lag.clamp_min(0)] * (lag >= 0).to(real)  # [H, 2M, K, K], zero above the diagonal
@@ -160,15 +167,13 @@ def interdomain_chunk(xi_q, z, lam, B_bar, C, readout="re_first", initial_state=
     final = None if starts is not None else (
         (lam**r)[..., None] * entering[-1] + torch.einsum("hmj,bhjc->bhmc", W[..., :r].flip(-1),
                                                           zc[:, :, -1, :r].to(lam.dtype)))
-    X0 = _as_real(X0, 3)  # [B, H, N, 2M, R + D]
+    X0 = as_real(X0, 3)  # [B, H, N, 2M, R + D]
 
     scores = qc @ zc[..., :R].transpose(-1, -2)  # xi_i . k_j: [B, H, N, K, K]
-    carried_k = _rotate(rise, torch.einsum("bhgmr,bhgir->bhgim", X0[..., :R], qc))
-    # beta = C^T readout(C y) is linear in y: one [2M, 2M] real matrix per head instead of two products per position
-    to_beta = _real_matrix(C.transpose(-1, -2)) @ _readout_real(_real_matrix(C).mT, readout).mT  # [H, 2M, 2M]
-    beta = torch.einsum("hpm,bhgim->bhgip", to_beta,
+    carried_k = rotate(rise, torch.einsum("bhgmr,bhgir->bhgim", X0[..., :R], qc))
+    beta = torch.einsum("hpm,bhgim->bhgip", beta_map(C, readout),
                         carried_k + torch.einsum("hmij,bhgij->bhgim", W_lag, scores))
-    mix = torch.einsum("bhgip,hpij->bhgij", _conjugate_real(beta), W_lag)  # Re(beta_i . W[i-j]): [B, H, N, K, K]
+    mix = torch.einsum("bhgip,hpij->bhgij", conjugate_real(beta), W_lag)  # Re(beta_i . W[i-j]): [B, H, N, K, K]
     o = mix @ zc[..., R:]
-    o = o + torch.einsum("bhgim,bhgmd->bhgid", _conjugate_real(_rotate(rise, beta)), X0[..., R:])
+    o = o + torch.einsum("bhgim,bhgmd->bhgid", conjugate_real(rotate(rise, beta)), X0[..., R:])
     return o.reshape(B, H, padded, -1)[:, :, :T], final
