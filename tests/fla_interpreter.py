@@ -1,6 +1,6 @@
 """Patches that let fla-core 0.6.0's Triton kernels run under Triton 3.9.0's interpreter, on a CPU.
 
-Test-only. tests/fla_worker.py calls `apply()` in its own process, with TRITON_INTERPRET=1 set before triton
+Test-only. tests/triton_worker.py calls `apply()` in its own process, with TRITON_INTERPRET=1 set before triton
 and fla were imported, and before any kernel runs. Each patch closes a gap between the interpreter and
 compiled Triton that fla's kernels fall into:
 

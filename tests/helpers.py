@@ -1,8 +1,14 @@
 """Helpers shared by the tests: random inputs and comparisons of forms (outputs, states, gradients), made-up
 suite results with a known effect, and a training process that dies at a chosen checkpoint."""
 
+import json
 import random
+import subprocess
+import sys
+import warnings
+from pathlib import Path
 
+import pytest
 import torch
 
 from attnlab import checkpoint
@@ -23,6 +29,19 @@ def random_linear_inputs(B=2, H=3, T=37, K=8, V=6, seed=0, per_channel_decay=Tru
     beta = torch.rand(B, H, T, generator=g, dtype=torch.float64)
     h0 = rand(B, H, K, V)
     return [t.requires_grad_() for t in (q, k, v, log_decay, beta, h0)]
+
+
+def triton_worker_results(checks: list[str]) -> dict:
+    """Run tests/triton_worker.py's checks in a process of its own (Triton's interpreter on, fla imported
+    there) -> {check: None where it passed, else its error}."""
+    pytest.importorskip("triton")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Triton is not supported on current platform, roll back to CPU"
+        pytest.importorskip("fla")
+    worker = Path(__file__).parent / "triton_worker.py"
+    run = subprocess.run([sys.executable, str(worker), *checks], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-4000:]
+    return json.loads(run.stdout.splitlines()[-1])
 
 
 def grads_of(fn, inputs, seed=1):

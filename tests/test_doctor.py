@@ -23,7 +23,7 @@ def test_without_a_gpu_it_says_so_and_checks_on_the_cpu(two_mixers, tmp_path, ca
     printed = capsys.readouterr().out
     assert "no CUDA GPU found" in printed
     report = json.loads((tmp_path / "doctor.json").read_text())
-    assert report["environment"]["cuda"] is False and "speed" not in report and "fla" not in report
+    assert report["environment"]["cuda"] is False and "speed" not in report and "fused" not in report
     assert set(report["mixers"]) == {"softmax", "gla"} and report["failed"] == []
     for row in report["mixers"].values():
         assert row["fp32"]["forward"] < 1e-5 and row["bf16"]["ok"]
@@ -91,7 +91,7 @@ def test_the_readme_section_is_generated_from_a_doctor_run(tmp_path):
     committed = json.loads((Path(__file__).parents[1] / "results" / "doctor" / "doctor.json").read_text())
     old = doctor.readme_section(committed)  # written before timings were kept per length: T 2048
     assert "15 of 15 mixers within the limits" in old and "| softmax | 3.64 | 1.00 |" in old
-    assert "no fla timings" in old and "none judged" in old
+    assert "no timings of them" in old and "none judged" in old  # its fla section did not finish
     row = {"fp32": {"forward": 1e-7, "gradient": 2e-7, "decode": 3e-7}, "bf16": {"forward": 4e-3, "gradient": 5e-3,
                                                                                  "decode": 6e-3}}
     report = {"environment": {"device": "cuda", "gpu": "NVIDIA H100", "torch": "2.11.0+cu130", "cuda_version": "13.0",
@@ -99,12 +99,14 @@ def test_the_readme_section_is_generated_from_a_doctor_run(tmp_path):
               "mixers": {"softmax": row, "gla": row}, "failed": [],
               "speed": {"2048": {"softmax": {"ms": 2.0, "x_softmax": 1.0}, "gla": {"ms": 3.0, "x_softmax": 1.5}},
                         "8192": {"softmax": {"ms": 20.0, "x_softmax": 1.0}}},
-              "fla": {"2048": {"gla": {"difference": 1e-3, "torch_ms": 9.0, "fla_ms": 3.0, "speedup": 3.0}}}}
+              "fused": {"2048": {"gla, fla": {"difference": 1e-3, "torch_ms": 9.0, "fused_ms": 3.0, "speedup": 3.0}}}}
     report["goals"] = doctor.doctor_goals(report)
     new = doctor.readme_section(report)
     assert "| mixer (fwd+bwd, bf16, batch 8, d_model 512) | T 2048 ms | × softmax | T 8192 ms | × softmax |" in new
-    assert "| gla | 3.00 | 1.50 | – | – |" in new and "| gla | 2048 | 0.001 | 9.00 | 3.00 |" in new
+    assert "| gla | 3.00 | 1.50 | – | – |" in new and "| gla, fla | 2048 | 0.001 | 9.00 | 3.00 |" in new
     assert "Goals: 2 met, 9 not measured." in new  # gla at T 2048 (1.5x) and fla's agreement
+    del report["fused"]
+    assert "The fused backends' section did not finish in this run" in doctor.readme_section(report)
     assert "- gla / softmax fwd+bwd at T=8192 (x): - (< 1), not measured" in new
     readme = tmp_path / "README.md"
     readme.write_text("a\n<!-- doctor: start -->\nold\n<!-- doctor: end -->\nb\n")

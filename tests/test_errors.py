@@ -162,7 +162,7 @@ def test_the_fla_backend_on_cpu_tensors_is_refused_before_any_kernel(monkeypatch
 
 
 @pytest.mark.parametrize("mixer, option, problem", [
-    ("boltzmann", "backend=triton", "unknown backend 'triton'. Known: auto, flex, torch"),
+    ("boltzmann", "backend=cuda", "unknown backend 'cuda'. Known: auto, flex, torch, triton"),
     ("boltzmann", "backend=flex", "backend=flex runs fields only (mode=h-only without bias_field)"),
     ("interdomain", "backend=cuda", "unknown backend 'cuda'. Known: auto, fla, torch"),
     ("s4d", "backend=fla", "backend=fla runs the chunk form's query read (query=conditioned, form=chunk), not "

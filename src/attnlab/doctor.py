@@ -4,8 +4,8 @@
    autocast, against the same mixer in fp64 on the CPU (relative errors, with pass/fail limits).
 2. Every mixer's backends and the one backend=auto takes, and why (on this GPU; without one, on a Hopper
    GPU with the fla and Triton installed here).
-3. Every mixer's forward+backward time against SDPA softmax, and each mixer's fla backend against its torch
-   form (outputs compared, then timed side by side).
+3. Every mixer's forward+backward time against SDPA softmax, and each fused backend (fla, Triton,
+   FlexAttention) against the torch form (outputs compared, then timed side by side).
 4. The demo model trained for a few hundred steps on the device.
 Without a CUDA GPU it says so and runs the checks on the CPU, which keeps the command itself testable.
 The results are printed as tables and written to doctor.json, section by section, so a run cut short
@@ -24,7 +24,7 @@ import torch
 
 from .bench.mixers import contenders
 from .bench.timing import round_robin
-from .errors import UserError
+from .errors import ConfigError, UserError
 from .mixers import build_mixer, list_mixers, mixer_class
 from .ops import fla
 
@@ -168,36 +168,60 @@ def backend_routes(device: torch.device, log=print) -> dict:
     return routes
 
 
-def compare_fla(device: torch.device, batch: int, seq_len: int, d_model: int, n_heads: int, repeats: int,
-                log=print) -> dict:
-    """Each linear mixer with backend=fla against the same weights with backend=torch: the largest
+# the mixers whose fused backends are compared with their torch forms: the timed contenders, and Boltzmann with
+# fields only over a sliding window (FlexAttention's case)
+FIELDS_ONLY_BOLTZMANN = ("boltzmann (h-only, window 64)", "boltzmann",
+                         {"mode": "h-only", "inference": "banded", "couplings": "distance", "window": 64, "band": 4})
+
+
+def fused_cases(device: torch.device) -> list[tuple[str, str, dict]]:
+    """(label, mixer, options with a backend) for each contender's every backend but torch that applies to its
+    options (a backend that does not is a ConfigError, and skipped) and runs on this device (FlexAttention
+    trains on a GPU only)."""
+    cases = []
+    for label, name, options in [*contenders(), FIELDS_ONLY_BOLTZMANN]:
+        for backend in mixer_class(name).backends[1:]:
+            if backend == "flex" and device.type != "cuda":
+                continue
+            try:
+                build_mixer(name, d_model=16, n_heads=2, **options, backend=backend)
+            except ConfigError:
+                continue
+            cases.append((f"{label}, {backend}", name, {**options, "backend": backend}))
+    return cases
+
+
+def compare_backends(device: torch.device, batch: int, seq_len: int, d_model: int, n_heads: int, repeats: int,
+                     log=print) -> dict:
+    """Each fused backend (fla, Triton, FlexAttention) against the same weights with backend=torch: the largest
     relative difference of the outputs, then both timed side by side (forward+backward, bf16 autocast)."""
-    log(f"\nfla backend against the torch form on {device}: batch {batch}, T {seq_len}, d_model {d_model}")
+    log(f"\nfused backends against the torch forms on {device}: batch {batch}, T {seq_len}, d_model {d_model}")
     results = {}
     x = torch.randn(batch, seq_len, d_model, device=device, requires_grad=True)
-    for name in (name for name in list_mixers() if "fla" in mixer_class(name).backends):
+    for label, name, options in fused_cases(device):
         try:
             torch.manual_seed(0)
-            forms = {b: build_mixer(name, d_model=d_model, n_heads=n_heads, backend=b).to(device)
-                     for b in ("torch", "fla")}
-            forms["fla"].load_state_dict(forms["torch"].state_dict())
+            forms = {"torch": build_mixer(name, d_model=d_model, n_heads=n_heads, **{**options, "backend": "torch"}),
+                     "fused": build_mixer(name, d_model=d_model, n_heads=n_heads, **options)}
+            forms = {form: mixer.to(device) for form, mixer in forms.items()}
+            forms["fused"].load_state_dict(forms["torch"].state_dict())
             with torch.no_grad():
-                difference = relative_error(forms["fla"](x)[0], forms["torch"](x)[0].double().cpu())
+                difference = relative_error(forms["fused"](x)[0], forms["torch"](x)[0].double().cpu())
 
             def fwd_bwd(mixer):
                 with torch.autocast(device.type, dtype=torch.bfloat16):
                     y, _ = mixer(x)
                 y.float().sum().backward()
 
-            seconds = round_robin({b: (lambda m=m: fwd_bwd(m)) for b, m in forms.items()}, repeats)
+            seconds = round_robin({form: (lambda m=m: fwd_bwd(m)) for form, m in forms.items()}, repeats)
         except Exception as err:
-            results[name] = {"error": f"{type(err).__name__}: {err}"}
-            log(f"{name:<10} FAILED: {results[name]['error'][:200]}")
+            results[label] = {"error": f"{type(err).__name__}: {err}"}
+            log(f"{label:<44} FAILED: {results[label]['error'][:200]}")
             continue
-        results[name] = {"difference": difference, "torch_ms": 1e3 * seconds["torch"],
-                         "fla_ms": 1e3 * seconds["fla"], "speedup": seconds["torch"] / seconds["fla"]}
-        log(f"{name:<10} difference {difference:.1e}   torch {1e3 * seconds['torch']:8.2f} ms   "
-            f"fla {1e3 * seconds['fla']:8.2f} ms   {seconds['torch'] / seconds['fla']:.2f}x")
+        results[label] = {"difference": difference, "torch_ms": 1e3 * seconds["torch"],
+                          "fused_ms": 1e3 * seconds["fused"], "speedup": seconds["torch"] / seconds["fused"]}
+        log(f"{label:<44} difference {difference:.1e}   torch {1e3 * seconds['torch']:8.2f} ms   "
+            f"fused {1e3 * seconds['fused']:8.2f} ms   {seconds['torch'] / seconds['fused']:.2f}x")
     return results
 
 
@@ -231,7 +255,7 @@ def run_doctor(out: str | Path = "runs/doctor", train_steps: int = 200, dry_run:
     if not cuda:
         log("no CUDA GPU found: running the checks on the CPU"
             + (" (a dry run: the timed sections at tiny sizes)" if dry_run else
-               " (GPU timings and the fla backend are skipped)"))
+               " (GPU timings and the fused backends are skipped)"))
     report = {"environment": environment(device)}
     log(json.dumps(report["environment"]))
     report["backends"] = backend_routes(device, log)
@@ -249,13 +273,12 @@ def run_doctor(out: str | Path = "runs/doctor", train_steps: int = 200, dry_run:
     if cuda or dry_run:  # last, the slowest to start: fla compiles and tunes its kernels on first use
         sizes = dict(SIZES["dry run" if dry_run else "gpu"])
         lengths = sizes.pop("lengths")
-        report["speed"], report["fla"] = {}, {}
+        report["speed"], report["fused"] = {}, {}
         for seq_len in lengths:
             report["speed"][str(seq_len)] = time_mixers(device, seq_len=seq_len, log=log, **sizes)
             save()
-            if report["environment"]["fla"]:
-                report["fla"][str(seq_len)] = compare_fla(device, seq_len=seq_len, log=log, **sizes)
-                save()
+            report["fused"][str(seq_len)] = compare_backends(device, seq_len=seq_len, log=log, **sizes)
+            save()
     report["goals"] = doctor_goals(report, judged=cuda and not dry_run)
     save()
     log("\ngoals (bf16, B 8, d_model 512 on an H100/H200):")
@@ -267,16 +290,16 @@ def run_doctor(out: str | Path = "runs/doctor", train_steps: int = 200, dry_run:
 
 
 def doctor_goals(report: dict, judged: bool = True) -> list[dict]:
-    """SPEED_GOALS and the fla kernels' agreement with the torch forms (bf16 limit), each met, NOT MET, not
+    """SPEED_GOALS and the fused backends' agreement with the torch forms (bf16 limit), each met, NOT MET, not
     measured (this run has no such number: no GPU, a mixer that failed) or not judged (a dry run)."""
     rows, timed_lengths = [], list(report.get("speed", {}))  # a dry run's lengths stand in for the GPU's in turn
     for label, seq_len, relation, bar in SPEED_GOALS:
         at = SIZES["gpu"]["lengths"].index(seq_len)
         timed = report["speed"][timed_lengths[at]].get(label) if at < len(timed_lengths) else None
         rows.append((f"{label} / softmax fwd+bwd at T={seq_len} (x)", timed and timed["x_softmax"], relation, bar))
-    for seq_len, compared in report.get("fla", {}).items():
-        for name, row in compared.items():
-            rows.append((f"{name} fla vs torch form at T={seq_len} (relative difference)", row.get("difference"),
+    for seq_len, compared in report.get("fused", {}).items():
+        for label, row in compared.items():
+            rows.append((f"{label} vs torch form at T={seq_len} (relative difference)", row.get("difference"),
                          "<=", LIMITS["bf16"]))
     goals = []
     for goal, value, relation, bar in rows:
@@ -292,7 +315,8 @@ def _value(value) -> str:
 
 def readme_section(report: dict) -> str:
     """The README's account of a doctor run on a GPU: where it ran, the mixers within limits, the demo model,
-    each mixer's forward+backward at every timed length (and fla's against the torch form), and the goals."""
+    each mixer's forward+backward at every timed length (and the fused backends' against the torch forms), and
+    the goals."""
     env = report["environment"]
     errors = {p: [row[p][k] for row in report["mixers"].values() if "error" not in row
                   for k in ("forward", "gradient", "decode")] for p in ("fp32", "bf16")}
@@ -317,16 +341,16 @@ def readme_section(report: dict) -> str:
             cells = " | ".join(f"{speed[n][label]['ms']:.2f} | {speed[n][label]['x_softmax']:.2f}"
                                if label in speed[n] else "– | –" for n in lengths)
             lines.append(f"| {label} | {cells} |")
-    fla_rows = [(n, name, row) for n, rows in report.get("fla", {}).items() for name, row in rows.items()]
-    if fla_rows:
-        lines += ["", "| fla against the torch form | T | relative difference | torch ms | fla ms |",
+    fused_rows = [(n, label, row) for n, rows in report.get("fused", {}).items() for label, row in rows.items()]
+    if fused_rows:
+        lines += ["", "| fused backend against the torch form | T | relative difference | torch ms | fused ms |",
                   "| --- | ---: | ---: | ---: | ---: |"]
-        lines += [f"| {name} | {n} | " + (f"{row['difference']:.1g} | {row['torch_ms']:.2f} | {row['fla_ms']:.2f} |"
-                                          if "error" not in row else f"failed: {row['error'][:80]} | | |")
-                  for n, name, row in fla_rows]
-    if env.get("fla") and not fla_rows:
-        lines += ["", "fla's section did not finish in this run (fla compiles and tunes its kernels on first use): "
-                      "no fla timings."]
+        lines += [f"| {label} | {n} | " + (f"{row['difference']:.1g} | {row['torch_ms']:.2f} | {row['fused_ms']:.2f} |"
+                                           if "error" not in row else f"failed: {row['error'][:80]} | | |")
+                  for n, label, row in fused_rows]
+    elif "speed" in report:
+        lines += ["", "The fused backends' section did not finish in this run (fla compiles and tunes its kernels "
+                      "on first use): no timings of them."]
     if "goals" not in report:
         lines += ["", "This run predates the doctor's goals: none judged."]
     else:

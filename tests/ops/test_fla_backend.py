@@ -1,15 +1,9 @@
 """The fla backend (flash-linear-attention's Triton kernels) against our torch forms, and its config.
 
-The comparisons run in tests/fla_worker.py, in a process of its own: Triton's interpreter, which runs the
+The comparisons run in tests/triton_worker.py, in a process of its own: Triton's interpreter, which runs the
 kernels on a CPU, must be switched on (TRITON_INTERPRET=1) before triton and fla are imported, and must stay
 off for the rest of the session. One worker run serves all the checks; each is reported as its own test.
 """
-
-import json
-import subprocess
-import sys
-import warnings
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,24 +12,18 @@ from attnlab.errors import ConfigError
 from attnlab.mixers import build_mixer
 from attnlab.ops import fla as fla_ops
 from attnlab.ops.gla import gla_chunk
+from helpers import triton_worker_results
 
-WORKER = Path(__file__).parents[1] / "fla_worker.py"
 # fp32 outputs, final states and every gradient of gla, linear, the delta rule, CCQ (plain, decayed) and
-# interdomain's query read; bf16 inputs; each mixer with backend=fla against backend=torch (prefill + decode too); and
-# packed rows through fla's cu_seqlens against each sequence alone
+# interdomain's query read; bf16 inputs; each mixer with backend=fla against backend=torch (prefill + decode
+# too); packed rows through fla's cu_seqlens against each sequence alone; and the doctor's dry run
 CHECKS = ["gla", "linear", "delta_rule", "ccq", "ccq_decay", "interdomain", "bf16", "mixers", "packed",
           "doctor_dry_run"]
 
 
 @pytest.fixture(scope="module")
 def worker_results():
-    pytest.importorskip("triton")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "Triton is not supported on current platform, roll back to CPU"
-        pytest.importorskip("fla")
-    run = subprocess.run([sys.executable, str(WORKER), *CHECKS], capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-4000:]
-    return json.loads(run.stdout.splitlines()[-1])
+    return triton_worker_results(CHECKS)
 
 
 @pytest.mark.parametrize("check", CHECKS)

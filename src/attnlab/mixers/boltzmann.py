@@ -18,7 +18,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..errors import ConfigError, UserError, unknown_name
 from ..nn import at_least_fp32, causal_mask, no_autocast, overwritten, positions_in_sequences, set_optim
-from ..ops import annealing, ising
+from ..ops import annealing, ising, ising_triton
 from ..ops.field_attention import field_attention
 from .attention import AttentionConfig, AttentionMixer, KVCache
 from .registry import Mixer, register_mixer
@@ -29,7 +29,7 @@ MODES = {
     "h+J+K": (True, True, True), "h+K": (True, False, True), "J+K": (False, True, True), "K-only": (False, False, True),
 }
 INFERENCE = ("exact", "banded", "mean-field", "dqa")
-BACKENDS = ("torch", "flex", "auto")
+BACKENDS = ("torch", "flex", "triton", "auto")
 MAX_DQA_WINDOW = 12  # a state vector of 2^window amplitudes per query
 # the cheap configuration that runs at any length: banded inference over a sliding window of distance
 # couplings, one chain of `window` spins with 2^band states per query (a few times a softmax step)
@@ -73,8 +73,10 @@ class BoltzmannConfig(AttentionConfig):
     dqa_shots: int = 256  # 0: use the simulated measurement probabilities (infinitely many shots)
     dqa_gradient: str = "ste"  # ste: through the simulated circuit | covariance: sample correlations
     memory_budget_gib: float = 2.0  # exact inference: log-weights held at once
-    # fields only (mode=h-only, no bias_field): torch (the forms below), flex (FlexAttention: softmax of
-    # log sigma(2h) over a sliding causal block mask, one fused kernel on a GPU) or auto (flex on a CUDA GPU)
+    # torch (the forms below); flex, fields only (mode=h-only, no bias_field): FlexAttention, softmax of
+    # log sigma(2h) over a sliding causal block mask, one fused kernel on a GPU; triton, banded inference: each
+    # chain's messages in one Triton kernel per pass; auto: on a CUDA GPU, flex where it applies, else triton
+    # for banded inference; torch otherwise
     backend: str = "auto"
 
     def validate(self) -> None:
@@ -100,6 +102,11 @@ class BoltzmannConfig(AttentionConfig):
             raise ConfigError(f"backend=flex runs fields only (mode=h-only without bias_field), where every spin "
                               f"is independent; mode={self.mode}{' with bias_field' if self.bias_field else ''} "
                               f"needs Ising inference: use backend=torch or backend=auto")
+        if self.backend == "triton":
+            if self.inference != "banded":
+                raise ConfigError(f"backend=triton runs banded inference, not inference={self.inference}: use "
+                                  f"backend=torch or backend=auto")
+            ising_triton.require()
         if self.inference == "banded" and not 1 <= self.band < self.window:
             raise ConfigError(f"band={self.band} must be between 1 and window - 1 = {self.window - 1}")
         if self.inference == "dqa":
@@ -119,7 +126,7 @@ class BoltzmannAttention(AttentionMixer):
     """Attention weights from Ising marginals; see the module docstring and ``attnlab.ops.ising``."""
 
     config_class = BoltzmannConfig
-    backends = ("torch", "flex")
+    backends = ("torch", "flex", "triton")
     compile_exclusion = ("its inference loops (enumeration in pieces, chain messages, annealing steps) unroll into "
                          "graphs that did not finish compiling in 75 s for one small layer on a 2-core CPU")
 
@@ -166,12 +173,23 @@ class BoltzmannAttention(AttentionMixer):
         """Whether attention runs on FlexAttention: backend=flex, or backend=auto with fields only on a CUDA GPU."""
         return self.cfg.backend == "flex" or (self.cfg.backend == "auto" and x.is_cuda and self.fields_only())
 
+    def uses_triton(self, x: torch.Tensor) -> bool:
+        """Whether banded inference runs on the Triton kernels: backend=triton, or backend=auto on a CUDA GPU
+        where FlexAttention does not apply and Triton imports."""
+        if self.cfg.backend == "auto":
+            return x.is_cuda and not self.fields_only() and ising_triton.available()
+        return self.cfg.backend == "triton"
+
     def auto_backend(self, **machine) -> tuple[str, str]:
-        if not self.fields_only():
-            return "torch", f"mode={self.cfg.mode}: couplings need Ising inference, the torch forms"
         if not machine["cuda"]:
-            return "torch", "no CUDA GPU: the torch form"
-        return "flex", "FlexAttention: fields only, softmax of log sigma(2h) over a sliding causal block mask"
+            return "torch", "no CUDA GPU: the torch forms"
+        if self.fields_only():
+            return "flex", "FlexAttention: fields only, softmax of log sigma(2h) over a sliding causal block mask"
+        if self.cfg.inference != "banded":
+            return "torch", f"inference={self.cfg.inference}: the torch form (Triton runs banded inference)"
+        if not machine["triton"]:
+            return "torch", "Triton is not installed: the torch form"
+        return "triton", "banded inference: each chain's messages in one Triton kernel per pass"
 
     def sliding(self) -> bool:
         """Whether contexts past the window are allowed (each query then sees its last `window` keys)."""
@@ -320,16 +338,22 @@ class BoltzmannAttention(AttentionMixer):
             J = self.coupling_matrix(n)  # None without couplings
             band = None if J is None else ising.band_couplings(J, w)  # [H, n, w]: the same for every chain
         element = max(4, q.element_size())  # the chains run in fp32 or wider
-        bytes_per_query = n * 2**w * element * 8  # messages both ways and what autograd keeps
-        group = max(1, min(int(self.cfg.memory_budget_gib * 2**30) // (bytes_per_query * B * H),
-                           CHAIN_GROUP_BYTES // (2 ** (w + 1) * element * B * H)))
+        budget = int(self.cfg.memory_budget_gib * 2**30)
+        marginals = ising.banded_log_marginals
+        if self.uses_triton(q):  # the kernels keep two messages per spin; their programs hold the chains
+            marginals = ising_triton.banded_log_marginals
+            group = max(1, budget // (n * (2 ** (w + 1) * 4 + q.shape[-1] * element) * B * H))
+        else:
+            bytes_per_query = n * 2**w * element * 8  # messages both ways and what autograd keeps
+            group = max(1, min(budget // (bytes_per_query * B * H),
+                               CHAIN_GROUP_BYTES // (2 ** (w + 1) * element * B * H)))
         position = torch.arange(S - Tq, S, device=q.device)  # of each query among the keys
         starts = torch.zeros_like(position) if starts is None else starts
         return torch.cat([self._banded_rows(q[:, :, r0 : r0 + group], k, v, position[r0 : r0 + group],
-                                            starts[r0 : r0 + group], n, J, band)
+                                            starts[r0 : r0 + group], n, J, band, marginals)
                           for r0 in range(0, Tq, group)], dim=2)
 
-    def _banded_rows(self, q, k, v, position, starts, n, J, band):
+    def _banded_rows(self, q, k, v, position, starts, n, J, band, marginals):
         """The output of the queries at these positions among the keys, each over its last n keys from its start."""
         B, H, Tq, D = q.shape
         S = k.shape[-2]
@@ -345,9 +369,10 @@ class BoltzmannAttention(AttentionMixer):
             if log_alpha is None:
                 fields = h * present
                 couplings = (band[None, :, None] * present[:, :, None]).expand(B, H, -1, -1, -1).flatten(0, 2)
-                marginals = partial(ising.banded_log_marginals, fields.flatten(0, 2), couplings)
-                log_alpha = checkpoint(marginals, use_reentrant=False) if torch.is_grad_enabled() else marginals()
-                log_alpha = log_alpha.view_as(fields)
+                chains = partial(marginals, fields.flatten(0, 2), couplings)
+                # the torch form's messages are recomputed in the backward pass rather than kept (the kernels keep none)
+                recompute = torch.is_grad_enabled() and marginals is ising.banded_log_marginals
+                log_alpha = (checkpoint(chains, use_reentrant=False) if recompute else chains()).view_as(fields)
             weights = torch.softmax(log_alpha.masked_fill(~present, float("-inf")), dim=-1)
         return torch.einsum("bhqn,bhqnd->bhqd", weights.to(v.dtype), v[:, :, index])
 

@@ -1,8 +1,9 @@
-"""Run by tests/ops/test_fla_backend.py in a process of its own: the fla backend against the torch forms, on
-the CPU under Triton's interpreter. TRITON_INTERPRET has to be set before triton and fla are imported, and it
-must not reach the rest of the test session, hence the separate process.
+"""Run by the tests of Triton kernels (tests/ops/test_fla_backend.py, tests/ops/test_ising_triton.py) in a
+process of its own: fla's kernels and ours against the torch forms, on the CPU under Triton's interpreter.
+TRITON_INTERPRET has to be set before triton and fla are imported, and it must not reach the rest of the test
+session, hence the separate process.
 
-Usage: fla_worker.py CHECK [CHECK ...]. Prints one JSON line mapping each check to null (passed) or its error.
+Usage: triton_worker.py CHECK [CHECK ...]. Prints one JSON line mapping each check to null (passed) or its error.
 """
 
 import os
@@ -17,7 +18,7 @@ import torch
 
 import fla_interpreter
 from attnlab.mixers import build_mixer
-from attnlab.ops import fla
+from attnlab.ops import fla, ising, ising_triton
 from attnlab.ops.ccq import CCQStats, ccq_chunk, ccq_reference
 from attnlab.ops.delta_rule import delta_rule_chunk
 from attnlab.ops.gla import gla_chunk
@@ -234,18 +235,74 @@ def check_packed():
         assert_same_parameter_gradients(torch_mixer, fla_mixer, y, y_out, f"{name} packed")
 
 
+def check_banded():
+    """The banded Ising marginals' kernels against the torch form in fp64: log-marginals and the gradients of
+    the fields and couplings, bands 1 to 5, couplings per chain or shared, odd lengths, absent spins at the
+    end of some chains (fields and couplings 0, as the mixer passes them) and fields up to about 60, where
+    probabilities fall far below fp32's range."""
+    g = torch.Generator().manual_seed(8)
+    for Q, n, w, shared, field_scale in [(5, 13, 3, False, 2.0), (3, 9, 1, True, 2.0), (19, 20, 4, False, 2.0),
+                                         (2, 11, 5, True, 2.0), (6, 17, 4, False, 20.0)]:
+        h = field_scale * torch.randn(Q, n, generator=g, dtype=torch.float64)
+        Jb = 0.7 * torch.randn(1 if shared else Q, n, w, generator=g, dtype=torch.float64)
+        present = torch.arange(n) < torch.randint(1, n + 1, (Q, 1), generator=g)
+        h = (h * present).requires_grad_()
+        if not shared:
+            Jb = Jb * present[..., None]
+        Jb.requires_grad_()
+        weights = torch.randn(Q, n, generator=g, dtype=torch.float64)
+        expected = ising.banded_log_marginals(h, Jb)
+        got = ising_triton.banded_log_marginals(h.float(), Jb.float())
+        grads = torch.autograd.grad((expected * weights).sum(), (h, Jb))
+        grads_kernel = torch.autograd.grad((got * weights.float()).sum(), (h, Jb))
+        case = f"Q={Q} n={n} band={w} {'shared' if shared else 'per chain'} fields x{field_scale}"
+        for name, a, b in [("log-marginals", got, expected), ("fields' gradient", grads_kernel[0], grads[0]),
+                           ("couplings' gradient", grads_kernel[1], grads[1])]:
+            torch.testing.assert_close(a.double(), b, rtol=1e-5, atol=2e-5 * max(1.0, b.abs().max().item()),
+                                       msg=lambda m, what=f"{case}: {name}": f"{what}: {m}")
+
+
+def check_boltzmann_triton():
+    """Boltzmann attention with banded inference over a sliding window, backend=triton against backend=torch:
+    outputs and parameter gradients (one stream, and packed sequences in one call), and prefill then decode."""
+    options = dict(d_model=32, n_heads=2, inference="banded", couplings="distance", band=3, window=6,
+                   j_init_std=0.3, mode="h+J")
+    torch_mixer = build_mixer("boltzmann", backend="torch", **options)
+    triton_mixer = build_mixer("boltzmann", backend="triton", **options)
+    triton_mixer.load_state_dict(torch_mixer.state_dict())
+    x = torch.randn(2, 15, 32, generator=torch.Generator().manual_seed(9))
+    (y, _), (y_triton, _) = torch_mixer(x), triton_mixer(x)
+    torch.testing.assert_close(y_triton, y, **TOLERANCE, msg=lambda m: f"forward: {m}")
+    assert_same_parameter_gradients(torch_mixer, triton_mixer, y, y_triton, "boltzmann")
+    cu_seqlens = torch.tensor([0, 1, 8, 15])
+    packed = x[:1]
+    y = torch_mixer(packed, cu_seqlens=cu_seqlens, keep_state=False)[0]
+    y_triton = triton_mixer(packed, cu_seqlens=cu_seqlens, keep_state=False)[0]
+    torch.testing.assert_close(y_triton, y, **TOLERANCE, msg=lambda m: f"packed forward: {m}")
+    assert_same_parameter_gradients(torch_mixer, triton_mixer, y, y_triton, "boltzmann packed")
+    with torch.no_grad():
+        outputs, state = [], None
+        for part in (x[:, :9], *x[:, 9:].split(1, dim=1)):
+            y_part, state = triton_mixer(part, state)
+            outputs.append(y_part)
+        full = torch_mixer(x)[0]
+    torch.testing.assert_close(torch.cat(outputs, 1), full, **TOLERANCE, msg=lambda m: f"prefill then decode: {m}")
+
+
 def check_doctor_dry_run():
-    """`attnlab doctor --dry-run` on the CPU: the GPU run's sections (fla against the torch forms, every mixer
-    timed against softmax at two lengths, the goals) at tiny sizes, fla's kernels interpreted."""
+    """`attnlab doctor --dry-run` on the CPU: the GPU run's sections (the fused backends against the torch forms,
+    every mixer timed against softmax at two lengths, the goals) at tiny sizes, the kernels interpreted."""
     import tempfile
 
     from attnlab.doctor import SPEED_GOALS, run_doctor
 
     with tempfile.TemporaryDirectory() as out:
         report = run_doctor(out, train_steps=0, dry_run=True, log=lambda line: None)
-    assert list(report["speed"]) == list(report["fla"]) == ["16", "32"], report.keys()
-    for seq_len, compared in report["fla"].items():
-        assert set(compared) == {"linear", "gla", "gdn", "ccq-gla", "ccq-gdn", "interdomain"}
+    assert list(report["speed"]) == list(report["fused"]) == ["16", "32"], report.keys()
+    for seq_len, compared in report["fused"].items():
+        assert set(compared) == {"linear, fla", "gla, fla", "gdn, fla", "ccq-gla, fla", "ccq-gdn, fla",
+                                 "interdomain, fla", "boltzmann (banded 4, window 64), triton",
+                                 "boltzmann (h-only, window 64), triton"}, compared
         for name, row in compared.items():
             assert "error" not in row and row["difference"] < 1e-3, (seq_len, name, row)
     speed_goals = report["goals"][: len(SPEED_GOALS)]
