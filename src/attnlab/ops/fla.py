@@ -294,10 +294,13 @@ def interdomain_fla(xi_q, z, lam, B_bar, C, readout="re_first", initial_state=No
          with w_t = [Re beta'_t ; -Im beta'_t] and beta'_t = beta_t e^{i theta t}: fla's GLA with queries w,
          keys kappa and values v.
     Phases theta t are taken in fp64 (theta t reaches 1e4 radians and more). Everything runs in fp32, as in
-    `interdomain_chunk`. chunk_size is accepted for the common signature; the kernels choose theirs."""
+    `interdomain_chunk`. chunk_size is accepted for the common signature; the kernels choose theirs.
+    cu_seqlens (B = 1): each packed sequence from a zero state (initial_state is not used), and no state returned."""
+    chunk_gla = _kernels().chunk_gla
+    _check_device(z)
     B, H, T, _ = z.shape
     R, M = xi_q.shape[-1], lam.shape[-1]
-    real = lam.real.dtype if lam.real.dtype != torch.float64 else torch.float32
+    real = torch.float32  # the widest the kernels take
     log_lam = torch.log(lam)
     positions = torch.arange(T, device=z.device, dtype=torch.float64)
     phase = log_lam.imag.double()[..., None] * positions  # [H, M, T]
@@ -305,7 +308,7 @@ def interdomain_fla(xi_q, z, lam, B_bar, C, readout="re_first", initial_state=No
     kappa = as_real(B_bar[:, None] * turn.conj(), -1).to(real)  # [H, T, 2M]
     log_decay = log_lam.real.to(real).repeat(1, 2)[:, None]  # [H, 1, 2M]
 
-    def fla_layout(x):  # [B or 1, H, T, D] -> [B, T, H, D] contiguous, fp32
+    def fla_layout(x):  # [B or 1, H, T, D] -> [B, T, H, D], contiguous fp32
         return x.expand(B, H, T, x.shape[-1]).transpose(1, 2).to(real).contiguous()
 
     kappa_, g_ = fla_layout(kappa[None]), fla_layout(log_decay[None].expand(1, H, T, 2 * M))
@@ -313,14 +316,13 @@ def interdomain_fla(xi_q, z, lam, B_bar, C, readout="re_first", initial_state=No
     if initial_state is not None and cu_seqlens is None:
         # e^{i theta} X_0 as [B, H, 2M, R + D]
         S0 = as_real(torch.exp(1j * log_lam.imag)[..., None] * initial_state, 2).to(real)
-    _check_device(z)
     A, S_keys = _ValueGatedRead.apply(fla_layout(xi_q), fla_layout(z[..., :R]), kappa_, g_,
                                       None if S0 is None else S0[..., :R].transpose(-1, -2).contiguous(), cu_seqlens)
     y = rotate(turn[None], A.transpose(1, 2))  # [B, H, T, 2M]
     beta = rotate(turn[None], torch.einsum("hpm,bhtm->bhtp", beta_map(C, readout).to(real), y))
-    o, S_values = _kernels().chunk_gla(fla_layout(conjugate_real(beta)), kappa_, fla_layout(z[..., R:]), g_,
-                                       scale=1.0, initial_state=None if S0 is None else S0[..., R:].contiguous(),
-                                       output_final_state=True, cu_seqlens=cu_seqlens)
+    o, S_values = chunk_gla(fla_layout(conjugate_real(beta)), kappa_, fla_layout(z[..., R:]), g_, scale=1.0,
+                            initial_state=None if S0 is None else S0[..., R:].contiguous(), output_final_state=True,
+                            cu_seqlens=cu_seqlens)
     o = o.transpose(1, 2).to(z.dtype)
     if cu_seqlens is not None:
         return o, None

@@ -8,7 +8,8 @@ Only the strict upper triangle of J (and of K) enters. Everything is computed in
 - Exact enumeration of all 2^n configurations (`log_marginals`; `causal_log_weights`, whose sums over the
   configurations, forward and backward, run on the configurations of two halves of the spins).
 - Exact marginals for banded couplings (J_jk = 0 for k - j > w) by a forward-backward pass over the
-  2^w states of the last w spins, O(n 2^w) per query (`banded_log_marginals`).
+  2^w states of the last w spins, O(n 2^w) per query (`banded_log_marginals`; `ising_triton` runs it as
+  Triton kernels on a GPU).
 - A differentiable mean-field approximation for any n (`mean_field_fields`).
 - The covariance form of the gradient (`ising_vjp`), so that a sampler can supply gradients.
 """
