@@ -137,6 +137,15 @@ def test_bad_input_for_a_run_gets_one_clear_line(argv, message, text_run, capsys
     assert "Traceback" not in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("argv", [["list", "~nosuchuser0"], ["train", "~nosuchuser0/run.yaml"],
+                                  ["train", "demo", "--resume", "~nosuchuser0/ckpt"]])
+def test_a_home_folder_of_no_user_is_a_path_like_any_other(capsys, argv):
+    """`~name` naming no user stays as typed, as in a shell (pathlib's expanduser raises instead): not found."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "~nosuchuser0" in err and err.count("\n") == 1
+
+
 def test_debug_adds_the_traceback(capsys):
     assert main(["--debug", "train", "demo", "model.mixer=sofmax"]) == 2
     assert "Traceback" in capsys.readouterr().err

@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 
 from .errors import UserError
+from .paths import user_path
 from .plugins import unknown_mixer
 
 # ---------------------------------------------------------------------------------------------------
@@ -96,12 +97,12 @@ class Parser(argparse.ArgumentParser):
 
 
 def _check_folder(path: str | None, option: str) -> None:
-    if path is not None and Path(path).expanduser().exists() and not Path(path).expanduser().is_dir():
+    if path is not None and user_path(path).exists() and not user_path(path).is_dir():
         raise UserError(f"{option} {path} is a file; give a folder")
 
 
 def check_train(args) -> None:
-    if args.resume not in (None, "auto") and not Path(args.resume).expanduser().exists():
+    if args.resume not in (None, "auto") and not user_path(args.resume).exists():
         raise UserError(f"--resume {args.resume} does not exist; give auto or a run or checkpoint folder")
 
 
@@ -125,7 +126,7 @@ def check_eval(args) -> None:
             raise UserError(f"{flag} applies to {' and '.join(map(_measurement, tasks))}, not to "
                             f"{_measurement(measurement)}; drop it")
     _check_folder(args.out, "--out")
-    if args.include_path is not None and not Path(args.include_path).expanduser().is_dir():
+    if args.include_path is not None and not user_path(args.include_path).is_dir():
         raise UserError(f"--include-path {args.include_path} is not a folder; give the folder of your task YAML files")
 
 
@@ -140,7 +141,7 @@ def check_list(args) -> None:
                         "attnlab list --params demo model.d_model=64")
     if args.name is None or args.name in list_mixers():
         return
-    if args.name in list_presets() or Path(args.name).expanduser().is_file():
+    if args.name in list_presets() or user_path(args.name).is_file():
         raise UserError(f"{args.name} is a config, not a mixer; attnlab list --params {args.name} compares the "
                         "mixers on it")
     raise UserError(unknown_mixer(args.name, list_mixers()) + "; or give --params and a preset")
@@ -151,7 +152,7 @@ def check_couplings(args) -> None:
 
 
 def check_demo(args) -> None:
-    out = Path(args.out).expanduser()
+    out = user_path(args.out)
     # the demo deletes its folder before it starts: only an empty folder or an earlier demo's may be replaced
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "demo").is_dir())):
         raise UserError(f"--out {args.out} exists and is not an earlier demo's folder (no demo/ inside), and the "

@@ -25,6 +25,7 @@ import yaml
 from safetensors.torch import load_model, save_model
 
 from .errors import UserError
+from .paths import user_path
 from .permissions import follow_umask
 
 STEP_DIR = re.compile(r"^step-(\d{8})$")
@@ -196,7 +197,7 @@ def best_checkpoint(run_dir: Path) -> Path | None:
 def resolve_checkpoint(path: str | Path, best: bool = True) -> Path:
     """A checkpoint folder, or a run folder: its best checkpoint if it trained with early stopping
     (train.patience) and best is set, else its newest intact one."""
-    path = Path(path).expanduser()
+    path = user_path(path)
     if STEP_DIR.match(path.name):
         problem = verify(path) if path.is_dir() else "it does not exist"
         if problem:

@@ -21,6 +21,7 @@ from .errors import ConfigError, UserError, unknown_name
 from .loggers import SINKS
 from .mixers import MixerConfig, list_mixers, mixer_class, mixer_config
 from .nn import FFNS, NORMS
+from .paths import user_path
 from .typed import from_dict
 
 PRESET_DIR = Path(__file__).parent / "configs"
@@ -175,7 +176,7 @@ class DataConfig:
         if self.source == "text" or reads_files(self.source):
             if not self.path:
                 raise ConfigError(f"data.source={self.source} needs data.path=<a file or a folder of them>")
-            if not Path(self.path).expanduser().exists():
+            if not user_path(self.path).exists():
                 raise ConfigError(f"data.path={self.path} does not exist; give an existing file or folder")
         if self.source == "mixed":
             for name in self.mix:
@@ -392,7 +393,7 @@ def list_presets() -> list[str]:
 
 def load_yaml(preset_or_path: str) -> dict:
     """Read a preset by name (see ``list_presets``) or any YAML file by path."""
-    path = Path(preset_or_path).expanduser()
+    path = user_path(preset_or_path)
     if not path.is_file():
         if preset_or_path not in list_presets():
             raise ConfigError(unknown_name("config preset or file", preset_or_path, list_presets()))

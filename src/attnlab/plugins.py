@@ -18,6 +18,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 from .errors import UserError, unknown_name
+from .paths import user_path
 
 ENV_VAR = "ATTNLAB_IMPORT"
 ENTRY_POINTS = "attnlab.mixers"
@@ -49,7 +50,7 @@ def import_installed() -> None:
 
 def absolute(spec: str) -> str:
     """A .py file's spec as its absolute path (which imports it from any folder); a module's as it is."""
-    return str(Path(spec).expanduser().resolve()) if _is_file(spec) else spec
+    return str(user_path(spec).resolve()) if _is_file(spec) else spec
 
 
 def source_of(mixer_class) -> str | None:
@@ -75,7 +76,7 @@ def unknown_mixer(name: str, known) -> str:
 
 
 def _is_file(spec: str) -> bool:
-    return spec.endswith(".py") or Path(spec).expanduser().is_file()
+    return spec.endswith(".py") or user_path(spec).is_file()
 
 
 def _import_file(path: Path, where: str) -> None:

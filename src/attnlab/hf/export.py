@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..inference import load_run
+from ..paths import user_path
 from ..permissions import follow_umask
 from .modeling import AttnlabConfig, AttnlabForCausalLM
 from .tokenization import hf_tokenizer
@@ -15,7 +16,7 @@ from .tokenization import hf_tokenizer
 
 def export(run: str | Path, folder: str | Path) -> Path:
     """Write the run's model (its best checkpoint if it stopped early, else its newest) and tokenizer."""
-    folder = Path(folder).expanduser()
+    folder = user_path(folder)
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise UserError(f"{folder} already exists and is not an empty folder; export into a new one")
     loaded = load_run(run, device="cpu")
