@@ -49,3 +49,49 @@ def test_help_and_parsing_import_no_heavy_package():
     done = subprocess.run([sys.executable, "-c", HELP], capture_output=True, text=True, check=True)
     assert done.stderr.strip() == ""
     assert "reproduce" in done.stdout and "--import MODULE_OR_FILE" in done.stdout
+
+
+# the core (what trains, evaluates and stores a model) stands below the lab: nothing it imports, directly or through
+# other attnlab modules, is the bench, the figures, the experiments or the command line
+CORE = ["attnlab.train", "attnlab.model", "attnlab.evaluate", "attnlab.checkpoint", "attnlab.data", "attnlab.cost"]
+LAB = ("attnlab.bench", "attnlab.plots", "attnlab.experiments", "attnlab.cli")
+
+
+def _attnlab_imports(module: str) -> set[str]:
+    """The attnlab modules that `module`'s source imports (at any depth of its code, lazily or not)."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec(module)
+    tree = ast.parse(open(spec.origin).read())
+    package = module if spec.submodule_search_locations else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = importlib.util.resolve_name("." * node.level + (node.module or ""), package) if node.level else node.module
+            found |= {base} | {f"{base}.{alias.name}" for alias in node.names}
+    return {name for name in found if name.startswith("attnlab") and _is_module(name)}
+
+
+def _is_module(name: str) -> bool:
+    """Whether name is a module rather than something imported from one (attnlab.model.Decoder)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # its parent is a module, not a package
+        return False
+
+
+def test_the_core_imports_nothing_of_the_lab():
+    seen, todo = set(), list(CORE)
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        for imported in _attnlab_imports(module):
+            assert not imported.startswith(LAB), f"{module} imports {imported}"
+            todo.append(imported)

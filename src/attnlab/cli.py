@@ -165,7 +165,7 @@ def _heldout_text(run) -> str:
 
 
 def _eval_extrapolation(run, args) -> None:
-    from . import evaluate
+    from . import evaluate, plots
 
     t = run.config.train
     lengths = args.lengths or [round(t.seq_len * f) for f in (1, 2, 3.5, 5)]
@@ -177,7 +177,7 @@ def _eval_extrapolation(run, args) -> None:
         print(f"context {length:>6} ({length / t.seq_len:.1f}x training): perplexity {ppl:.3f}")
     folder = Path(args.out or run.folder.parent)
     folder.mkdir(parents=True, exist_ok=True)
-    path = evaluate.plot_perplexity_by_length({run.config.model.mixer: curve}, folder / "extrapolation.png", t.seq_len)
+    path = plots.plot_perplexity_by_length({run.config.model.mixer: curve}, folder / "extrapolation.png", t.seq_len)
     print(f"figure: {path}")
 
 

@@ -27,10 +27,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.weak import WeakIdKeyDictionary
 
-from .bench.timing import round_robin
 from .config import RunConfig
 from .errors import ConfigError
 from .model import Decoder
+from .timing import round_robin
 
 EXPENSIVE_X_SOFTMAX = 10.0  # a step dearer than this many softmax steps of the same shape gets an estimate
 

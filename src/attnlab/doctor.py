@@ -23,10 +23,10 @@ from pathlib import Path
 import torch
 
 from .bench.mixers import contenders
-from .bench.timing import round_robin
 from .errors import ConfigError, UserError
 from .mixers import build_mixer, list_mixers, mixer_class
 from .ops import fla
+from .timing import round_robin
 
 # relative error limits against fp64: fp32 kernels differ in summation order only; bf16 rounds the
 # projections (the states stay fp32), as the CPU tests allow

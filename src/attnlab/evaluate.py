@@ -8,7 +8,6 @@ from contextlib import nullcontext
 import torch
 
 from .data.corpus import IGNORE, packed_rows
-from .plots import new_figure, save_figure
 
 EVAL_SEED = 20240531  # every evaluation of a run reads the same windows
 
@@ -136,15 +135,3 @@ def perplexity_by_length(model, corpus, lengths, max_tokens: int = 65_536, devic
             total += model.loss(chunk[:, :-1], chunk[:, 1:]).float()
         result[length] = perplexity(total.item() / windows)  # every window has the same length
     return result
-
-
-def plot_perplexity_by_length(curves: dict, path, train_length: int | None = None):
-    """curves: {label: {length: perplexity}} -> a PNG of perplexity against context length."""
-    fig, ax = new_figure(figsize=(6, 4))
-    for label, curve in curves.items():
-        ax.plot(list(curve), list(curve.values()), marker="o", label=label)
-    if train_length:
-        ax.axvline(train_length, color="gray", linestyle="--", linewidth=0.8, label="training length")
-    ax.set(xscale="log", xlabel="context length (tokens)", ylabel="perplexity", title="length extrapolation")
-    ax.legend()
-    return save_figure(fig, path, dpi=120)

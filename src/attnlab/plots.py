@@ -1,5 +1,5 @@
-"""Figures: creating and saving them (shared by every plot), and the learned Boltzmann couplings as a heat map
-and as a profile over distance."""
+"""Figures: creating and saving them (shared by every plot), perplexity against context length, and the learned
+Boltzmann couplings as a heat map and as a profile over distance."""
 
 from __future__ import annotations
 
@@ -26,6 +26,18 @@ def save_figure(fig, path, dpi: int, rect=None):
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path
+
+
+def plot_perplexity_by_length(curves: dict, path, train_length: int | None = None):
+    """curves: {label: {length: perplexity}} -> a PNG of perplexity against context length."""
+    fig, ax = new_figure(figsize=(6, 4))
+    for label, curve in curves.items():
+        ax.plot(list(curve), list(curve.values()), marker="o", label=label)
+    if train_length:
+        ax.axvline(train_length, color="gray", linestyle="--", linewidth=0.8, label="training length")
+    ax.set(xscale="log", xlabel="context length (tokens)", ylabel="perplexity", title="length extrapolation")
+    ax.legend()
+    return save_figure(fig, path, dpi=120)
 
 
 def coupling_profile(J: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -11,7 +11,7 @@ from functools import partial
 import torch
 
 from ..mixers import build_mixer
-from .timing import paired_ratio, round_robin, round_robin_times
+from ..timing import paired_ratio, round_robin, round_robin_times
 
 
 def _fla_references() -> dict:

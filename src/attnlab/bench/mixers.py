@@ -11,7 +11,8 @@ import torch
 from ..errors import UserError
 from ..mixers import build_mixer, list_mixers
 from ..mixers.softmax import causal_sdpa
-from .timing import count_flops, peak_share, round_robin, saved_bytes
+from ..timing import round_robin
+from .timing import count_flops, peak_share, saved_bytes
 
 # a Boltzmann variant that runs at any length: banded inference over a sliding window of distance couplings
 SLIDING_BOLTZMANN = ("boltzmann (banded 4, window 64)", "boltzmann",

@@ -12,7 +12,7 @@ import torch
 from ..config import load_config
 from ..mixers import list_mixers
 from ..model import Decoder
-from .timing import round_robin
+from ..timing import round_robin
 
 
 def random_batch(vocab_size: int, t) -> torch.Tensor:

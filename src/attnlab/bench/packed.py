@@ -11,9 +11,9 @@ import torch
 from ..config import ModelConfig
 from ..errors import UserError
 from ..model import Decoder
+from ..timing import paired_ratio, round_robin_times
 from .mixers import contenders
 from .models import adamw_step
-from .timing import paired_ratio, round_robin_times
 
 PACKED_GOAL = 1.2  # a packed step takes at most this many times an unpacked one of the same tokens
 
