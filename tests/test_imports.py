@@ -70,7 +70,8 @@ def _attnlab_imports(module: str) -> set[str]:
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
-            base = importlib.util.resolve_name("." * node.level + (node.module or ""), package) if node.level else node.module
+            relative = "." * node.level + (node.module or "")
+            base = importlib.util.resolve_name(relative, package) if node.level else node.module
             found |= {base} | {f"{base}.{alias.name}" for alias in node.names}
     return {name for name in found if name.startswith("attnlab") and _is_module(name)}
 

@@ -6,12 +6,13 @@ import shutil
 import pytest
 
 from attnlab import checkpoint
-from attnlab.errors import UserError
+from attnlab.errors import ConfigError, UserError
 from attnlab.evaluate import whole_split_loss
 from attnlab.experiments import SUITES, get_suite, report, runner
+from attnlab.experiments.metrics import get_metric, tokens_to_loss
 from attnlab.experiments.report import results_summary, update_readme, write_report
-from attnlab.experiments.runner import run_suite, sweep_key, tokens_to_loss, training_extent
-from attnlab.experiments.spec import Arm, Experiment, Suite
+from attnlab.experiments.runner import run_suite, sweep_key, training_extent
+from attnlab.experiments.spec import ABLATED, Arm, Experiment, Suite
 from attnlab.experiments.stats import mean_std, paired_difference
 from helpers import Crash, crash_after_checkpoint
 
@@ -218,7 +219,7 @@ def test_a_record_measured_before_its_metric_changed_meaning_is_measured_again_f
     lm = Experiment("lm", "perplexity", "val_ppl", [Arm("softmax", "demo")], "softmax")
     suite = Suite("s", "s", [niah, lm])
     first = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None)
-    assert first["runs"]["niah/softmax/0"]["measured"] == ["niah", [1], [], runner.REVISIONS["niah"]]
+    assert first["runs"]["niah/softmax/0"]["measured"] == ["niah", [1], [], get_metric("niah").revision]
     stale = {**first["runs"]["niah/softmax/0"], "measured": old_measured, "niah@136": 0.5}  # the old meaning
     if old_measured is None:
         del stale["measured"]
@@ -344,8 +345,8 @@ def test_a_language_model_is_scored_on_the_whole_split_and_without_its_mechanism
     assert coupled["val_tokens"] == len(corpus.split("val")) - 1 == softmax["val_tokens"]
     whole = whole_split_loss(run.model, corpus, "val", run.config.train.seq_len, None)
     assert coupled["val_loss"] == pytest.approx(whole, rel=1e-6)  # fp32, evaluated in other chunks
-    assert runner.ABLATED not in softmax  # nothing of its own to remove
-    assert coupled[runner.ABLATED] != coupled["val_ppl"] > 0
+    assert ABLATED not in softmax  # nothing of its own to remove
+    assert coupled[ABLATED] != coupled["val_ppl"] > 0
 
 
 def test_records_of_a_superseded_config_are_left_out_of_the_report_until_retrained(tmp_path, monkeypatch):
@@ -368,3 +369,24 @@ def test_an_arm_with_fewer_seeds_trains_only_those(tmp_path, monkeypatch):
     results = run_suite(suite, tmp_path / "suite", seeds=2, extra=TINY, log=lambda *_: None)
     assert set(results["runs"]) == {"lm/softmax/0", "lm/softmax/1", "lm/sigmoid/0"}
     assert "partial" not in write_report(suite, results, tmp_path / "suite").read_text()
+
+
+def test_a_metric_registered_outside_the_runner_measures_and_reports_like_the_built_in_ones(tmp_path, monkeypatch):
+    from attnlab.experiments.metrics import METRICS, Curve, Metric, register_metric
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr("attnlab.experiments.metrics.METRICS", dict(METRICS))  # registered for this test only
+
+    def width(experiment, run_dir):  # a toy curve: the trained model's width times n
+        d_model = runner.load_run(run_dir).config.model.d_model
+        return {f"width@{n}": float(d_model * n) for n in (1, 2)}
+
+    register_metric(Metric("width", width, curve=Curve("n", "width", log_x=False)))
+    suite = Suite("s", "s", [Experiment("w", "widths", "width", [Arm("softmax", "demo")], "softmax")])
+    results = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None)
+    assert results["runs"]["w/softmax/0"]["width@2"] == 32.0
+    report = write_report(suite, results, tmp_path / "suite").read_text()
+    assert "width@1" in report and (tmp_path / "suite" / "w.png").is_file()
+    unknown = Suite("s", "s", [Experiment("w", "widths", "widht", [Arm("softmax", "demo")], "softmax")])
+    with pytest.raises(ConfigError, match=r"unknown metric 'widht'.*width"):
+        run_suite(unknown, tmp_path / "other", seeds=1, extra=TINY, log=lambda *_: None)

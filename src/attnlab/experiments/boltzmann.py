@@ -6,13 +6,32 @@ own protocol, which is CPU-sized: 10 seeds, early stopping with patience 20 eval
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from .claims import Anchor, Claim, relative
+from .metrics import Curve, Metric, register_metric
 from .spec import ABLATED, QUICK, Arm, Experiment, Suite
 
 PROVENANCE = {"Boltzmann attention": "from the paper's full text ([P]: the Ising energy, the marginals, the "
                    "ablations and the learning rates); the sum normalisation over visible keys is inferred ([I]), "
                    "and the block details and protocol the paper leaves unstated are our choices ([C]), "
                    "calibrated in the paper tier."}
+
+def learned_couplings(experiment: Experiment, run_dir: Path) -> dict:
+    """Mean J by distance |j - k|, pooled over layers, heads and pairs ("J@<distance>")."""
+    import torch
+
+    from ..inference import load_run
+    from ..plots import coupling_profile
+
+    run = load_run(run_dir)
+    J = torch.cat([block.mixer.coupling_matrix(block.mixer.cfg.window).detach() for block in run.model.blocks])
+    mean, _ = coupling_profile(J)
+    return {f"J@{d}": value for d, value in enumerate(mean.tolist(), start=1)}
+
+
+register_metric(Metric("couplings", learned_couplings,
+                       curve=Curve("distance |j - k|", "mean J", log_x=False, zero_line=True)))
 
 NAME = "boltzmann"
 TIERS = ("default", "paper")

@@ -7,6 +7,7 @@ from pathlib import Path
 from ..errors import UserError
 from ..plots import new_figure, save_figure
 from .claims import RULES, calibration_lines, engagement_lines, plot_claims, verdict_table
+from .metrics import get_metric
 from .runner import describe_setting, load_results, setting_of, superseded, sweep_key
 from .settle import settle_lines
 from .spec import Experiment, Suite, seed_count, split_key
@@ -37,13 +38,9 @@ def _seed_of(key: str, experiment: str, label: str) -> int | None:
     return seed if (experiment_of, arm) == (experiment, label) else None
 
 
-# measured as fractions and quoted by the papers in %: tables and plots show them in % (differences in points)
-PERCENT_METRICS = ("accuracy", "niah")
-
-
 def _scale(experiment: Experiment) -> tuple[float, str]:
-    """The factor and unit an experiment's quantities are shown in."""
-    return (100.0, "%") if experiment.metric in PERCENT_METRICS else (1.0, "")
+    """The factor and unit an experiment's quantities are shown in: fractions in % (differences in points)."""
+    return (100.0, "%") if get_metric(experiment.metric).percent else (1.0, "")
 
 
 def _cell(values: list[float | None], unit: str = "") -> str:
@@ -253,18 +250,16 @@ def _plot(experiment: Experiment, results: dict, keys: list[str], out: Path) -> 
     fig, ax = new_figure(figsize=(6.5, 3.8))
     labels = [arm.label for arm in experiment.arms]
     scale, _ = _scale(experiment)
-    if experiment.metric in ("extrapolation", "niah", "couplings"):  # a curve over the number after "@"
+    curve = get_metric(experiment.metric).curve
+    if curve is not None:  # a curve over the number after "@"
         for label in labels:
             points = [(int(k.split("@")[1]), scale * mean_std(_values(results, experiment, label, k))[0]) for k in keys
                       if _values(results, experiment, label, k)]
             if points:
                 ax.plot(*zip(*points, strict=True), marker="o", label=label)
-        if experiment.metric == "couplings":
+        if curve.zero_line:
             ax.axhline(0, color="gray", lw=0.8)
-            ax.set(xlabel="distance |j - k|", ylabel="mean J")
-        else:
-            ylabel = "perplexity" if experiment.metric == "extrapolation" else "S-NIAH exact match (%)"
-            ax.set(xscale="log", xlabel="context length (tokens)", ylabel=ylabel)
+        ax.set(xlabel=curve.xlabel, ylabel=curve.ylabel, **({"xscale": "log"} if curve.log_x else {}))
         ax.legend(fontsize=8)
     else:
         _plot_differences(ax, experiment, results, keys[0])

@@ -24,63 +24,18 @@ import torch
 
 from .. import checkpoint
 from ..config import RunConfig, apply_overrides, load_config, load_yaml
-from ..data import niah
 from ..errors import ConfigError, UserError
-from ..evaluate import perplexity, perplexity_by_length, scored_positions, split_loss, task_accuracy
 from ..inference import load_run
-from ..plots import coupling_profile
 from ..starting_point import as_fitted
 from ..train import train
 from ..typed import from_dict
-from .spec import ABLATED, Arm, Experiment, Suite, seed_count, split_key
+from .metrics import get_metric
+from .spec import Arm, Experiment, Suite, seed_count, split_key
 
 
 def measure(experiment: Experiment, run_dir: Path) -> dict:
-    run = load_run(run_dir)
-    t = run.config.train
-    if experiment.metric == "accuracy":
-        return task_accuracy(run.model, run.corpus(), run.device)
-    if experiment.metric == "niah":  # exact match at multiples of the training length, averaged over depths
-        data, lengths = run.corpus(), [int(t.seq_len * f) for f in experiment.lengths]
-        cfg = run.config.data.niah
-        by_length = niah.accuracy_by_length(run.model, run.tokenizer.encode, data.haystacks["val"], cfg.kind,
-                                            lengths, cfg.test_per_depth, cfg.depths, run.device)
-        return {f"niah@{length}": sum(d.values()) / len(d) for length, d in by_length.items()}
-    if experiment.metric == "couplings":  # mean J by distance, pooled over layers, heads and pairs
-        J = torch.cat([b.mixer.coupling_matrix(b.mixer.cfg.window).detach() for b in run.model.blocks])
-        mean, _ = coupling_profile(J)
-        return {f"J@{d}": value for d, value in enumerate(mean.tolist(), start=1)}
-    if experiment.metric == "tokens_to_loss":
-        log = run_dir / "metrics.jsonl"
-        return {f"tokens to {target}": tokens_to_loss(log, target, t) for target in experiment.target_losses}
-    corpus = run.corpus()
-    if experiment.metric == "extrapolation":
-        lengths = [int(t.seq_len * f) for f in experiment.lengths]
-        curve = perplexity_by_length(run.model, corpus, lengths, max_tokens=16_384, device=run.device)
-        return {f"ppl@{length}": value for length, value in curve.items()}
-
-    def score() -> float:  # every position of the validation split once (within its document, if packed)
-        return split_loss(run.model, corpus, "val", 0, t.batch_size, t.seq_len, run.device,
-                          chunk=t.batch_size // t.grad_accum, packed=run.config.data.pack)
-
-    loss = score()
-    record = {"val_loss": loss, "val_ppl": perplexity(loss),
-              "val_tokens": scored_positions(corpus, packed=run.config.data.pack)}
-    if run.model.ablates():  # how much the trained model uses its mechanism's own component
-        with run.model.ablated():
-            record[ABLATED] = perplexity(score())
-    return record
-
-
-def tokens_to_loss(metrics_path: Path, target: float, t, window: int = 5) -> float | None:
-    """Training tokens until the trailing mean of (up to) `window` logged training losses first reaches
-    target (sample efficiency; None if it never does). Below one epoch the training loss is a held-out loss."""
-    losses = [(r["step"], r["loss"]) for r in map(json.loads, metrics_path.read_text().splitlines()) if "loss" in r]
-    for i, (step, _) in enumerate(losses):
-        recent = [loss for _, loss in losses[max(0, i - window + 1) : i + 1]]
-        if sum(recent) / len(recent) <= target:
-            return float(step * t.batch_size * t.seq_len)
-    return None
+    """A trained run's values by its experiment's metric (`metrics.METRICS`)."""
+    return get_metric(experiment.metric).measure(experiment, run_dir)
 
 
 def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick: bool = False, scale: float = 1.0,
@@ -95,6 +50,8 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
         raise UserError(f"--only {' '.join(only)} matches no experiment of {suite.name}; its experiments: {names}")
     experiments = [dataclasses.replace(e, arms=[a for a in e.arms if any(fnmatch(a.label, p) for p in arms)])
                    for e in experiments] if arms else experiments
+    for experiment in experiments:  # an unknown metric is refused before anything trains
+        get_metric(experiment.metric)
     if not any(e.arms for e in experiments):
         labels = ", ".join(dict.fromkeys(a.label for e in suite.experiments for a in e.arms))
         raise UserError(f"--arms {' '.join(arms)} matches no arm of {suite.name}'s experiments; its arms: {labels}")
@@ -257,15 +214,10 @@ def _holds(run_dir: Path, fingerprint: str) -> bool:
     return path.is_file() and path.read_text() == fingerprint
 
 
-# Metrics whose meaning has changed, with their revision: records measured before are measured again (from the
-# model where its folder is still there). niah 2: a test at L tokens reads L tokens, prompt and answer (in 1 the
-# prompt alone had L, so the answer ran past the training length).
-REVISIONS = {"niah": 2}
-
-
 def _measurement(experiment: Experiment) -> list:
-    """What a record's measured values depend on besides the model."""
-    revision = REVISIONS.get(experiment.metric)
+    """What a record's measured values depend on besides the model (a metric's revision, where it has one:
+    records measured before are measured again, from the model where its folder is still there)."""
+    revision = get_metric(experiment.metric).revision
     return [experiment.metric, experiment.lengths, experiment.target_losses, *([revision] if revision else [])]
 
 
@@ -288,7 +240,7 @@ def _current(record: dict, fingerprint: str, experiment: Experiment) -> bool:
     """Whether a record is of this model measured this way (records older than the measured field count as
     measured this way, unless their metric has a revision since)."""
     measurement = _measurement(experiment)
-    default = None if experiment.metric in REVISIONS else measurement
+    default = None if get_metric(experiment.metric).revision else measurement
     return record.get("config") == fingerprint and record.get("measured", default) == measurement
 
 

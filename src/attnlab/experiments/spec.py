@@ -38,7 +38,7 @@ class Arm:
 class Experiment:
     name: str
     title: str
-    metric: str  # val_ppl | accuracy | niah | extrapolation | tokens_to_loss | couplings
+    metric: str  # the name of a registered metric (metrics.METRICS): val_ppl, accuracy, niah, extrapolation, ...
     arms: list[Arm]
     baseline: str  # label of the arm the others are compared with
     paper: dict[str, str] = field(default_factory=dict)  # the paper's own numbers, by arm label

@@ -1,0 +1,137 @@
+"""What a trained run is measured by: a registry of metrics, as mixers have theirs.
+
+An experiment names its metric (`Experiment.metric`); the runner measures each run by it and the report shows
+it by it. A metric is the measurement (run folder -> named values), how its values are shown (a fraction shown
+in %, or a curve over the number after "@" in its keys) and its revision, bumped when its meaning changes so
+that records measured before are measured again. The metrics of language models and tasks are here; a paper
+registers its own beside its suite (`register_metric`), as Boltzmann attention's couplings are.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ConfigError, unknown_name
+from .spec import ABLATED, Experiment
+
+
+@dataclass(frozen=True)
+class Curve:
+    """How a metric whose keys end in "@<number>" is plotted: against that number."""
+
+    xlabel: str
+    ylabel: str
+    log_x: bool = True
+    zero_line: bool = False  # a horizontal line at 0 (values of either sign)
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    measure: Callable[[Experiment, Path], dict]  # (the experiment, a trained run's folder) -> {key: value}
+    percent: bool = False  # measured as a fraction and quoted in %: shown in % (differences in points)
+    curve: Curve | None = None  # None: one value per run, plotted as each arm's paired difference to the baseline
+    revision: int | None = None  # records measured under an earlier revision (or none) are measured again
+
+
+METRICS: dict[str, Metric] = {}
+
+
+def register_metric(metric: Metric) -> Metric:
+    METRICS[metric.name] = metric
+    return metric
+
+
+def get_metric(name: str) -> Metric:
+    if name not in METRICS:
+        raise ConfigError(unknown_name("metric", name, sorted(METRICS)))
+    return METRICS[name]
+
+
+def _load(run_dir: Path):
+    from ..inference import load_run  # imported when measuring: the suites' declarations stay cheap to import
+
+    return load_run(run_dir)
+
+
+def validation_perplexity(experiment: Experiment, run_dir: Path) -> dict:
+    """Every position of the validation split once (within its document, if packed), and the same with the
+    mechanism's own component removed where the model has one (how much the trained model uses it)."""
+    from ..evaluate import perplexity, scored_positions, split_loss
+
+    run = _load(run_dir)
+    t, corpus, packed = run.config.train, run.corpus(), run.config.data.pack
+
+    def score() -> float:
+        return split_loss(run.model, corpus, "val", 0, t.batch_size, t.seq_len, run.device,
+                          chunk=t.batch_size // t.grad_accum, packed=packed)
+
+    loss = score()
+    record = {"val_loss": loss, "val_ppl": perplexity(loss), "val_tokens": scored_positions(corpus, packed=packed)}
+    if run.model.ablates():
+        with run.model.ablated():
+            record[ABLATED] = perplexity(score())
+    return record
+
+
+def task_accuracy(experiment: Experiment, run_dir: Path) -> dict:
+    from ..evaluate import task_accuracy
+
+    run = _load(run_dir)
+    return task_accuracy(run.model, run.corpus(), run.device)
+
+
+def niah_accuracy(experiment: Experiment, run_dir: Path) -> dict:
+    """Exact match at multiples of the training length, averaged over the needle's depths."""
+    from ..data import niah
+
+    run = _load(run_dir)
+    data, lengths = run.corpus(), [int(run.config.train.seq_len * f) for f in experiment.lengths]
+    cfg = run.config.data.niah
+    by_length = niah.accuracy_by_length(run.model, run.tokenizer.encode, data.haystacks["val"], cfg.kind, lengths,
+                                        cfg.test_per_depth, cfg.depths, run.device)
+    return {f"niah@{length}": sum(d.values()) / len(d) for length, d in by_length.items()}
+
+
+def extrapolation(experiment: Experiment, run_dir: Path) -> dict:
+    """Perplexity at multiples of the training length."""
+    from ..evaluate import perplexity_by_length
+
+    run = _load(run_dir)
+    lengths = [int(run.config.train.seq_len * f) for f in experiment.lengths]
+    curve = perplexity_by_length(run.model, run.corpus(), lengths, max_tokens=16_384, device=run.device)
+    return {f"ppl@{length}": value for length, value in curve.items()}
+
+
+def sample_efficiency(experiment: Experiment, run_dir: Path) -> dict:
+    """Training tokens until the training loss reaches each of the experiment's target losses."""
+    t = _load(run_dir).config.train
+    return {f"tokens to {target}": tokens_to_loss(run_dir / "metrics.jsonl", target, t)
+            for target in experiment.target_losses}
+
+
+def tokens_to_loss(metrics_path: Path, target: float, t, window: int = 5) -> float | None:
+    """Training tokens until the trailing mean of (up to) `window` logged training losses first reaches
+    target (sample efficiency; None if it never does). Below one epoch the training loss is a held-out loss."""
+    losses = [(r["step"], r["loss"]) for r in map(json.loads, metrics_path.read_text().splitlines()) if "loss" in r]
+    for i, (step, _) in enumerate(losses):
+        recent = [loss for _, loss in losses[max(0, i - window + 1) : i + 1]]
+        if sum(recent) / len(recent) <= target:
+            return float(step * t.batch_size * t.seq_len)
+    return None
+
+
+CONTEXT_LENGTH = "context length (tokens)"
+for _metric in (
+    Metric("val_ppl", validation_perplexity),
+    Metric("accuracy", task_accuracy, percent=True),
+    # revision 2: a test at L tokens reads L tokens, prompt and answer (in 1 the prompt alone had L, so the
+    # answer ran past the training length)
+    Metric("niah", niah_accuracy, percent=True, curve=Curve(CONTEXT_LENGTH, "S-NIAH exact match (%)"), revision=2),
+    Metric("extrapolation", extrapolation, curve=Curve(CONTEXT_LENGTH, "perplexity")),
+    Metric("tokens_to_loss", sample_efficiency),
+):
+    register_metric(_metric)
