@@ -29,6 +29,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from .config import RunConfig
 from .errors import ConfigError
+from .mixers import Mixer
 from .model import Decoder
 from .timing import round_robin
 
@@ -87,13 +88,13 @@ def duration(seconds: float) -> str:
 
 
 def mixer_advice(model: Decoder) -> list[str]:
-    """Each distinct mixer configuration's own advice (mixers that have a `cost_advice`), naming its fields."""
+    """Each distinct mixer configuration's own advice (`Mixer.cost_advice`), naming its fields."""
     advice = []
-    for module in model.modules():
-        if hasattr(module, "cost_advice"):
-            line = f"{module.name}: {module.cost_advice()} (model.mixer_options.{module.name}.<field>=<value>)"
-            if line not in advice:
-                advice.append(line)
+    for mixer in (module for module in model.modules() if isinstance(module, Mixer)):
+        said = mixer.cost_advice()
+        line = f"{mixer.name}: {said} (model.mixer_options.{mixer.name}.<field>=<value>)"
+        if said is not None and line not in advice:
+            advice.append(line)
     return advice
 
 

@@ -130,6 +130,11 @@ class Mixer(nn.Module):
         """(the backend backend=auto takes, why) on a machine with these facts (`ops.fla.auto_route`'s)."""
         return "torch", "its only form"
 
+    def cost_advice(self) -> str | None:
+        """What one query costs in this configuration and a cheaper one to try, printed with the estimate before
+        an expensive training run; None where the mixer has nothing to add."""
+        return None
+
     def init_state(self, batch: int, device=None, dtype=None):
         """The state before the first token."""
         raise NotImplementedError
