@@ -133,6 +133,17 @@ class EarlyStopping:
                 "mark": self.mark}
 
 
+@dataclass(frozen=True)
+class Cadence:
+    """Every `every` steps, and at the last step of the run."""
+
+    every: int
+    last: int
+
+    def due(self, step: int) -> bool:
+        return step % self.every == 0 or step == self.last
+
+
 class StopSignals:
     """While training, SIGINT and SIGTERM ask it to stop at the end of the current step, once that step is
     checkpointed, instead of losing the work since the last checkpoint; a second signal stops at once. The
@@ -228,6 +239,9 @@ class Run:
     metrics: MetricsLog | None = None  # rank 0 alone writes the log
     summary: dict = field(default_factory=dict)
     bar: tqdm | None = None
+    logging: Cadence | None = None  # the training loss and tokens/s (train.log_every)
+    evaluation: Cadence | None = None  # the validation loss and early stopping (train.eval_every)
+    checkpoints: Cadence | None = None  # besides the best one and the last before a stop (train.ckpt_every)
     started: float = 0.0  # when the first step began (time.perf_counter)
     earlier_seconds: float = 0.0  # on resume, the training time of earlier attempts up to the checkpoint
     clock: float = 0.0  # tokens/s is measured over the steps since the last log line, from this time ...
@@ -253,18 +267,19 @@ class Run:
 def _train(cfg: RunConfig, resume: str | None, overrides: list[str] | None, progress: bool, log,
            ranks: distributed.Ranks, held: ExitStack) -> dict:
     run = _set_up(cfg, resume, overrides, progress, log, ranks, held)
-    t, interrupted = run.cfg.train, False
+    interrupted = False
     with StopSignals() as stop, run.metrics or nullcontext():  # only rank 0 has a log to close
         for step in run.bar:
             loss, grad_norm, interrupted = _train_step(run, step, stop)
-            _log_progress(run, loss, grad_norm)
-            best = _evaluate_if_due(run)
-            if run.step % t.ckpt_every == 0 or run.step == t.steps or best or run.stopping.stop or interrupted:
+            if run.logging.due(run.step) and run.ranks.main:
+                _log_progress(run, loss, grad_norm)
+            best = run.evaluation.due(run.step) and _evaluate(run)
+            ending = run.stopping.stop or interrupted
+            if best or ending or run.checkpoints.due(run.step):
                 _save_checkpoint(run, best)
             if run.stopping.stop:
                 _report_early_stop(run)
-                break
-            if interrupted:
+            if ending:
                 break
         run.bar.close()
         if stop.received is not None or interrupted:  # each way out of the loop above wrote a checkpoint
@@ -409,7 +424,10 @@ def _start(run: Run, resumed: bool) -> None:
         run.metrics = MetricsLog(run.run_dir / "metrics.jsonl", resume_step, sinks)
     run.summary = {"run_dir": str(run.run_dir), "params": run.model.num_params(), "model": run.model}
     run.trained.train()
-    last = run.step if run.stopping.stop else cfg.train.steps  # a run that stopped early stays stopped
+    t = cfg.train
+    run.logging, run.evaluation, run.checkpoints = (Cadence(every, t.steps) for every in
+                                                   (t.log_every, t.eval_every, t.ckpt_every))
+    last = run.step if run.stopping.stop else t.steps  # a run that stopped early stays stopped
     run.bar = tqdm(range(run.step, last), initial=run.step, total=cfg.train.steps,
                    disable=not (run.progress and ranks.main), desc=cfg.name, dynamic_ncols=True)
     run.started = run.clock = time.perf_counter()
@@ -495,10 +513,7 @@ def _apply_gradients(run: Run, loss: float, norm: float, grad_norm: torch.Tensor
 
 
 def _log_progress(run: Run, loss: float, grad_norm: float) -> None:
-    """Every train.log_every steps and at the last, rank 0 logs the training loss and the tokens/s since."""
-    t = run.cfg.train
-    if not (run.step % t.log_every == 0 or run.step == t.steps) or not run.ranks.main:
-        return
+    """The training loss and the tokens/s since the last log line (rank 0)."""
     now = time.perf_counter()
     tokens_per_s = run.window_tokens / (now - run.clock)
     run.clock, run.window_tokens = now, 0
@@ -514,14 +529,11 @@ def _log_progress(run: Run, loss: float, grad_norm: float) -> None:
 # evaluation, checkpoints and the summary
 
 
-def _evaluate_if_due(run: Run) -> bool:
-    """Every train.eval_every steps and at the last: the validation loss, logged and counted by early
-    stopping. True when it is the lowest so far and early stopping keeps the best checkpoint."""
-    t = run.cfg.train
-    if not (run.step % t.eval_every == 0 or run.step == t.steps):
-        return False
+def _evaluate(run: Run) -> bool:
+    """The validation loss, logged and counted by early stopping. True when it is the lowest so far and early
+    stopping keeps the best checkpoint."""
     val = _validation_loss(run)  # every rank evaluates the same batches (a sharded model needs them all)
-    best = run.stopping.update(run.step, val) and t.patience > 0
+    best = run.stopping.update(run.step, val) and run.cfg.train.patience > 0
     if run.ranks.main:
         run.metrics.write(step=run.step, val_loss=val, val_ppl=perplexity(val))
         run.say(f"step {run.step}: val loss {val:.4f} (perplexity {perplexity(val):.2f})")
