@@ -197,8 +197,12 @@ def compare_backends(device: torch.device, batch: int, seq_len: int, d_model: in
     relative difference of the outputs, then both timed side by side (forward+backward, bf16 autocast)."""
     log(f"\nfused backends against the torch forms on {device}: batch {batch}, T {seq_len}, d_model {d_model}")
     results = {}
+    cases = fused_cases(device)
+    if not cases:
+        log("none runs here: the fused backends need a CUDA GPU (or Triton's interpreter, TRITON_INTERPRET=1) "
+            "and their packages (see the backends above)")
     x = torch.randn(batch, seq_len, d_model, device=device, requires_grad=True)
-    for label, name, options in fused_cases(device):
+    for label, name, options in cases:
         try:
             torch.manual_seed(0)
             forms = {"torch": build_mixer(name, d_model=d_model, n_heads=n_heads, **{**options, "backend": "torch"}),
