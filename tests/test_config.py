@@ -166,3 +166,14 @@ def test_a_saved_config_names_the_plugins_of_its_mixers():
     assert saved["imports"] == ["json", str(Path(ema_mixer.__file__).resolve())]
     assert from_dict(RunConfig, saved).validate().to_dict() == saved  # read back, the same
     assert load_config("demo").to_dict()["imports"] == []  # built-in mixers need nothing
+
+
+def test_the_sizes_a_model_leaves_to_the_data_are_filled_in_one_place():
+    from attnlab.config import ModelConfig
+
+    left = ModelConfig()  # vocab_size 0: the tokenizer's; output_size 0: the vocabulary
+    assert left.fitted(65).vocab_size == 65 and left.fitted(65).output_size == 0 and left.fitted(65).tie_embeddings
+    pointer = left.fitted(40, output_size=16)  # a task's pointer head scores positions: its embeddings are untied
+    assert (pointer.vocab_size, pointer.output_size, pointer.tie_embeddings) == (40, 16, False)
+    given = ModelConfig(vocab_size=300, output_size=8)
+    assert given.fitted(65, output_size=16) == given  # sizes the config sets stay

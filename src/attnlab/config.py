@@ -65,6 +65,16 @@ class ModelConfig:
         return mixer_config(name, where=f"model.mixer_options.{name}", d_model=self.d_model, layer_idx=layer_idx,
                             **options)
 
+    def fitted(self, vocab_size: int, output_size: int = 0) -> ModelConfig:
+        """This config with the sizes it leaves to the data (0) set: the vocabulary, and the output size of a
+        pointer head (which scores positions, not tokens, so its embeddings are untied). A new config."""
+        model = self
+        if model.vocab_size == 0:
+            model = dataclasses.replace(model, vocab_size=vocab_size)
+        if output_size and model.output_size == 0:
+            model = dataclasses.replace(model, output_size=output_size, tie_embeddings=False)
+        return model
+
     def validate(self) -> None:
         _positive(self, "model", "d_model", "n_layers", "n_heads")
         if self.vocab_size < 0:
@@ -367,13 +377,11 @@ class RunConfig:
         """The model config with a vocabulary where it leaves it to the tokenizer (0), for shapes before any
         data loads: the BPE's size, the MQAR task's, else 256 (bytes; a bound for the character vocabularies
         of the local corpora, e.g. Shakespeare's 65)."""
-        if self.model.vocab_size:
-            return self.model
         if self.data.tokenizer == "bpe":
             size = self.data.bpe_vocab
         else:
             size = self.data.mqar.vocab_size if self.data.source == "mqar" else 256
-        return dataclasses.replace(self.model, vocab_size=size)
+        return self.model.fitted(size)
 
 
 def _positive(cfg, section: str, *names: str) -> None:

@@ -34,13 +34,7 @@ def resume_point(run_dir: Path, resume: str | None, log) -> Path | None:
 def as_fitted(given: RunConfig, saved: RunConfig) -> RunConfig:
     """given with the model sizes it leaves to the data (0) taken from saved, a checkpoint's config, which
     records them as the data fixed them."""
-    model = given.model
-    if model.vocab_size == 0:  # 0 means "the tokenizer's"
-        model = dataclasses.replace(model, vocab_size=saved.model.vocab_size)
-    if model.output_size == 0 and saved.model.output_size:  # a pointer head the data chose
-        model = dataclasses.replace(model, output_size=saved.model.output_size,
-                                    tie_embeddings=saved.model.tie_embeddings)
-    return dataclasses.replace(given, model=model)
+    return dataclasses.replace(given, model=given.model.fitted(saved.model.vocab_size, saved.model.output_size))
 
 
 # what a resumed run may change: how long it trains (its warmup, which a preset's shortened run caps at half of the

@@ -185,17 +185,10 @@ class StopSignals:
 def fit_to_data(model: ModelConfig, data) -> ModelConfig:
     """model with its vocabulary (and pointer-head size) taken from the data where it leaves them unset: a
     new config, the given one stays as it is."""
-    vocab_size = data.vocab_size
-    if model.vocab_size == 0:
-        model = dataclasses.replace(model, vocab_size=vocab_size)
-    elif model.vocab_size < vocab_size:
-        raise ConfigError(f"model.vocab_size={model.vocab_size} is smaller than the data's {vocab_size}; "
+    if 0 < model.vocab_size < data.vocab_size:
+        raise ConfigError(f"model.vocab_size={model.vocab_size} is smaller than the data's {data.vocab_size}; "
                           "set it to 0 to take the data's")
-    output_size = getattr(data, "output_size", None)
-    if output_size is not None and model.output_size == 0:
-        # a pointer head scores positions, not tokens
-        model = dataclasses.replace(model, output_size=output_size, tie_embeddings=False)
-    return model
+    return model.fitted(data.vocab_size, getattr(data, "output_size", None) or 0)
 
 
 def train(cfg: RunConfig, resume: str | None = None, progress: bool = True, log=print,
