@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import string
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import pytest
 import yaml
 
 from attnlab import bench, plugins
-from attnlab.cli import PAPER_SUITES, build_parser, main
+from attnlab.cli import build_parser, main
 from attnlab.config import load_config
 from attnlab.data.niah import NOISE
 from attnlab.experiments import PAPERS
@@ -365,8 +366,16 @@ def test_every_mixer_has_a_description_that_is_a_whole_sentence(capsys):
         assert description[:1].isupper() and description.endswith("."), f"{name}: {description!r}"
 
 
-def test_the_suites_reproduce_offers_are_the_papers():
-    assert list(PAPER_SUITES) == list(PAPERS)
+def test_the_suites_reproduce_offers_are_the_registered_papers(capsys):
+    with pytest.raises(SystemExit):
+        main(["reproduce", "--help"])
+    listed = re.sub(r"-\s+", "-", " ".join(capsys.readouterr().out.split()))  # help wraps lines at hyphens too
+    assert all(name in listed for name in PAPERS)
+    for name in ("demo", "boltzman"):  # the demo's suite is `attnlab demo`'s
+        assert main(["reproduce", name, "--estimate"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: unknown suite '{name}'") and all(p in err for p in PAPERS)
+        assert err.count("\n") == 1
 
 
 def test_bench_batch_goes_with_lengths(monkeypatch):

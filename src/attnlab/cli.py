@@ -42,7 +42,7 @@ from .arguments import (
     seed_value,
     temperature,
 )
-from .errors import UserError
+from .errors import UserError, unknown_name
 
 # ---------------------------------------------------------------------------------------------------
 # subcommands
@@ -382,6 +382,8 @@ def cmd_reproduce(args) -> None:
     from .experiments.report import write_report
     from .experiments.runner import run_suite
 
+    if args.suite not in (*PAPERS, "all"):
+        raise UserError(unknown_name("suite", args.suite, [*PAPERS, "all"]))
     names = [n for n in PAPERS if args.tier in PAPERS[n].TIERS] if args.suite == "all" else [args.suite]
     if not names:
         raise UserError(f"no suite has a tier '{args.tier}'; see attnlab reproduce --help")
@@ -593,13 +595,13 @@ def _demo_parser(sub) -> None:
     p.set_defaults(func=cmd_demo, check=check_demo)
 
 
-# the paper suites (attnlab.experiments.PAPERS), named here so that parsing need not import the experiments
-PAPER_SUITES = ("coupled-qk", "ccq", "boltzmann", "interdomain")
-
-
 def _reproduce_parser(sub) -> None:
+    from .experiments import PAPERS  # declarations only: cheap to import
+
     p = sub.add_parser("reproduce", help="a paper's claims in miniature over seeds, with a report")
-    p.add_argument("suite", choices=[*PAPER_SUITES, "all"], help="the paper's suite, or all of them")
+    # checked when the command runs, after --import has registered any other suite
+    p.add_argument("suite", help=f"the paper's suite ({', '.join(PAPERS)}, or one that --import registers), or "
+                   "all of them")
     p.add_argument("--tier", default="default", help="default (about 45 minutes on 2 CPU cores each), converged "
                    "(trained until validation stops improving) or paper (the paper's protocol or scale); reports "
                    "of other tiers go to <out>/<suite>-<tier>/")

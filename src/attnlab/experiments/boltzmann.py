@@ -6,10 +6,12 @@ own protocol, which is CPU-sized: 10 seeds, early stopping with patience 20 eval
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from .claims import Anchor, Claim, relative
 from .metrics import Curve, Metric, register_metric
+from .registry import register_suite
 from .spec import ABLATED, QUICK, Arm, Experiment, Suite
 
 PROVENANCE = {"Boltzmann attention": "from the paper's full text ([P]: the Ising energy, the marginals, the "
@@ -306,3 +308,6 @@ def claims(no_ffn_T: list[int], dqa: bool, calibrated: bool = False) -> list[Cla
               ablation=ABLATED, **anchor("lm-T12-fast-J", "val_ppl", PAPER_LM[12][0], PPL_TOLERANCE)),
     ] if calibrated else []
     return lm + brackets + annealing + couplings + sensitivity
+
+
+register_suite(sys.modules[__name__])

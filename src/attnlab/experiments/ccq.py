@@ -15,8 +15,11 @@ Tiers:
 
 from __future__ import annotations
 
+import sys
+
 from . import gpu, recall
 from .claims import CHARS_PER_TOKEN, Claim, relative
+from .registry import register_suite
 from .spec import CONVERGED_LM, QUICK, Arm, Experiment, Suite, sweep_around
 
 PROVENANCE = {"CCQ": "from the paper's full text ([P]: the query correction q − λΣq and λ = σ(w·q + b)); the "
@@ -215,3 +218,6 @@ def extrapolation_claims(experiment: str, train: int, longest: int, headline: bo
         *(Claim(f"{ccq.upper()} beats {backbone.upper()} at 5x the training length", experiment, f"ppl@{longest}",
                 ccq, backbone, "lower", relative=True) for backbone, ccq in PAIRS),
     ]
+
+
+register_suite(sys.modules[__name__])

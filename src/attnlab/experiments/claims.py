@@ -8,7 +8,6 @@ import textwrap
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..plots import new_figure, save_figure
 from .spec import split_key
 from .stats import MAX_SEEDS, detectable_effect, mean_interval, mean_std, seeds_needed
 
@@ -494,6 +493,8 @@ def plot_claims(claims: list[Claim], results: dict, path: str | Path) -> Path:
     from matplotlib.patches import Patch
 
     judged = evaluate(claims, results)
+    from ..plots import new_figure, save_figure  # matplotlib, only when a report draws
+
     fig, axes = new_figure(len(judged), 1, figsize=(9, 0.4 + 0.75 * len(judged)), squeeze=False)
     for ax, (claim, v) in zip(axes[:, 0], judged, strict=True):
         _plot_row(ax, claim, v)

@@ -17,8 +17,11 @@ Tiers:
 
 from __future__ import annotations
 
+import sys
+
 from . import gpu, recall
 from .claims import CHARS_PER_TOKEN, Claim, relative
+from .registry import register_suite
 from .spec import ABLATED, CONVERGED_LM, QUICK, Arm, Experiment, Suite, sweep_around
 
 PROVENANCE = {"coupled-qk": "**reconstructed**: the paper's method section could not be read; the update rule "
@@ -264,3 +267,6 @@ def corpus_claims() -> list[Claim]:
 def recall_claim(experiment: str) -> Claim:
     return Claim(f"coupled matches softmax on MQAR ({experiment}; not in the paper)", experiment,
                  "accuracy", "coupled-qk", "softmax", "equal", margin=RECALL_MARGIN, scale=100, control=recall.LEARNED)
+
+
+register_suite(sys.modules[__name__])

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+
+from .registry import register_suite
 from .spec import QUICK, Arm, Experiment, Suite
 
 NAME = "demo"
@@ -66,3 +69,6 @@ def suite(tier: str = "default") -> Suite:
         "not evidence. Boltzmann attention runs with mean-field marginals and distance couplings here (exact "
         "enumeration is for short windows). `attnlab reproduce <paper>` runs the papers' claims over seeds.",
     )
+
+
+register_suite(sys.modules[__name__], paper=False)

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-import torch
-
-from ..config import RunConfig, load_config
-from ..mixers.attention import AttentionMixer
-from ..model import Decoder
 from .spec import Experiment, Suite, seed_count
+
+if TYPE_CHECKING:  # the suites import this module for SMOKE and ASSUMPTION: it stays cheap to import
+    from ..config import RunConfig
+    from ..model import Decoder
 
 H100_BF16_TFLOPS = 989.0  # an H100 SXM's dense bf16 peak (no sparsity)
 # Model FLOPs utilisation of a well-tuned large training run: Llama 3 reports 38–43% in bf16 on H100s. It is
@@ -67,6 +67,8 @@ def describe_estimate(suite: Suite, tflops: float = SUSTAINED_TFLOPS, seeds: int
 def run_configs(experiment: Experiment, seeds: int) -> Iterator[RunConfig]:
     """Every training run of the experiment, as run_suite makes them: a learning-rate sweep at the first seed
     (whose best run is that seed's), then the other seeds (at the chosen rate, which does not change the cost)."""
+    from ..config import load_config
+
     for arm in experiment.arms:
         first = [[f"train.lr={lr}", "train.seed=1000"] for lr in experiment.lrs] or [["train.seed=1000"]]
         others = [[f"train.seed={1000 + seed}"] for seed in range(1, seed_count(experiment, arm, seeds))]
@@ -75,6 +77,8 @@ def run_configs(experiment: Experiment, seeds: int) -> Iterator[RunConfig]:
 
 
 def training_flops(cfg: RunConfig) -> float:
+    from ..mixers.attention import AttentionMixer
+
     model = meta_model(cfg)
     t = cfg.train
     tokens = t.steps * t.batch_size * t.seq_len
@@ -84,6 +88,10 @@ def training_flops(cfg: RunConfig) -> float:
 
 def meta_model(cfg: RunConfig) -> Decoder:
     """The decoder's shapes, without memory or initialisation."""
+    import torch
+
+    from ..model import Decoder
+
     with torch.device("meta"):
         return Decoder(cfg.sized_model())
 

@@ -19,9 +19,11 @@ Tiers:
 from __future__ import annotations
 
 import math
+import sys
 
 from . import gpu, recall
 from .claims import CHARS_PER_TOKEN, Claim, relative
+from .registry import register_suite
 from .spec import CONVERGED_LM, QUICK, Arm, Experiment, Suite, sweep_around
 
 PROVENANCE = {"interdomain attention": "from the paper's full text ([P]: the S4D state read through the "
@@ -241,3 +243,6 @@ def recall_claims(experiment: str) -> list[Claim]:
         Claim(f"exact recall is a weakness: IA is below softmax on MQAR ({experiment})", experiment, "accuracy",
               "interdomain", "softmax", "lower", scale=100, control=recall.LEARNED),
     ]
+
+
+register_suite(sys.modules[__name__])

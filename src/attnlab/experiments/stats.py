@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import math
 
-from scipy.optimize import brentq
-from scipy.stats import nct as noncentral_t
-from scipy.stats import t as student_t
-
 MAX_SEEDS = 10_000  # seeds_needed searches no further; MAX_SEEDS + 1 stands for "more than MAX_SEEDS"
 
 
 def t_quantile(p: float, df: int) -> float:
     """The p-quantile of Student's t with df degrees of freedom."""
+    from scipy.stats import t as student_t  # scipy when a number is computed: declaring suites stays light
+
     return float(student_t.ppf(p, df))
 
 
@@ -52,6 +50,8 @@ def detectable_effect(sd: float, n: int, power: float = 0.80, equivalence: bool 
         return (critical + t_quantile((1 + power) / 2, df)) * sd / math.sqrt(n)
     if sd == 0:
         return 0.0
+    from scipy.optimize import brentq
+    from scipy.stats import nct as noncentral_t
 
     def power_at(effect: float) -> float:
         shift = effect * math.sqrt(n) / sd
