@@ -96,17 +96,39 @@ if triton is not None:
         return top + tl.log(tl.sum(tl.exp(t - top[:, None]), axis=1))
 
     @triton.jit
+    def step_forward(a, u, BQ: tl.constexpr, S: tl.constexpr):
+        """Log-messages over the state before a spin -> after it (unnormalised): x' = 2y + b sums the two
+        states y and y + S/2 that step to it, each weighted by exp(s u(x)) for the new spin s."""
+        return interleave(pair_lse(a - u, BQ, S), pair_lse(a + u, BQ, S), BQ, S)
+
+    @triton.jit
+    def step_backward(b, u, BQ: tl.constexpr, S: tl.constexpr):
+        """Log-messages over the state after a spin -> before it (unnormalised), and the messages after it read
+        at each state before it, for a down and an up spin."""
+        b_down, b_up = after(b, BQ, S)
+        top = tl.maximum(b_down - u, b_up + u)
+        return top + tl.log(tl.exp(b_down - u - top) + tl.exp(b_up + u - top)), b_down, b_up
+
+    @triton.jit
+    def forward_sweep(h, J, alpha, rows, mask, at, n, stride_jq, W: tl.constexpr, S: tl.constexpr,
+                      BQ: tl.constexpr):
+        """alpha after every spin k, normalised, stored at alpha[k]. Before the first spin the w earlier ones
+        are free: log-messages 0."""
+        a = tl.zeros((BQ, S), tl.float32)
+        for k in range(0, n):
+            a = step_forward(a, fields(h, J, rows, mask, k, n, stride_jq, W, S, BQ), BQ, S)
+            a = a - row_lse(a)[:, None]
+            tl.store(alpha + at + k * S, a, mask=mask[:, None])
+
+    @triton.jit
     def marginals(h, J, alpha, out, Q, n, stride_jq, W: tl.constexpr, S: tl.constexpr, BQ: tl.constexpr):
+        """log P(s_k = +1) = LSE over the states whose newest spin is up of alpha_k + beta_k, minus the LSE
+        over all, with beta (after spin k) swept down from the last spin."""
         rows = tl.program_id(0) * BQ + tl.arange(0, BQ)
         mask = rows < Q
         x = tl.arange(0, S)
         at = (rows[:, None] * n) * S + x[None, :]
-        a = tl.zeros((BQ, S), tl.float32)  # log-messages; before the first spin the w earlier ones are free
-        for k in range(0, n):
-            u = fields(h, J, rows, mask, k, n, stride_jq, W, S, BQ)
-            a = interleave(pair_lse(a - u, BQ, S), pair_lse(a + u, BQ, S), BQ, S)
-            a = a - row_lse(a)[:, None]
-            tl.store(alpha + at + k * S, a, mask=mask[:, None])
+        forward_sweep(h, J, alpha, rows, mask, at, n, stride_jq, W, S, BQ)
         tl.debug_barrier()
         b = tl.zeros((BQ, S), tl.float32)
         newest_up = (x & 1)[None, :] == 1
@@ -115,10 +137,7 @@ if triton is not None:
             joint = tl.load(alpha + at + k * S, mask=mask[:, None], other=0.0) + b
             log_p = row_lse(tl.where(newest_up, joint, float("-inf"))) - row_lse(joint)
             tl.store(out + rows * n + k, log_p, mask=mask)
-            u = fields(h, J, rows, mask, k, n, stride_jq, W, S, BQ)
-            b_down, b_up = after(b, BQ, S)
-            top = tl.maximum(b_down - u, b_up + u)
-            b = top + tl.log(tl.exp(b_down - u - top) + tl.exp(b_up + u - top))
+            b, _, _ = step_backward(b, fields(h, J, rows, mask, k, n, stride_jq, W, S, BQ), BQ, S)
             b = b - row_lse(b)[:, None]
 
     @triton.jit
@@ -148,45 +167,28 @@ if triton is not None:
             tl.store(dJ + (rows * n + k) * W + d, d_coupling, mask=mask)
 
     @triton.jit
-    def marginals_backward(h, J, grad, alpha, beta, dh, dJ, Q, n, stride_jq,
-                           W: tl.constexpr, S: tl.constexpr, BQ: tl.constexpr):
-        """Reverse mode through the log-space messages: every local derivative is a softmax weight (at most 1),
-        so no ratio of small probabilities is formed. Sweeps: the forward messages, the backward ones, the
-        backward messages' adjoints (ascending), the forward messages' adjoints (descending)."""
-        rows = tl.program_id(0) * BQ + tl.arange(0, BQ)
-        mask = rows < Q
-        x = tl.arange(0, S)
-        at = (rows[:, None] * n) * S + x[None, :]
-        newest_up = (x & 1)[None, :] == 1
-        a = tl.zeros((BQ, S), tl.float32)
-        for k in range(0, n):  # alpha after spin k
-            u = fields(h, J, rows, mask, k, n, stride_jq, W, S, BQ)
-            a = interleave(pair_lse(a - u, BQ, S), pair_lse(a + u, BQ, S), BQ, S)
-            a = a - row_lse(a)[:, None]
-            tl.store(alpha + at + k * S, a, mask=mask[:, None])
-        b = tl.zeros((BQ, S), tl.float32)
-        for i in range(0, n):  # beta after spin k
-            k = n - 1 - i
-            tl.store(beta + at + k * S, b, mask=mask[:, None])
-            u = fields(h, J, rows, mask, k, n, stride_jq, W, S, BQ)
-            b_down, b_up = after(b, BQ, S)
-            top = tl.maximum(b_down - u, b_up + u)
-            b = top + tl.log(tl.exp(b_down - u - top) + tl.exp(b_up + u - top))
-            b = b - row_lse(b)[:, None]
-        tl.debug_barrier()
+    def beta_adjoints(h, J, grad, alpha, beta, dh, dJ, rows, mask, at, n, stride_jq, W: tl.constexpr,
+                      S: tl.constexpr, BQ: tl.constexpr):
+        """Ascending: the adjoint of beta after spin k takes its successors' shares of the adjoint before it and
+        the marginal's own term; u's gradient through the backward messages is stored."""
+        newest_up = (tl.arange(0, S) & 1)[None, :] == 1
         b_adj = tl.zeros((BQ, S), tl.float32)  # the adjoint of beta before spin k (after spin k - 1)
         for k in range(0, n):
             b = tl.load(beta + at + k * S, mask=mask[:, None], other=0.0)
             u = fields(h, J, rows, mask, k, n, stride_jq, W, S, BQ)
-            b_down, b_up = after(b, BQ, S)
-            top = tl.maximum(b_down - u, b_up + u)
-            before = top + tl.log(tl.exp(b_down - u - top) + tl.exp(b_up + u - top))
+            before, b_down, b_up = step_backward(b, u, BQ, S)
             to_down, to_up = tl.exp(b_down - u - before), tl.exp(b_up + u - before)  # each successor's share
             add_field_gradient(dh, dJ, rows, mask, k, n, b_adj * (to_up - to_down), False, W, S)
             b_adj = interleave(pair_sum(b_adj * to_down, BQ, S), pair_sum(b_adj * to_up, BQ, S), BQ, S)
             g = tl.load(grad + rows * n + k, mask=mask, other=0.0)
             b_adj += marginal_adjoint(tl.load(alpha + at + k * S, mask=mask[:, None], other=0.0), b, g, newest_up)
-        tl.debug_barrier()
+
+    @triton.jit
+    def alpha_adjoints(h, J, grad, alpha, beta, dh, dJ, rows, mask, at, n, stride_jq, W: tl.constexpr,
+                       S: tl.constexpr, BQ: tl.constexpr):
+        """Descending: the adjoint of alpha after spin k takes the marginal's term and passes to each predecessor
+        its share; u's gradient through the forward messages is added to what beta_adjoints stored."""
+        newest_up = (tl.arange(0, S) & 1)[None, :] == 1
         a_adj = tl.zeros((BQ, S), tl.float32)  # the adjoint of alpha after spin k
         for i in range(0, n):
             k = n - 1 - i
@@ -196,12 +198,32 @@ if triton is not None:
             a = tl.load(alpha + at + tl.maximum(k - 1, 0) * S, mask=mask[:, None], other=0.0)
             a = tl.where(k > 0, a, 0.0)  # alpha before spin k: zeros (the free earlier spins) before the first
             u = fields(h, J, rows, mask, k, n, stride_jq, W, S, BQ)
-            a_next = interleave(pair_lse(a - u, BQ, S), pair_lse(a + u, BQ, S), BQ, S)
-            next_down, next_up = after(a_next, BQ, S)
+            next_down, next_up = after(step_forward(a, u, BQ, S), BQ, S)
             from_down, from_up = tl.exp(a - u - next_down), tl.exp(a + u - next_up)  # each predecessor's share
             adj_down, adj_up = after(a_adj, BQ, S)
             add_field_gradient(dh, dJ, rows, mask, k, n, adj_up * from_up - adj_down * from_down, True, W, S)
             a_adj = adj_down * from_down + adj_up * from_up
+
+    @triton.jit
+    def marginals_backward(h, J, grad, alpha, beta, dh, dJ, Q, n, stride_jq,
+                           W: tl.constexpr, S: tl.constexpr, BQ: tl.constexpr):
+        """Reverse mode through the log-space messages: every local derivative is a softmax weight (at most 1),
+        so no ratio of small probabilities is formed. The messages both ways are stored, then their adjoints
+        swept."""
+        rows = tl.program_id(0) * BQ + tl.arange(0, BQ)
+        mask = rows < Q
+        at = (rows[:, None] * n) * S + tl.arange(0, S)[None, :]
+        forward_sweep(h, J, alpha, rows, mask, at, n, stride_jq, W, S, BQ)
+        b = tl.zeros((BQ, S), tl.float32)
+        for i in range(0, n):  # beta after spin k
+            k = n - 1 - i
+            tl.store(beta + at + k * S, b, mask=mask[:, None])
+            b, _, _ = step_backward(b, fields(h, J, rows, mask, k, n, stride_jq, W, S, BQ), BQ, S)
+            b = b - row_lse(b)[:, None]
+        tl.debug_barrier()
+        beta_adjoints(h, J, grad, alpha, beta, dh, dJ, rows, mask, at, n, stride_jq, W, S, BQ)
+        tl.debug_barrier()
+        alpha_adjoints(h, J, grad, alpha, beta, dh, dJ, rows, mask, at, n, stride_jq, W, S, BQ)
 
 
 def _block(states: int) -> int:
