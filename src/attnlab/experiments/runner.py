@@ -44,6 +44,23 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
     experiments whose names match one of these shell patterns; arms: their arms whose labels match one),
     keeping the runs that an earlier, interrupted attempt finished with the same config."""
     seeds = seeds or suite.seeds
+    experiments = _selected(suite, only, arms)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    results = _open_results(out, suite, {"suite": suite.name, "tier": suite.tier, "quick": quick, "scale": scale},
+                            extra, seeds=suite.seeds if only else seeds, partial=bool(only))
+    runs = _SuiteRuns(suite, experiments, seeds, out, results, suite.quick if quick else (), scale, extra, log)
+    for experiment in experiments:
+        lrs = {arm.label: _sweep(experiment, arm, runs.run) for arm in experiment.arms} if experiment.lrs else {}
+        for seed in range(min(seeds, experiment.seeds or seeds)):  # seed by seed: a stopped suite stays paired
+            for arm in (a for a in experiment.arms if seed < seed_count(experiment, a, seeds)):
+                runs.run(f"{experiment.name}/{arm.label}/{seed}", arm, experiment, seed, lrs.get(arm.label))
+    return results
+
+
+def _selected(suite: Suite, only: list[str], arms: list[str]) -> list[Experiment]:
+    """The suite's experiments that match `only`, with their arms that match `arms` (shell patterns; empty:
+    all); refused in one line where nothing matches or an experiment's metric is unknown."""
     experiments = [e for e in suite.experiments if not only or any(fnmatch(e.name, p) for p in only)]
     if not experiments:
         names = ", ".join(e.name for e in suite.experiments)
@@ -55,10 +72,14 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
     if not any(e.arms for e in experiments):
         labels = ", ".join(dict.fromkeys(a.label for e in suite.experiments for a in e.arms))
         raise UserError(f"--arms {' '.join(arms)} matches no arm of {suite.name}'s experiments; its arms: {labels}")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    return experiments
+
+
+def _open_results(out: Path, suite: Suite, setting: dict, extra: list[str], seeds: int, partial: bool) -> dict:
+    """The folder's results.json (empty for a new folder) updated with this attempt's setting and machine; a
+    folder of another setting (a smoke run, a rescaled one) is refused. A partial run (--only) leaves the seed
+    count as it was, or starts a folder at the suite's own."""
     results_path = out / "results.json"
-    setting = {"suite": suite.name, "tier": suite.tier, "quick": quick, "scale": scale}
     results = load_results(results_path) if results_path.exists() else {"runs": {}}
     if results["runs"] and setting_of(results) != setting:  # a smoke run must never mix with, or replace, results
         raise UserError(f"{out} holds results of {describe_setting(setting_of(results))}, not of "
@@ -67,46 +88,48 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
     results["extra"] = list(extra)  # the caller's overrides: what `superseded` needs to know the configs
     results["meta"] = {**results.get("meta", {}), "cpu": _cpu_name(),  # the newest attempt's
                        "threads": torch.get_num_threads(), "torch": torch.__version__}
-    if not only:
+    if partial:
+        results["meta"].setdefault("seeds", seeds)
+    else:
         results["meta"]["seeds"] = seeds
-    else:  # a partial run (--only) leaves the seed count as it was, or starts a folder at the suite's own
-        results["meta"].setdefault("seeds", suite.seeds)
-
-    def config(experiment: Experiment, arm: Arm, seed: int, lr: float | None) -> RunConfig:
-        return run_config(experiment, arm, seed, lr, out, suite.quick if quick else (), scale, extra)
-
-    # the runs of experiments without a sweep, so that a model is measured by every experiment that uses it as
-    # soon as it is trained (it may not be on disk when a later session resumes the suite)
-    plan = {f"{e.name}/{a.label}/{seed}": (e, a, seed) for e in experiments if not e.lrs
-            for a in e.arms for seed in range(seed_count(e, a, seeds))}
-    fingerprints = {}
-
-    def planned_fingerprint(key: str) -> str:
-        if key not in fingerprints:
-            fingerprints[key] = _fingerprint(config(*plan[key], None))
-        return fingerprints[key]
-
-    def run(key: str, arm: Arm, experiment: Experiment, seed: int, lr: float | None = None) -> dict:
-        """One trained and measured model, recorded in results.json as soon as it is measured."""
-        cfg = config(experiment, arm, seed, lr)
-        fingerprint, record = _fingerprint(cfg), results["runs"].get(key, {})
-        if not _current(record, fingerprint, experiment):  # else measured by an earlier attempt
-            log(f"[{suite.name}] {key}")
-            record = _train_and_measure(cfg, experiment, results, fingerprint, out, log)
-            results["meta"]["finished"] = datetime.now().isoformat(timespec="minutes")
-            _save_record(results_path, results, key, record)
-        for other, (other_experiment, other_arm, other_seed) in plan.items():  # the same model elsewhere:
-            unmeasured = not _current(results["runs"].get(other, {}), fingerprint, other_experiment)  # measure it now
-            if unmeasured and planned_fingerprint(other) == fingerprint:
-                run(other, other_arm, other_experiment, other_seed)
-        return results["runs"][key]
-
-    for experiment in experiments:
-        lrs = {arm.label: _sweep(experiment, arm, run) for arm in experiment.arms} if experiment.lrs else {}
-        for seed in range(min(seeds, experiment.seeds or seeds)):  # seed by seed: a stopped suite stays paired
-            for arm in (a for a in experiment.arms if seed < seed_count(experiment, a, seeds)):
-                run(f"{experiment.name}/{arm.label}/{seed}", arm, experiment, seed, lrs.get(arm.label))
     return results
+
+
+class _SuiteRuns:
+    """The runs of one attempt at a suite: each trained and measured once, recorded as soon as it is measured,
+    and measured at once by every other experiment that uses the same model."""
+
+    def __init__(self, suite, experiments, seeds, out, results, quick, scale, extra, log):
+        self.suite, self.out, self.results, self.log = suite, out, results, log
+        self.settings = (out, quick, scale, extra)
+        # the runs of experiments without a sweep, so that a model is measured by every experiment that uses it
+        # as soon as it is trained (it may not be on disk when a later session resumes the suite)
+        self.plan = {f"{e.name}/{a.label}/{seed}": (e, a, seed) for e in experiments if not e.lrs
+                     for a in e.arms for seed in range(seed_count(e, a, seeds))}
+        self.fingerprints = {}
+
+    def config(self, experiment: Experiment, arm: Arm, seed: int, lr: float | None) -> RunConfig:
+        return run_config(experiment, arm, seed, lr, *self.settings)
+
+    def planned_fingerprint(self, key: str) -> str:
+        if key not in self.fingerprints:
+            self.fingerprints[key] = _fingerprint(self.config(*self.plan[key], None))
+        return self.fingerprints[key]
+
+    def run(self, key: str, arm: Arm, experiment: Experiment, seed: int, lr: float | None = None) -> dict:
+        """One trained and measured model, recorded in results.json as soon as it is measured."""
+        cfg = self.config(experiment, arm, seed, lr)
+        fingerprint, record = _fingerprint(cfg), self.results["runs"].get(key, {})
+        if not _current(record, fingerprint, experiment):  # else measured by an earlier attempt
+            self.log(f"[{self.suite.name}] {key}")
+            record = _train_and_measure(cfg, experiment, self.results, fingerprint, self.out, self.log)
+            self.results["meta"]["finished"] = datetime.now().isoformat(timespec="minutes")
+            _save_record(self.out / "results.json", self.results, key, record)
+        for other, (other_experiment, other_arm, other_seed) in self.plan.items():  # the same model elsewhere:
+            unmeasured = not _current(self.results["runs"].get(other, {}), fingerprint, other_experiment)
+            if unmeasured and self.planned_fingerprint(other) == fingerprint:  # measure it now
+                self.run(other, other_arm, other_experiment, other_seed)
+        return self.results["runs"][key]
 
 
 def run_config(experiment: Experiment, arm: Arm, seed: int, lr: float | None, out: Path, quick: list[str] = (),
