@@ -122,28 +122,29 @@ def mean(value: torch.Tensor, ranks: Ranks) -> torch.Tensor:
     return total / ranks.world
 
 
-def full_state(model: nn.Module, optimizer, ranks: Ranks, twin):
+def full_state(model: nn.Module, optimizer, ranks: Ranks, plain_copy):
     """(model, optimizer) holding the full state in single-process form, on rank 0 (None elsewhere). Under
-    FSDP every rank must call this: the shards are gathered into twin() = a fresh plain (model, optimizer)."""
+    FSDP every rank must call this: the shards are gathered into plain_copy() = a fresh plain (model, optimizer)."""
     if not ranks.sharded:
         return model, optimizer
     model_state = get_model_state_dict(model, options=FULL)
     optimizer_state = get_optimizer_state_dict(model, optimizer, options=FULL)
     if not ranks.main:
         return None, None
-    plain_model, plain_optimizer = twin()
+    plain_model, plain_optimizer = plain_copy()
     set_model_state_dict(plain_model, model_state, options=StateDictOptions(full_state_dict=True))
     set_optimizer_state_dict(plain_model, plain_optimizer, optimizer_state,
                              options=StateDictOptions(full_state_dict=True))
     return plain_model, plain_optimizer
 
 
-def load_optimizer(model: nn.Module, optimizer, state: dict, ranks: Ranks, twin) -> None:
-    """Load a single-process optimizer state; under FSDP through a plain twin() that reads it first."""
+def load_optimizer(model: nn.Module, optimizer, state: dict, ranks: Ranks, plain_copy) -> None:
+    """Load a single-process optimizer state; under FSDP through plain_copy(), a fresh plain (model, optimizer)
+    that reads it first."""
     if not ranks.sharded:
         optimizer.load_state_dict(state)
         return
-    plain_model, plain_optimizer = twin()
+    plain_model, plain_optimizer = plain_copy()
     set_model_state_dict(plain_model, get_model_state_dict(model, options=FULL),
                          options=StateDictOptions(full_state_dict=True))
     plain_optimizer.load_state_dict(state)

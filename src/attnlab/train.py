@@ -247,7 +247,7 @@ class Run:
     def autocast(self):
         return _autocast(self.cfg.train.precision, self.device)
 
-    def twin(self) -> tuple[Decoder, torch.optim.Optimizer]:
+    def plain_copy(self) -> tuple[Decoder, torch.optim.Optimizer]:
         """A plain copy of the model and optimizer, for checkpoints of a sharded model."""
         plain = Decoder(self.cfg.model)
         return plain, _adamw(param_groups(plain, self.cfg.train), self.cfg.train, self.device)
@@ -387,7 +387,7 @@ def _restore(run: Run, ckpt: Path) -> None:
     """The optimizer, step, random streams and early-stopping count of the checkpoint resumed from."""
     t = run.cfg.train
     optimizer_state = checkpoint.load_state(ckpt / "optimizer.pt", run.device)
-    distributed.load_optimizer(run.model, run.optimizer, optimizer_state, run.ranks, run.twin)
+    distributed.load_optimizer(run.model, run.optimizer, optimizer_state, run.ranks, run.plain_copy)
     state = checkpoint.load_state(ckpt / "train_state.pt")
     run.step = state["step"]
     run.data_rng.set_state(state["data_rng"])
@@ -552,7 +552,7 @@ def _save_checkpoint(run: Run, best: bool) -> None:
         "early_stopping": run.stopping.state(),
         "train_seconds": run.earlier_seconds + time.perf_counter() - run.started,
     }
-    full_model, full_optimizer = distributed.full_state(run.model, run.optimizer, run.ranks, run.twin)
+    full_model, full_optimizer = distributed.full_state(run.model, run.optimizer, run.ranks, run.plain_copy)
     if run.ranks.main:
         checkpoint.save_checkpoint(run.run_dir, run.step, full_model, full_optimizer, train_state, run.cfg.to_dict(),
                                    run.corpus.tokenizer.to_dict())
