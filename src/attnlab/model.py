@@ -237,6 +237,12 @@ class Decoder(nn.Module):
                                   "or generate the prompts one at a time")
             mask, seen = (t.repeat_interleave(num_samples, dim=0) for t in (attention_mask, lengths))
             return self._generate_padded(out, mask, seen, max_new_tokens, sampling, generator, finished)
+        return self._generate_rows(out, max_new_tokens, sampling, generator, finished, context)
+
+    def _generate_rows(self, out: torch.Tensor, max_new_tokens: int, sampling: Sampling, generator, finished,
+                       context: int | None) -> torch.Tensor:
+        """generate over rows without padding: one prefill of the view, then one token per step (the view
+        re-read from a fresh state when it grows past context)."""
         view_start = 0 if context is None else max(0, out.shape[1] - context)
         logits, states = self(out[:, view_start:])
         for i in range(max_new_tokens):
