@@ -96,7 +96,11 @@ class Parser(argparse.ArgumentParser):
 # checks of arguments that depend on each other or on the file system, run before any work
 
 
-def _check_folder(path: str | None, option: str) -> None:
+RUN = "a run folder (its best or newest checkpoint) or a step-XXXXXXXX checkpoint folder"  # a command's argument
+
+
+def check_folder(path: str | None, option: str) -> None:
+    """An output folder given as an option is not a file."""
     if path is not None and user_path(path).exists() and not user_path(path).is_dir():
         raise UserError(f"{option} {path} is a file; give a folder")
 
@@ -125,7 +129,7 @@ def check_eval(args) -> None:
             flag = "--" + name.replace("_", "-")
             raise UserError(f"{flag} applies to {' and '.join(map(_measurement, tasks))}, not to "
                             f"{_measurement(measurement)}; drop it")
-    _check_folder(args.out, "--out")
+    check_folder(args.out, "--out")
     if args.include_path is not None and not user_path(args.include_path).is_dir():
         raise UserError(f"--include-path {args.include_path} is not a folder; give the folder of your task YAML files")
 
@@ -147,10 +151,6 @@ def check_list(args) -> None:
     raise UserError(unknown_mixer(args.name, list_mixers()) + "; or give --params and a preset")
 
 
-def check_couplings(args) -> None:
-    _check_folder(args.out, "--out")
-
-
 def check_demo(args) -> None:
     out = user_path(args.out)
     # the demo deletes its folder before it starts: only an empty folder or an earlier demo's may be replaced
@@ -160,7 +160,7 @@ def check_demo(args) -> None:
 
 
 def check_reproduce(args) -> None:
-    _check_folder(args.out, "--out")
+    check_folder(args.out, "--out")
 
 
 def check_results(args) -> None:
@@ -212,8 +212,8 @@ def check_bench(args) -> None:
             load_config(args.model)
         except UserError as err:
             raise UserError(f"--model: {err}") from None
-    _check_folder(args.out, "--out")
+    check_folder(args.out, "--out")
 
 
 def check_doctor(args) -> None:
-    _check_folder(args.out, "--out")
+    check_folder(args.out, "--out")

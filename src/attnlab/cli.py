@@ -1,5 +1,5 @@
-"""The ``attnlab`` command: train | eval | generate | export | list | couplings | demo | reproduce | report |
-results | bench | doctor.
+"""The ``attnlab`` command: train | eval | generate | export | list | demo | reproduce | report | results |
+bench | doctor, and the commands a paper registers (``experiments.register_command``: couplings).
 
 Arguments are checked in one layer before any work starts (``attnlab.arguments``), and against the
 loaded run (its vocabulary, its data) where a value depends on the run. Every mistake is one line naming
@@ -22,9 +22,9 @@ from pathlib import Path
 
 from . import plugins
 from .arguments import (
+    RUN,
     Parser,
     check_bench,
-    check_couplings,
     check_demo,
     check_doctor,
     check_eval,
@@ -348,27 +348,6 @@ def _model_as_trained(cfg):
     return cfg.sized_model(), "at most: train fits it to the corpus, which is not downloaded here"
 
 
-def cmd_couplings(args) -> None:
-    from .inference import load_run
-    from .plots import coupling_profile, plot_couplings
-
-    run = load_run(args.checkpoint)
-    found = False
-    for i, block in enumerate(run.model.blocks):
-        if block.mixer.name != "boltzmann" or block.mixer.J is None:
-            continue
-        found = True
-        J = block.mixer.coupling_matrix(block.mixer.cfg.window)
-        mean, std = coupling_profile(J)
-        print(f"layer {i}: mean J by distance |j - k| (+- std over pairs and heads)")
-        for d, (m, s) in enumerate(zip(mean.tolist(), std.tolist(), strict=True), start=1):
-            print(f"  {d:>3}  {m:+.4f} +- {s:.4f}")
-        path = Path(args.out or run.folder.parent) / f"couplings-layer{i}.png"
-        print(f"  figure: {plot_couplings(J, path, title=f'learned J, layer {i}')}")
-    if not found:
-        raise UserError(f"{run.folder} has no Boltzmann layer with couplings J")
-
-
 def cmd_demo(args) -> None:
     from .demo import run_demo
 
@@ -476,7 +455,6 @@ def cmd_doctor(args) -> None:
 # ---------------------------------------------------------------------------------------------------
 # the parser
 
-RUN = "a run folder (its best or newest checkpoint) or a step-XXXXXXXX checkpoint folder"
 TRAIN_EPILOG = """\
 overrides set any field of the config's dataclasses (attnlab/config.py: model, data, train), e.g.
   attnlab train demo model.mixer=sigmoid train.steps=500
@@ -506,6 +484,14 @@ def build_parser() -> argparse.ArgumentParser:
     for add in SUBCOMMANDS:
         add(sub)
     return parser
+
+
+def _paper_parsers(sub) -> None:
+    """The papers' own commands (`experiments.register_command`), e.g. Boltzmann attention's couplings."""
+    from .experiments import COMMANDS  # declarations only: cheap to import
+
+    for add in COMMANDS:
+        add(sub)
 
 
 def _train_parser(sub) -> None:
@@ -578,13 +564,6 @@ def _list_parser(sub) -> None:
                    "(default: the default model)")
     p.add_argument("overrides", nargs="*", help="with --params: section.field=value changes to the model")
     p.set_defaults(func=cmd_list, check=check_list)
-
-
-def _couplings_parser(sub) -> None:
-    p = sub.add_parser("couplings", help="a Boltzmann model's learned J: profile over distance and heat map")
-    p.add_argument("checkpoint", help=RUN)
-    p.add_argument("--out", help="folder for the PNG files (default: the run folder)")
-    p.set_defaults(func=cmd_couplings, check=check_couplings)
 
 
 def _demo_parser(sub) -> None:
@@ -667,7 +646,7 @@ def _doctor_parser(sub) -> None:
 # each adds one subcommand's parser, in the order --help lists them
 SUBCOMMANDS = (
     _train_parser, _eval_parser, _generate_parser, _export_parser,
-    _list_parser, _couplings_parser, _demo_parser, _reproduce_parser,
+    _list_parser, _paper_parsers, _demo_parser, _reproduce_parser,
     _report_parser, _results_parser, _bench_parser, _doctor_parser,
 )
 

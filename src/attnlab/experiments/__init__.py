@@ -6,7 +6,7 @@ PROVENANCE of its mechanisms' equations, which every tier's report states; each 
 
 from __future__ import annotations
 
-from .registry import PAPERS, SUITES, get_suite, register_suite
+from .registry import COMMANDS, PAPERS, SUITES, get_suite, register_command, register_suite
 
 # the built-in suites, in the order `attnlab reproduce all` runs them (each registers itself on import)
 from . import coupled_qk  # isort: skip
@@ -15,4 +15,5 @@ from . import boltzmann  # isort: skip
 from . import interdomain  # isort: skip
 from . import demo  # isort: skip
 
-__all__ = ["PAPERS", "SUITES", "get_suite", "register_suite", "boltzmann", "ccq", "coupled_qk", "demo", "interdomain"]
+__all__ = ["COMMANDS", "PAPERS", "SUITES", "get_suite", "register_command", "register_suite", "boltzmann", "ccq",
+           "coupled_qk", "demo", "interdomain"]

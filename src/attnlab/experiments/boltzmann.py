@@ -9,9 +9,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ..arguments import RUN, check_folder
 from .claims import Anchor, Claim, relative
 from .metrics import Curve, Metric, register_metric
-from .registry import register_suite
+from .registry import register_command, register_suite
 from .spec import ABLATED, QUICK, Arm, Experiment, Suite
 
 PROVENANCE = {"Boltzmann attention": "from the paper's full text ([P]: the Ising energy, the marginals, the "
@@ -34,6 +35,38 @@ def learned_couplings(experiment: Experiment, run_dir: Path) -> dict:
 
 register_metric(Metric("couplings", learned_couplings,
                        curve=Curve("distance |j - k|", "mean J", log_x=False, zero_line=True)))
+
+
+def inspect_couplings(args) -> None:
+    """`attnlab couplings RUN`: each Boltzmann layer's learned J, as its mean by distance (printed) and a heat
+    map with the profile (PNG)."""
+    from ..errors import UserError
+    from ..inference import load_run
+    from ..plots import coupling_profile, plot_couplings
+
+    run = load_run(args.checkpoint)
+    found = False
+    for i, block in enumerate(run.model.blocks):
+        if block.mixer.name != "boltzmann" or block.mixer.J is None:
+            continue
+        found = True
+        J = block.mixer.coupling_matrix(block.mixer.cfg.window)
+        mean, std = coupling_profile(J)
+        print(f"layer {i}: mean J by distance |j - k| (+- std over pairs and heads)")
+        for d, (m, s) in enumerate(zip(mean.tolist(), std.tolist(), strict=True), start=1):
+            print(f"  {d:>3}  {m:+.4f} +- {s:.4f}")
+        path = Path(args.out or run.folder.parent) / f"couplings-layer{i}.png"
+        print(f"  figure: {plot_couplings(J, path, title=f'learned J, layer {i}')}")
+    if not found:
+        raise UserError(f"{run.folder} has no Boltzmann layer with couplings J")
+
+
+@register_command
+def couplings_command(sub) -> None:
+    p = sub.add_parser("couplings", help="a Boltzmann model's learned J: profile over distance and heat map")
+    p.add_argument("checkpoint", help=RUN)
+    p.add_argument("--out", help="folder for the PNG files (default: the run folder)")
+    p.set_defaults(func=inspect_couplings, check=lambda args: check_folder(args.out, "--out"))
 
 NAME = "boltzmann"
 TIERS = ("default", "paper")
