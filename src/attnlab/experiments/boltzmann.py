@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..arguments import RUN, check_folder
 from .claims import Anchor, Claim, relative
@@ -15,17 +16,60 @@ from .metrics import Curve, Metric, register_metric
 from .registry import register_command, register_suite
 from .spec import ABLATED, QUICK, Arm, Experiment, Suite
 
+if TYPE_CHECKING:
+    import torch
+
 PROVENANCE = {"Boltzmann attention": "from the paper's full text ([P]: the Ising energy, the marginals, the "
                    "ablations and the learning rates); the sum normalisation over visible keys is inferred ([I]), "
                    "and the block details and protocol the paper leaves unstated are our choices ([C]), "
                    "calibrated in the paper tier."}
+
+def coupling_profile(J: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and standard deviation of J_jk over the pairs at each distance d = k - j = 1..W-1.
+
+    J [..., W, W] (the strict upper triangle is used; leading dimensions, e.g. heads or seeds, are pooled).
+    """
+    import torch
+
+    W = J.shape[-1]
+    means, stds = [], []
+    for d in range(1, W):
+        values = torch.diagonal(J, offset=d, dim1=-2, dim2=-1).flatten()
+        means.append(values.mean())
+        stds.append(values.std(correction=0))
+    return torch.stack(means), torch.stack(stds)
+
+
+def plot_couplings(J: torch.Tensor, path: str | Path, title: str = "learned couplings J") -> Path:
+    """Write a PNG with the (pooled) coupling matrix and its profile over distance; returns the path."""
+    import torch
+
+    from ..plots import new_figure, save_figure
+
+    J = J.detach().float().cpu()
+    J = J.reshape(-1, *J.shape[-2:])
+    matrix = J.mean(0).triu(1)
+    matrix = matrix + matrix.T  # J_jk for j < k, shown on both sides
+    mean, std = coupling_profile(J)
+    fig, (left, right) = new_figure(1, 2, figsize=(10, 4))
+    limit = float(matrix.abs().max()) or 1.0
+    image = left.imshow(matrix.numpy(), cmap="RdBu_r", vmin=-limit, vmax=limit)
+    left.set(title=title, xlabel="key position k", ylabel="key position j")
+    fig.colorbar(image, ax=left)
+    distance = torch.arange(1, len(mean) + 1)
+    right.errorbar(distance.numpy(), mean.numpy(), yerr=std.numpy(), marker="o", capsize=3)
+    right.axhline(0, color="gray", linewidth=0.8)
+    right.set(title="mean J by distance", xlabel="|j - k|", ylabel="J (ferromagnetic > 0)")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return save_figure(fig, path, dpi=120)
+
 
 def learned_couplings(experiment: Experiment, run_dir: Path) -> dict:
     """Mean J by distance |j - k|, pooled over layers, heads and pairs ("J@<distance>")."""
     import torch
 
     from ..inference import load_run
-    from ..plots import coupling_profile
 
     run = load_run(run_dir)
     J = torch.cat([block.mixer.coupling_matrix(block.mixer.cfg.window).detach() for block in run.model.blocks])
@@ -42,7 +86,6 @@ def inspect_couplings(args) -> None:
     map with the profile (PNG)."""
     from ..errors import UserError
     from ..inference import load_run
-    from ..plots import coupling_profile, plot_couplings
 
     run = load_run(args.checkpoint)
     found = False
