@@ -31,10 +31,9 @@ ASSUMPTION = (f"GPU-hours are training FLOPs (6 · parameters · tokens plus sof
 
 # The --quick version of a paper tier: its arms shrunk to CPU size on local text, a check that every arm
 # builds, trains and is measured end to end (not a result); characters read no BPE size, so an arm's
-# data.bpe_vocab goes back to its default. Suites add their own QUICK (steps) to it.
+# data.bpe_vocab goes back to its default. Suites add their own QUICK (steps) and their mixers' sizes to it.
 SMOKE = ["data.source=shakespeare", "data.tokenizer=char", "data.bpe_vocab=4096", "model.vocab_size=0",
-         "model.d_model=64", "model.n_layers=2", "model.n_heads=2", "model.ffn_hidden=null",
-         "model.mixer_options.interdomain.modes=16", "model.mixer_options.s4d.modes=16", "train.seq_len=64",
+         "model.d_model=64", "model.n_layers=2", "model.n_heads=2", "model.ffn_hidden=null", "train.seq_len=64",
          "train.batch_size=8", "train.precision=fp32", "train.warmup_steps=5"]
 
 

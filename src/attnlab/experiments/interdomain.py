@@ -167,7 +167,7 @@ def paper() -> Suite:
         *extrapolation_claims("extrapolation", 4096, 14336),
     ]
     return Suite(NAME, "Interdomain attention at the paper's scale (GPUs)", [cube, *scales.values(), extrapolation],
-                 [*QUICK, *gpu.SMOKE],
+                 [*QUICK, *gpu.SMOKE, "model.mixer_options.interdomain.modes=16", "model.mixer_options.s4d.modes=16"],
                  "The paper's protocol: FineWeb-Edu (sample-100BT) with a locally trained 32K BPE, 4K context, "
                  "about 20 tokens per parameter, one seed as the paper (no interval: every claim is inconclusive; "
                  "--seeds 3 gives intervals at 3x the cost). Claims: the query-conditioned read is the dominant "
