@@ -232,13 +232,25 @@ class Run:
     metrics: MetricsLog | None = None  # rank 0 alone writes the log
     summary: dict = field(default_factory=dict)
     bar: tqdm | None = None
-    logging: Cadence | None = None  # the training loss and tokens/s (train.log_every)
-    evaluation: Cadence | None = None  # the validation loss and early stopping (train.eval_every)
-    checkpoints: Cadence | None = None  # besides the best one and the last before a stop (train.ckpt_every)
     started: float = 0.0  # when the first step began (time.perf_counter)
     earlier_seconds: float = 0.0  # on resume, the training time of earlier attempts up to the checkpoint
     clock: float = 0.0  # tokens/s is measured over the steps since the last log line, from this time ...
     window_tokens: int = 0  # ... and this count of tokens
+
+    @property
+    def logging(self) -> Cadence:
+        """When the training loss and tokens/s are logged (train.log_every)."""
+        return Cadence(self.cfg.train.log_every, self.cfg.train.steps)
+
+    @property
+    def evaluation(self) -> Cadence:
+        """When the validation loss is measured and early stopping counts it (train.eval_every)."""
+        return Cadence(self.cfg.train.eval_every, self.cfg.train.steps)
+
+    @property
+    def checkpoints(self) -> Cadence:
+        """When a checkpoint is written, besides the best one and the last before a stop (train.ckpt_every)."""
+        return Cadence(self.cfg.train.ckpt_every, self.cfg.train.steps)
 
     @property
     def micro_batch(self) -> int:
@@ -417,10 +429,7 @@ def _start(run: Run, resumed: bool) -> None:
         run.metrics = MetricsLog(run.run_dir / "metrics.jsonl", resume_step, sinks)
     run.summary = {"run_dir": str(run.run_dir), "params": run.model.num_params(), "model": run.model}
     run.trained.train()
-    t = cfg.train
-    run.logging, run.evaluation, run.checkpoints = (Cadence(every, t.steps) for every in
-                                                   (t.log_every, t.eval_every, t.ckpt_every))
-    last = run.step if run.stopping.stop else t.steps  # a run that stopped early stays stopped
+    last = run.step if run.stopping.stop else cfg.train.steps  # a run that stopped early stays stopped
     run.bar = tqdm(range(run.step, last), initial=run.step, total=cfg.train.steps,
                    disable=not (run.progress and ranks.main), desc=cfg.name, dynamic_ncols=True)
     run.started = run.clock = time.perf_counter()

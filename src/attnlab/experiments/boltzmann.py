@@ -65,14 +65,19 @@ def plot_couplings(J: torch.Tensor, path: str | Path, title: str = "learned coup
     return save_figure(fig, path, dpi=120)
 
 
+def layer_couplings(model) -> list[tuple[int, torch.Tensor]]:
+    """(layer, J [heads, window, window]) of every Boltzmann layer with pair couplings."""
+    return [(i, block.mixer.coupling_matrix(block.mixer.cfg.window)) for i, block in enumerate(model.blocks)
+            if block.mixer.name == "boltzmann" and block.mixer.J is not None]
+
+
 def learned_couplings(experiment: Experiment, run_dir: Path) -> dict:
     """Mean J by distance |j - k|, pooled over layers, heads and pairs ("J@<distance>")."""
     import torch
 
     from ..inference import load_run
 
-    run = load_run(run_dir)
-    J = torch.cat([block.mixer.coupling_matrix(block.mixer.cfg.window).detach() for block in run.model.blocks])
+    J = torch.cat([J.detach() for _, J in layer_couplings(load_run(run_dir).model)])
     mean, _ = coupling_profile(J)
     return {f"J@{d}": value for d, value in enumerate(mean.tolist(), start=1)}
 
@@ -88,19 +93,15 @@ def inspect_couplings(args) -> None:
     from ..inference import load_run
 
     run = load_run(args.checkpoint)
-    found = False
-    for i, block in enumerate(run.model.blocks):
-        if block.mixer.name != "boltzmann" or block.mixer.J is None:
-            continue
-        found = True
-        J = block.mixer.coupling_matrix(block.mixer.cfg.window)
+    layers = layer_couplings(run.model)
+    for i, J in layers:
         mean, std = coupling_profile(J)
         print(f"layer {i}: mean J by distance |j - k| (+- std over pairs and heads)")
         for d, (m, s) in enumerate(zip(mean.tolist(), std.tolist(), strict=True), start=1):
             print(f"  {d:>3}  {m:+.4f} +- {s:.4f}")
         path = Path(args.out or run.folder.parent) / f"couplings-layer{i}.png"
         print(f"  figure: {plot_couplings(J, path, title=f'learned J, layer {i}')}")
-    if not found:
+    if not layers:
         raise UserError(f"{run.folder} has no Boltzmann layer with couplings J")
 
 

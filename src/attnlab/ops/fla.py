@@ -127,7 +127,7 @@ def runs_fla(backend: str, x: torch.Tensor, scalar_gates: bool = False) -> bool:
 NEEDS_CUDA = "backend=fla runs flash-linear-attention's Triton kernels, which need a CUDA GPU"
 
 
-def _interpreted() -> bool:
+def interpreted() -> bool:
     """Whether Triton interprets the kernels (TRITON_INTERPRET=1), which runs them on the CPU."""
     return os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -136,7 +136,7 @@ def require() -> None:
     """Raise a one-line ConfigError naming the fix when fla is missing or this machine has no CUDA GPU."""
     if not available():
         raise ConfigError(f"backend=fla needs flash-linear-attention, which is not installed: {INSTALL_HINT}")
-    if not (torch.cuda.is_available() or _interpreted()):
+    if not (torch.cuda.is_available() or interpreted()):
         raise ConfigError(f"{NEEDS_CUDA}, and this machine has none; use backend=torch or backend=auto")
 
 
@@ -155,7 +155,7 @@ def _kernel_chunk(chunk_size: int) -> int:
 
 
 def _check_device(x: torch.Tensor) -> None:
-    if not (x.is_cuda or _interpreted()):
+    if not (x.is_cuda or interpreted()):
         raise ConfigError(f"{NEEDS_CUDA}, and this model runs on {x.device}; use backend=torch or backend=auto")
 
 

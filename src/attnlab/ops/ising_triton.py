@@ -23,11 +23,10 @@ Needs Triton (a CUDA GPU, or its interpreter on a CPU); `available()` says wheth
 
 from __future__ import annotations
 
-import os
-
 import torch
 
 from ..errors import ConfigError
+from .fla import interpreted
 
 try:
     import triton
@@ -47,7 +46,7 @@ def require() -> None:
     if not available():
         raise ConfigError("backend=triton needs Triton, which comes with PyTorch's CUDA builds and is not "
                           "installed here: use backend=torch or backend=auto")
-    if not (torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1"):
+    if not (torch.cuda.is_available() or interpreted()):
         raise ConfigError("backend=triton runs Triton kernels, which need a CUDA GPU, and this machine has none; "
                           "use backend=torch or backend=auto")
 
@@ -226,22 +225,25 @@ if triton is not None:
         alpha_adjoints(h, J, grad, alpha, beta, dh, dJ, rows, mask, at, n, stride_jq, W, S, BQ)
 
 
-def _block(states: int) -> int:
-    """Chains per program: about 2,048 state values in registers per message."""
-    return max(1, min(16, 2048 // states))
+def _launch(h: torch.Tensor, J: torch.Tensor) -> tuple:
+    """(grid, then the kernels' trailing arguments Q, n, the couplings' stride between chains, W, S, BQ) for
+    fields h [Q, n] and couplings J [Q or 1, n, W]. BQ chains per program: about 2,048 state values in registers
+    per message."""
+    (Q, n), W = h.shape, J.shape[-1]
+    S = 2**W
+    BQ = max(1, min(16, 2048 // S))
+    return (-(-Q // BQ),), Q, n, n * W if J.shape[0] > 1 else 0, W, S, BQ
 
 
 class _BandedLogMarginals(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h, Jb):
-        Q, n = h.shape
-        W = Jb.shape[-1]
-        S = 2**W
         h32, J32 = h.float().contiguous(), Jb.float().contiguous()
+        grid, *shape = _launch(h32, J32)
+        Q, n, _, _, S, _ = shape
         log_p = torch.empty(Q, n, device=h.device)
-        alpha = torch.empty(Q, n, S, device=h.device)
-        BQ = _block(S)
-        marginals[(-(-Q // BQ),)](h32, J32, alpha, log_p, Q, n, n * W if J32.shape[0] > 1 else 0, W, S, BQ)
+        alpha = torch.empty(Q, n, S, device=h.device)  # the forward messages, read back by the same program
+        marginals[grid](h32, J32, alpha, log_p, *shape)
         ctx.save_for_backward(h32, J32)
         ctx.dtypes = h.dtype, Jb.dtype
         return log_p.to(h.dtype)
@@ -249,14 +251,11 @@ class _BandedLogMarginals(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         h32, J32 = ctx.saved_tensors
-        Q, n = h32.shape
-        W = J32.shape[-1]
-        S = 2**W
-        BQ = _block(S)
+        grid, *shape = _launch(h32, J32)
+        Q, n, _, W, S, _ = shape
         alpha, beta = (torch.empty(Q, n, S, device=h32.device) for _ in range(2))
         dh, dJ = torch.empty_like(h32), torch.empty(Q, n, W, device=h32.device)
-        marginals_backward[(-(-Q // BQ),)](h32, J32, grad.float().contiguous(), alpha, beta, dh, dJ, Q, n,
-                                           n * W if J32.shape[0] > 1 else 0, W, S, BQ)
+        marginals_backward[grid](h32, J32, grad.float().contiguous(), alpha, beta, dh, dJ, *shape)
         if J32.shape[0] == 1:
             dJ = dJ.sum(0, keepdim=True)
         return dh.to(ctx.dtypes[0]), dJ.to(ctx.dtypes[1])
@@ -265,7 +264,7 @@ class _BandedLogMarginals(torch.autograd.Function):
 def banded_log_marginals(h: torch.Tensor, Jb: torch.Tensor) -> torch.Tensor:
     """`ising.banded_log_marginals` on the Triton kernels: h [Q, n], Jb [Q or 1, n, w] -> log P(s_j = +1)
     [Q, n], computed in fp32."""
-    if not (h.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"):
+    if not (h.is_cuda or interpreted()):
         raise ConfigError(f"backend=triton runs Triton kernels, which need a CUDA GPU, and this model runs on "
                           f"{h.device}; use backend=torch or backend=auto")
     return _BandedLogMarginals.apply(h, Jb)
