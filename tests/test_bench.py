@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from attnlab.bench import (
-    bench_boltzmann,
     bench_decode,
     bench_mixers,
     bench_packed,
@@ -19,6 +18,7 @@ from attnlab.bench import (
     timing,
 )
 from attnlab.bench.packed import document_starts
+from attnlab.experiments import BENCH_CASES
 
 
 def test_quick_preset_writes_every_view_the_goals_json_and_plots(tmp_path):
@@ -32,6 +32,12 @@ def test_quick_preset_writes_every_view_the_goals_json_and_plots(tmp_path):
     assert len(goal_lines) == len(results["goals"]) and all(line.endswith("not judged (quick)") for line in goal_lines)
     measured = {r["mixer"] for r in results["mixers"]}
     assert measured >= {"softmax", "gla", "interdomain", "boltzmann (banded 4, window 64)"}
+    # the papers' cases that size themselves for the quick preset, each with its goals among the run's
+    assert set(results["cases"]) == {name for name, case in BENCH_CASES.items() if "quick" in case.settings} >= {
+        "boltzmann", "ccq", "coupled-qk"}
+    case_goals = [row[0] for name, case in BENCH_CASES.items() if name in results["cases"]
+                  for row in case.goals(results["cases"][name])]
+    assert len(case_goals) >= 4 and set(case_goals) <= {g["goal"] for g in results["goals"]}
     assert results["peak"]["gflops"] > 0 and all(r["gflops"] > 0 and r["activation_mib"] > 0 for r in results["mixers"])
     assert all(r["peak_fraction"] is None or 0 < r["peak_fraction"] <= 1 for r in results["mixers"])
     floor = results["decode_floor"]
@@ -42,11 +48,12 @@ def test_quick_preset_writes_every_view_the_goals_json_and_plots(tmp_path):
 
 
 def test_a_judged_run_says_met_or_not_met():
-    results = {"ops": {"ratios": {"gla reference / chunk": 12.0, "ccq-gla / gla mixer": 1.5}},
-               "training": {"coupled-qk": {"x_softmax": 1.0}}, "x_transformers": None,
-               "config": {"decode": {"contexts": [8, 16]}}, "decode": [], "boltzmann": {}}
+    results = {"ops": {"ratios": {"gla reference / chunk": 12.0}}, "x_transformers": None,
+               "config": {"decode": {"contexts": [8, 16]}}, "decode": [],
+               "cases": {"ccq": {"ratios": {"ccq-gla / gla": 1.5}}, "coupled-qk": {"coupled-qk": {"x_softmax": 1.0}}}}
     verdicts = {g["goal"][:20]: g["verdict"] for g in goals(results)}
     assert verdicts["GLA chunkwise vs loo"] == "met" and verdicts["CCQ-GLA / GLA mixer "] == "NOT MET"
+    assert verdicts["coupled-qk / softmax"] == "met"
     assert verdicts["our softmax decoder "] == "not measured"
     assert {g["verdict"] for g in goals(results, judged=False)} == {"not judged (quick)"}
 
@@ -146,20 +153,26 @@ def test_training_step_bench_compares_with_softmax(capsys):
     assert "coupled-qk" in capsys.readouterr().out
 
 
-def test_boltzmann_banded_bench_reports_growth():
+def test_boltzmann_banded_bench_reports_growth_and_holds_it_to_linear():
+    from attnlab.experiments.boltzmann.bench import bench_inference, linear_growth
+
     lines = []
-    result = bench_boltzmann(exact_lengths=[4], banded_lengths=[16, 32], exact_batch=1, head_dim=8, window=8,
+    result = bench_inference(exact_lengths=[4], banded_lengths=[16, 32], exact_batch=1, head_dim=8, window=8,
                              band=3, log=lines.append)
     assert set(result) == {"exact T=4", "banded T=16", "banded T=32"} and any("x2 the length" in x for x in lines)
+    [(what, value, relation, bar)] = linear_growth({"banded T=16": 1.0, "banded T=64": 4.4})
+    assert "T=64 / T=16" in what and value == 4.4 and (relation, bar) == ("<=", 4.5)
+    assert linear_growth({"exact T=4": 1.0, "banded T=16": 1.0}) == []  # one banded length: no growth to judge
 
 
 def test_interdomain_bench_measures_every_form_in_its_own_process():
-    from attnlab.bench import bench_interdomain
+    from attnlab.experiments.interdomain.bench import bench_forms
 
     lines = []
-    results = bench_interdomain(lengths=[32], head_dim=8, modes=4, log=lines.append)
-    assert set(results) == {("chunk", 32), ("fft", 32), ("decode", 32)}
-    assert all(seconds > 0 and rss > 0 for seconds, rss in results.values())
+    results = bench_forms(lengths=[32], head_dim=8, modes=4, log=lines.append)
+    assert set(results) == {"chunk T=32", "fft T=32", "decode T=32"}
+    assert all(row["seconds"] > 0 and row["rss_mib"] > 0 for row in results.values())
+    assert json.loads(json.dumps(results)) == results  # bench.json can hold it
     assert not any("failed" in line for line in lines)
 
 
@@ -167,9 +180,8 @@ def test_attention_decode_and_precision_goals_are_judged_from_the_run():
     def row(mixer, seq_len, x_softmax, mib):
         return {"mixer": mixer, "seq_len": seq_len, "x_softmax": x_softmax, "activation_mib": mib}
 
-    results = {"ops": {"ratios": {}}, "training": {"coupled-qk": {"x_softmax": 1.0}}, "x_transformers": None,
+    results = {"ops": {"ratios": {}}, "x_transformers": None,
                "config": {"decode": {"contexts": [8, 16]}, "mixers": {"lengths": [1024, 4096]}}, "decode": [],
-               "boltzmann": {},
                "mixers": [row("differential", 1024, 2.0, 10), row("differential", 4096, 2.1, 40),
                           row("sigmoid", 1024, 2.5, 10), row("sigmoid", 4096, 3.0, 160)],
                "decode_floor": {"context": 16, "gb_per_s": 20.0, "x_floor": 1.2},
@@ -204,8 +216,7 @@ def test_the_packed_view_times_every_mixer_that_runs_plain_and_packed():
 
 
 def test_packed_steps_are_held_to_their_goal():
-    results = {"ops": {"ratios": {}}, "training": {"coupled-qk": {"x_softmax": 1.0}}, "x_transformers": None,
-               "config": {"decode": {"contexts": [8, 16]}}, "decode": [], "boltzmann": {},
+    results = {"ops": {"ratios": {}}, "x_transformers": None, "config": {"decode": {"contexts": [8, 16]}}, "decode": [],
                "packed": {"gla": {"x_plain": 1.1}, "ccq-gla": {"x_plain": 2.0}}}
     verdicts = {g["goal"]: g["verdict"] for g in goals(results) if "packed" in g["goal"]}
     assert verdicts == {"gla packed documents / plain rows, training step (x)": "met",

@@ -294,7 +294,8 @@ def check_doctor_dry_run():
     every mixer timed against softmax at two lengths, the goals) at tiny sizes, the kernels interpreted."""
     import tempfile
 
-    from attnlab.doctor import SPEED_GOALS, run_doctor
+    from attnlab.doctor import run_doctor
+    from attnlab.experiments.registry import SPEED_GOALS
 
     with tempfile.TemporaryDirectory() as out:
         report = run_doctor(out, train_steps=0, dry_run=True, log=lambda line: None)

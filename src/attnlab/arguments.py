@@ -173,14 +173,22 @@ BENCH_OPTIONS = {"lengths": ("mixers", "ops", "packed"), "batch": ("mixers",),
                  "repeats": ("mixers", "ops", "model", "packed"),
                  "mixers": ("model",)}
 BENCH_PARTS = {"mixers": "the mixers alone (--lengths)", "ops": "--ops", "model": "--model", "packed": "--packed",
-               "boltzmann": "--boltzmann", "interdomain": "--interdomain", "whole": "the whole bench"}
-BENCH_EXAMPLES = {"mixers": "--lengths 1024 4096", "model": "--model coupled-qk-char"}
+               "whole": "the whole bench"}
+BENCH_EXAMPLES = {"mixers": "--lengths 1024 4096", "model": "--model demo"}
+
+
+def bench_flag(case: str) -> str:
+    """The attribute of the parsed arguments that `attnlab bench --<case>` sets (a registered bench case)."""
+    return f"case_{case.replace('-', '_')}"
 
 
 def _bench_part(args) -> str:
-    """The part of the bench that the flags pick, in the order cmd_bench tries them."""
-    for part in ("boltzmann", "interdomain", "ops", "packed", "model"):
-        if getattr(args, part):
+    """The part of the bench that the flags pick, in the order cmd_bench tries them: a paper's case, the op forms,
+    packed documents, a model's training step, the mixers alone, else the whole bench."""
+    from .experiments import BENCH_CASES
+
+    for part in [*BENCH_CASES, "ops", "packed", "model"]:
+        if getattr(args, bench_flag(part) if part in BENCH_CASES else part, False):
             return part
     return "mixers" if args.lengths else "whole"
 
@@ -195,7 +203,7 @@ def _check_bench_options(args) -> None:
             continue
         takers = ", ".join(BENCH_PARTS[p] for p in parts)
         fix = f"add e.g. {BENCH_EXAMPLES[parts[0]]} or drop it" if part == "whole" else "drop it"
-        raise UserError(f"--{name} applies only to {takers}, not to {BENCH_PARTS[part]}; {fix}")
+        raise UserError(f"--{name} applies only to {takers}, not to {BENCH_PARTS.get(part, f'--{part}')}; {fix}")
 
 
 def check_bench(args) -> None:

@@ -24,6 +24,7 @@ from . import plugins
 from .arguments import (
     RUN,
     Parser,
+    bench_flag,
     check_bench,
     check_demo,
     check_doctor,
@@ -429,11 +430,11 @@ def cmd_results(args) -> None:
 
 def cmd_bench(args) -> None:
     from . import bench
+    from .experiments import BENCH_CASES
 
-    if args.boltzmann:
-        bench.bench_boltzmann()
-    elif args.interdomain:
-        bench.bench_interdomain()
+    case = next((case for name, case in BENCH_CASES.items() if getattr(args, bench_flag(name))), None)
+    if case:
+        case.run()
     elif args.packed:
         bench.bench_packed(seq_len=(args.lengths or [512])[-1], repeats=args.repeats or 3)
     elif args.ops:
@@ -621,11 +622,10 @@ def _bench_parser(sub) -> None:
     view.add_argument("--model", type=non_empty,
                       help="only training steps of this preset with each of --mixers (and softmax)")
     p.add_argument("--mixers", nargs="+", help="mixers for --model, or 'all' (default: the preset's)")
-    view.add_argument("--boltzmann", action="store_true",
-                      help="only Boltzmann attention: exact enumeration at T=8,12,16 and banded inference at "
-                      "T=256..4096")
-    view.add_argument("--interdomain", action="store_true",
-                      help="only interdomain's chunked vs FFT form at T=1K..16K (time, memory) and decode latency")
+    from .experiments import BENCH_CASES  # declarations only: cheap to import
+
+    for name, case in BENCH_CASES.items():  # the papers' own cases
+        view.add_argument(f"--{name}", dest=bench_flag(name), action="store_true", help=case.help)
     view.add_argument("--packed", action="store_true",
                       help="only training steps on packed documents against plain rows of the same tokens, every mixer")
     view.add_argument("--ops", action="store_true",
@@ -669,14 +669,25 @@ def _one_line(message: str) -> str:
     return " ".join(part.strip() for part in message.splitlines())
 
 
+def import_plugins(argv=None) -> None:
+    """The installed plugins and those of --import, before the parser is built: a plugin's suites, bench cases and
+    commands become choices and subcommands of their own."""
+    argv = sys.argv[1:] if argv is None else argv
+    command = next((i for i, arg in enumerate(argv) if not arg.startswith("-") and argv[i - 1:i] != ["--import"]),
+                   len(argv))  # options after the command are the command's (parse_args refuses --import there)
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--import", dest="imports", action="append", default=[])
+    plugins.import_installed()
+    for spec in early.parse_known_args(argv[:command])[0].imports:
+        plugins.import_plugin(spec, "--import")
+
+
 def main(argv=None) -> int:
     debug = False
     try:
+        import_plugins(argv)
         args = parse_args(argv)
         debug = args.debug
-        plugins.import_installed()
-        for spec in args.imports:
-            plugins.import_plugin(spec, "--import")
         if hasattr(args, "check"):
             args.check(args)
         args.func(args)

@@ -24,6 +24,7 @@ import torch
 
 from .bench.mixers import contenders
 from .errors import ConfigError, UserError
+from .experiments.registry import SPEED_GOALS, VARIANTS
 from .mixers import build_mixer, list_mixers, mixer_class
 from .ops import fla
 from .timing import round_robin
@@ -34,11 +35,6 @@ LIMITS = {"fp32": 1e-4, "bf16": 3e-2}
 # the timed sections' sizes: on a GPU, and in a dry run (the same code paths at sizes a CPU runs in seconds)
 SIZES = {"gpu": {"batch": 8, "lengths": (2048, 8192), "d_model": 512, "n_heads": 8, "repeats": 5},
          "dry run": {"batch": 1, "lengths": (16, 32), "d_model": 32, "n_heads": 2, "repeats": 1}}
-# what the GPU run is held to (bf16, B 8, d_model 512 on an H100/H200): (mixer, length, relation, times
-# softmax's forward+backward)
-SPEED_GOALS = [*((name, 2048, "<=", 1.5) for name in ("gla", "gdn", "ccq-gla", "ccq-gdn")),
-               *((name, 8192, "<", 1.0) for name in ("gla", "gdn", "ccq-gla", "ccq-gdn")),
-               ("interdomain", 2048, "<=", 2.0), ("boltzmann (banded 4, window 64)", 2048, "<=", 8.0)]
 
 
 def relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
@@ -107,8 +103,7 @@ def _check_mixers(device: torch.device, log) -> dict:
     log(f"{'mixer':<34} {'fp32 fwd':>9} {'grad':>9} {'decode':>9} {'bf16 fwd':>9} {'grad':>9} {'decode':>9}  ok")
     results = {}
     for label, name, options in contenders():
-        if name == "boltzmann" and not options:
-            options = {"dqa_shots": 0}  # exact inference; the quantum-annealing estimate is stochastic
+        options = options or dict(mixer_class(name).deterministic)  # one answer to compare with fp64
         try:
             row = check_mixer(name, options, device)
         except Exception as err:  # a failure to run on this device is the finding, not a crash of the doctor
@@ -139,7 +134,7 @@ def time_mixers(device: torch.device, batch: int, seq_len: int, d_model: int, n_
 
         try:
             fwd_bwd()
-        except UserError as err:  # exact Boltzmann inference refuses long contexts
+        except UserError as err:  # a mixer with an exact window refuses long contexts
             log(f"{label:<34} not run: {str(err).split(';')[0]}")
             continue
         tasks[label] = fwd_bwd
@@ -168,18 +163,13 @@ def backend_routes(device: torch.device, log=print) -> dict:
     return routes
 
 
-# the mixers whose fused backends are compared with their torch forms: the timed contenders, and Boltzmann with
-# fields only over a sliding window (FlexAttention's case)
-FIELDS_ONLY_BOLTZMANN = ("boltzmann (h-only, window 64)", "boltzmann",
-                         {"mode": "h-only", "inference": "banded", "couplings": "distance", "window": 64, "band": 4})
-
-
 def fused_cases(device: torch.device) -> list[tuple[str, str, dict]]:
-    """(label, mixer, options with a backend) for each contender's every backend but torch that applies to its
-    options (a backend that does not is a ConfigError, and skipped) and runs on this device (FlexAttention
-    trains on a GPU only)."""
+    """(label, mixer, options with a backend) for each contender's, and each untimed variant's, every backend but
+    torch that applies to its options (a backend that does not is a ConfigError, and skipped) and runs on this
+    device (FlexAttention trains on a GPU only)."""
+    untimed = [(label, name, options) for label, name, options, timed in VARIANTS if not timed]
     cases = []
-    for label, name, options in [*contenders(), FIELDS_ONLY_BOLTZMANN]:
+    for label, name, options in [*contenders(), *untimed]:
         for backend in mixer_class(name).backends[1:]:
             if backend == "flex" and device.type != "cuda":
                 continue
@@ -297,8 +287,9 @@ def doctor_goals(report: dict, judged: bool = True) -> list[dict]:
     """SPEED_GOALS and the fused backends' agreement with the torch forms (bf16 limit), each met, NOT MET, not
     measured (this run has no such number: no GPU, a mixer that failed) or not judged (a dry run)."""
     rows, timed_lengths = [], list(report.get("speed", {}))  # a dry run's lengths stand in for the GPU's in turn
+    gpu_lengths = SIZES["gpu"]["lengths"]
     for label, seq_len, relation, bar in SPEED_GOALS:
-        at = SIZES["gpu"]["lengths"].index(seq_len)
+        at = gpu_lengths.index(seq_len) if seq_len in gpu_lengths else len(timed_lengths)  # a length not timed
         timed = report["speed"][timed_lengths[at]].get(label) if at < len(timed_lengths) else None
         rows.append((f"{label} / softmax fwd+bwd at T={seq_len} (x)", timed and timed["x_softmax"], relation, bar))
     for seq_len, compared in report.get("fused", {}).items():

@@ -3,9 +3,9 @@
 `run_bench` runs a preset (`default`, about 10 minutes on 2 cores, or `quick`) through every view:
 the machine's matmul peak; each mixer alone against the sequence length; decode latency against the
 context; op forms against their loop references and flash-linear-attention's pure-PyTorch references;
-training steps of coupled QK against softmax and of our softmax decoder against x-transformers; training
-steps on packed documents against plain rows; and Boltzmann's banded inference against the length. It
-prints tables and the goals, and writes bench.json and PNG plots.
+training steps of our softmax decoder against x-transformers, and on packed documents against plain rows;
+and the papers' own cases (`experiments.register_bench_case`: each mechanism's cost where it has its own
+shape). It prints tables and the goals, and writes bench.json and PNG plots.
 """
 
 from __future__ import annotations
@@ -18,17 +18,18 @@ from pathlib import Path
 
 import torch
 
+from ..experiments.registry import BENCH_CASES
 from ..plots import new_figure, save_figure
-from .forms import bench_boltzmann, bench_interdomain, bench_ops
+from .forms import bench_ops
 from .mixers import bench_decode, bench_decode_floor, bench_mixers, constant_state_mixers, contenders
 from .models import bench_training_step, bench_x_transformers
 from .packed import PACKED_GOAL, bench_packed
 from .timing import matmul_peak
 from .utilisation import bench_utilisation
 
-__all__ = ["PRESETS", "bench_boltzmann", "bench_decode", "bench_decode_floor", "bench_interdomain", "bench_mixers",
-           "bench_ops", "bench_packed", "bench_training_step", "bench_utilisation", "bench_x_transformers",
-           "contenders", "goals", "line_styles", "run_bench"]
+__all__ = ["PRESETS", "bench_decode", "bench_decode_floor", "bench_mixers", "bench_ops", "bench_packed",
+           "bench_training_step", "bench_utilisation", "bench_x_transformers", "contenders", "goals", "line_styles",
+           "run_bench"]
 
 TINY_MODEL = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "train.batch_size=2", "train.seq_len=32"]
 PRESETS = {
@@ -39,9 +40,7 @@ PRESETS = {
         "decode": {"contexts": [1024, 4096, 16384], "steps": 60},
         "decode_floor": {"context": 16384, "steps": 60},
         "ops": {"seq_len": 4096, "repeats": 2},
-        "training": {"preset": "coupled-qk-char", "repeats": 5, "overrides": []},
         "x_transformers": {"preset": "demo", "repeats": 5, "overrides": []},
-        "boltzmann": {"exact_lengths": [8, 12, 16], "banded_lengths": [1024, 4096], "repeats": 5},
         "utilisation": {"shapes": {"demo (d 128)": [], "d 512": ["model.d_model=512", "model.n_heads=8"]},
                         "repeats": 5},
         "packed": {"seq_len": 512, "batch": 8, "d_model": 128, "repeats": 3},
@@ -52,10 +51,8 @@ PRESETS = {
         "mixers": {"lengths": [16, 32], "repeats": 1, "d_model": 32, "precision": "fp32"},
         "decode": {"contexts": [32, 64], "steps": 2, "prefill_chunk": 32, "d_model": 32},
         "decode_floor": {"context": 64, "steps": 2, "d_model": 32, "read_mib": 4},
-        "ops": {"seq_len": 32, "repeats": 1, "mixer_repeats": 1, "heads": 2, "head_dim": 8, "d_model": 16},
-        "training": {"preset": "coupled-qk-char", "repeats": 1, "overrides": TINY_MODEL},
+        "ops": {"seq_len": 32, "repeats": 1, "heads": 2, "head_dim": 8, "d_model": 16},
         "x_transformers": {"preset": "demo", "repeats": 1, "overrides": TINY_MODEL},
-        "boltzmann": {"exact_lengths": [4], "banded_lengths": [32, 64], "exact_batch": 2, "head_dim": 8, "window": 16},
         "utilisation": {"shapes": {"tiny": TINY_MODEL}, "repeats": 1, "peak_sizes": [64, 128]},
         "packed": {"seq_len": 32, "batch": 2, "d_model": 32, "repeats": 1},
     },
@@ -70,17 +67,12 @@ def goals(results: dict, judged: bool = True) -> list[dict]:
     decode = {}
     for row in results["decode"]:
         decode.setdefault(row["mixer"], []).append(row["decode_ms"])
-    banded = {T: s for key, s in results["boltzmann"].items() if key.startswith("banded") for T in [int(key[9:])]}
-    lengths = sorted(banded)
     rows = [
         ("GLA chunkwise vs loop reference, fwd+bwd (x faster)", ratios.get("gla reference / chunk"), ">=", 10),
         ("GLA chunkwise vs fla naive_recurrent_gla (x faster)", ratios.get("fla naive_recurrent_gla / our gla chunk"),
          ">=", 3),
         ("gated delta rule chunkwise vs fla naive_chunk_gated_delta_rule (x faster)",
          ratios.get("fla naive_chunk_gated_delta_rule / our gdn chunk"), ">=", 1.0),
-        ("CCQ-GLA / GLA mixer fwd+bwd (x)", ratios.get("ccq-gla / gla mixer"), "<=", 1.3),
-        ("CCQ-GDN / GDN mixer fwd+bwd (x)", ratios.get("ccq-gdn / gdn mixer"), "<=", 1.3),
-        ("coupled-qk / softmax training step (x)", results["training"]["coupled-qk"]["x_softmax"], "<=", 1.2),
         ("our softmax decoder / x-transformers training tokens/s (x)",
          results["x_transformers"]["ratio"] if results["x_transformers"] else None, ">=", 1.0),
     ]
@@ -95,10 +87,9 @@ def goals(results: dict, judged: bool = True) -> list[dict]:
     rows += _attention_goals(results)
     for label, row in results.get("packed", {}).items():
         rows.append((f"{label} packed documents / plain rows, training step (x)", row["x_plain"], "<=", PACKED_GOAL))
-    if len(lengths) >= 2:
-        first, last = lengths[0], lengths[-1]
-        rows.append((f"Boltzmann banded fwd+bwd, T={last} / T={first} (linear: {last / first:g})",
-                     banded[last] / banded[first], "<=", 1.125 * last / first))
+    for name, case in BENCH_CASES.items():
+        if name in results.get("cases", {}):
+            rows += case.goals(results["cases"][name])
     out = []
     for what, value, op, bar in rows:
         met = None if value is None else (value >= bar if op == ">=" else value <= bar if op == "<=" else value > bar)
@@ -147,7 +138,9 @@ def run_bench(preset: str = "default", out_dir: str | Path = "runs/bench", log=p
     peak = matmul_peak(PEAK_DTYPES[settings["mixers"]["precision"]], settings["peak_sizes"])
     log(f"matmul peak: {peak['gflops']:.1f} GFLOP/s ({peak['dtype']}, {peak['size']} x {peak['size']}), the best of "
         f"square products of {', '.join(peak['measured'])}, {torch.get_num_threads()} threads\n")
-    results = {"config": settings, "preset": preset, "peak": peak,
+    cases = {name: case for name, case in BENCH_CASES.items() if preset in case.settings}
+    results = {"config": {**settings, "cases": {name: case.settings[preset] for name, case in cases.items()}},
+               "preset": preset, "peak": peak,
                "machine": {"cpus": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
                            "platform": platform.platform()},
                "date": datetime.now().isoformat(timespec="minutes")}
@@ -158,17 +151,15 @@ def run_bench(preset: str = "default", out_dir: str | Path = "runs/bench", log=p
     log("")
     results["ops"] = bench_ops(**settings["ops"], log=log)
     log("")
-    training = settings["training"]
-    results["training"] = bench_training_step(training["preset"], ["coupled-qk"], training["repeats"],
-                                              training["overrides"], log=log)
-    log("")
     results["x_transformers"] = bench_x_transformers(**settings["x_transformers"], log=log)
-    log("")
-    results["boltzmann"] = bench_boltzmann(**settings["boltzmann"], log=log)
     log("")
     results["utilisation"] = bench_utilisation(**settings["utilisation"], log=log)
     log("")
     results["packed"] = bench_packed(**settings["packed"], log=log)
+    results["cases"] = {}
+    for name, case in cases.items():
+        log("")
+        results["cases"][name] = case.run(**case.settings[preset], log=log)
     results["goals"] = goals(results, settings["judged"])
     log("\ngoals (measured in this run):")
     for goal in results["goals"]:

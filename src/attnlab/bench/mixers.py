@@ -9,21 +9,19 @@ from functools import partial
 import torch
 
 from ..errors import UserError
+from ..experiments.registry import VARIANTS
 from ..mixers import build_mixer, list_mixers
 from ..mixers.softmax import causal_sdpa
 from ..timing import round_robin
 from .timing import count_flops, peak_share, saved_bytes
 
-# a Boltzmann variant that runs at any length: banded inference over a sliding window of distance couplings
-SLIDING_BOLTZMANN = ("boltzmann (banded 4, window 64)", "boltzmann",
-                     {"inference": "banded", "couplings": "distance", "window": 64, "band": 4})
-
 
 def contenders() -> list[tuple[str, str, dict]]:
-    """(label, mixer, options): every registered mixer with its defaults, softmax first, and the
-    sliding-window Boltzmann variant."""
+    """(label, mixer, options): every registered mixer with its defaults, softmax first, then the variants the
+    papers register to be timed (`experiments.register_variant`, e.g. a sliding-window form)."""
     names = sorted(list_mixers(), key=lambda n: (n != "softmax", n))
-    return [(name, name, {}) for name in names] + [SLIDING_BOLTZMANN]
+    return [(name, name, {}) for name in names] + [(label, name, options)
+                                                   for label, name, options, timed in VARIANTS if timed]
 
 
 def constant_state_mixers(d_model: int = 64, n_heads: int = 4) -> list[str]:
@@ -65,7 +63,7 @@ def precision_context(precision: str):
 def bench_mixers(lengths=(256, 1024, 4096), batch: int = 1, d_model: int = 256, n_heads: int = 4,
                  repeats: int = 3, peak_gflops: float | None = None, precision: str = "fp32", log=print) -> list[dict]:
     """Rows of {mixer, seq_len, forward_ms, fwd_bwd_ms, x_softmax, gflops, peak_fraction, above_peak, noise,
-    activation_mib, state_kib}; a mixer that refuses a length (Boltzmann's exact window) is reported and
+    activation_mib, state_kib}; a mixer that refuses a length (one with an exact window) is reported and
     skipped. peak_gflops must be the best over the dtypes `precision` runs its products in."""
     autocast = precision_context(precision)
     log(f"mixers alone: batch {batch}, d_model {d_model}, {n_heads} heads, {precision}, {torch.get_num_threads()} "
@@ -81,7 +79,7 @@ def bench_mixers(lengths=(256, 1024, 4096), batch: int = 1, d_model: int = 256, 
             try:
                 with autocast():
                     activation = saved_bytes(lambda mixer=mixer, x=x: mixer(x))
-            except UserError as err:  # e.g. exact Boltzmann inference past its window
+            except UserError as err:  # e.g. a mixer with an exact window, past it
                 log(f"{label:<30} {seq_len:>6}  not run: {str(err).split(';')[0]}")
                 continue
 

@@ -60,7 +60,7 @@ def bench_packed(seq_len: int = 512, batch: int = 8, d_model: int = 128, n_layer
                                                                      cu_seqlens))}
         try:
             times = round_robin_times(tasks, repeats)
-        except UserError as err:  # e.g. exact Boltzmann inference past its window: the other mixers still run
+        except UserError as err:  # e.g. a mixer with an exact window, past it: the others still run
             log(f"{label:<30} not run: {str(err).split(';')[0]}")
             continue
         plain, packed = (1e3 * statistics.median(times[form]) for form in ("plain", "packed"))

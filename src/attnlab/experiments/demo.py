@@ -4,26 +4,21 @@ from __future__ import annotations
 
 import sys
 
-from .registry import register_suite
+from .registry import DEMO_ARMS, register_suite
 from .spec import QUICK, Arm, Experiment, Suite
 
 NAME = "demo"
 TIERS = ("default",)
 
 
-MIXERS = ["softmax", "coupled-qk", "differential", "gla", "ccq-gla", "gdn", "ccq-gdn", "interdomain", "s4d",
-          "boltzmann"]
-# exact enumeration stops at short windows, so the demo's 64-token contexts use the mean-field marginals
-BOLTZMANN = ["model.mixer_options.boltzmann.inference=mean-field", "model.mixer_options.boltzmann.couplings=distance",
-             "model.mixer_options.boltzmann.window=64"]
-SMALL = ["model.d_model=64", "model.n_layers=2", "model.n_heads=2", "model.mixer_options.interdomain.modes=16",
-         "model.mixer_options.s4d.modes=16"]
+SMALL = ["model.d_model=64", "model.n_layers=2", "model.n_heads=2"]
 
 
 def arms(preset: str, *overrides: str) -> list[Arm]:
-    """Every mixer of the demo, small, on the preset with these overrides."""
-    return [Arm(m, preset, [f"model.mixer={m}", *SMALL, *overrides, *(BOLTZMANN if m == "boltzmann" else [])])
-            for m in MIXERS]
+    """Softmax and every mixer the papers put in the demo (`registry.register_demo_arm`), small, on the preset
+    with these overrides and each mixer's own."""
+    mixers = {"softmax": [], **{mixer: own for mixer, (own, _) in DEMO_ARMS.items()}}
+    return [Arm(m, preset, [f"model.mixer={m}", *SMALL, *overrides, *own]) for m, own in mixers.items()]
 
 
 def suite(tier: str = "default") -> Suite:
@@ -66,8 +61,8 @@ def suite(tier: str = "default") -> Suite:
         [lm, mqar],
         QUICK,
         "One seed and a few hundred steps per model: a first look and a check that everything trains, "
-        "not evidence. Boltzmann attention runs with mean-field marginals and distance couplings here (exact "
-        "enumeration is for short windows). `attnlab reproduce <paper>` runs the papers' claims over seeds.",
+        "not evidence. " + "".join(f"{note} " for _, note in DEMO_ARMS.values() if note)
+        + "`attnlab reproduce <paper>` runs the papers' claims over seeds.",
     )
 
 

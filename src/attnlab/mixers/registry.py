@@ -54,6 +54,8 @@ class Mixer(nn.Module):
     name: str = ""
     compile_exclusion: str | None = None  # why train.compile=true leaves this mixer's blocks eager, if it does
     backends: tuple[str, ...] = ("torch",)  # the forms its sequences can run on (the `backend` option, if several)
+    # options under which its forward is deterministic (checks against fp64 need one answer, not a sampled estimate)
+    deterministic: tuple[tuple[str, object], ...] = ()
 
     def __init__(self, cfg: MixerConfig):
         super().__init__()

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import sys
 
-from . import gpu, recall
-from .claims import CHARS_PER_TOKEN, Claim, relative
-from .registry import register_suite
-from .spec import ABLATED, CONVERGED_LM, QUICK, Arm, Experiment, Suite, sweep_around
+from .. import gpu, recall
+from ..claims import CHARS_PER_TOKEN, Claim, relative
+from ..registry import register_suite
+from ..spec import ABLATED, CONVERGED_LM, QUICK, Arm, Experiment, Suite, sweep_around
+from . import bench  # noqa: F401  (its bench case and demo arms)
 
 PROVENANCE = {"coupled-qk": "**reconstructed**: the paper's method section could not be read; the update rule "
                 "(q' = q + dt·k, k' = k + dt·f(q)) and the coupling MLP come from a secondary, AI-written review "

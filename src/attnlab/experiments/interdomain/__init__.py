@@ -21,10 +21,11 @@ from __future__ import annotations
 import math
 import sys
 
-from . import gpu, recall
-from .claims import CHARS_PER_TOKEN, Claim, relative
-from .registry import register_suite
-from .spec import CONVERGED_LM, QUICK, Arm, Experiment, Suite, sweep_around
+from .. import gpu, recall
+from ..claims import CHARS_PER_TOKEN, Claim, relative
+from ..registry import register_suite
+from ..spec import CONVERGED_LM, QUICK, Arm, Experiment, Suite, sweep_around
+from . import bench  # noqa: F401  (its bench case, GPU goal and demo arms)
 
 PROVENANCE = {"interdomain attention": "from the paper's full text ([P]: the S4D state read through the "
                      "query path, the cube of ingredients); discretisation and initialisation details the paper "

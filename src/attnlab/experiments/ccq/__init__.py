@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import sys
 
-from . import gpu, recall
-from .claims import CHARS_PER_TOKEN, Claim, relative
-from .registry import register_suite
-from .spec import CONVERGED_LM, QUICK, Arm, Experiment, Suite, sweep_around
+from .. import gpu, recall
+from ..claims import CHARS_PER_TOKEN, Claim, relative
+from ..registry import register_suite
+from ..spec import CONVERGED_LM, QUICK, Arm, Experiment, Suite, sweep_around
+from .bench import PAIRS
 
 PROVENANCE = {"CCQ": "from the paper's full text ([P]: the query correction q − λΣq and λ = σ(w·q + b)); the "
          "backbones (GLA, Gated DeltaNet) follow flash-linear-attention."}
@@ -29,7 +30,6 @@ NAME = "ccq"
 TIERS = ("default", "converged", "paper")
 
 
-PAIRS = [("gla", "ccq-gla"), ("gdn", "ccq-gdn")]  # each backbone and its CCQ variant
 
 # The paper's numbers at 1.3B (spec §3): S-NIAH-1 pass-key accuracy (%) at 1K / 2K / 4K / 8K (table 3; 4K is
 # the training length) and WikiText perplexity (table 2). Extrapolation to 20K is in figures only.

@@ -1,0 +1,32 @@
+"""Coupled QK's cost: its training step against softmax's (`attnlab bench --coupled-qk`), and the demo arms of it
+and of differential attention, its peer in the paper's table."""
+
+from __future__ import annotations
+
+from ..registry import BenchCase, register_bench_case, register_demo_arm
+
+register_demo_arm("coupled-qk")
+register_demo_arm("differential")
+OVERHEAD = 1.2  # the coupling's cost per training step on top of softmax's, at most
+
+
+def training_step(preset: str = "coupled-qk-char", repeats: int = 10, overrides=(), log=print) -> dict:
+    """Seconds per training step of the preset's model with coupled QK and with softmax, side by side."""
+    from ...bench.models import bench_training_step
+
+    return bench_training_step(preset, ["coupled-qk"], repeats, overrides, log=log)
+
+
+def overhead(results: dict) -> list[tuple]:
+    return [("coupled-qk / softmax training step (x)", results["coupled-qk"]["x_softmax"], "<=", OVERHEAD)]
+
+
+register_bench_case(BenchCase(
+    "coupled-qk",
+    "only training steps of coupled QK against softmax (the coupled-qk-char preset)",
+    training_step,
+    settings={"default": {"repeats": 5},
+              "quick": {"repeats": 1, "overrides": ["model.d_model=32", "model.n_layers=1", "model.n_heads=2",
+                                                    "train.batch_size=2", "train.seq_len=32"]}},
+    goals=overhead,
+))
