@@ -68,29 +68,21 @@ def cmd_eval(args) -> None:
     if args.lm_eval:
         _eval_lm_eval(args)
         return
+    from .data import TASKS
+    from .data.tasks import trained_on_text
+
     run = load_run(args.checkpoint)
-    _check_task_fits(run, args.task)
-    measure = {None: _eval_loss, "mqar": _eval_task, "brackets": _eval_task, "niah": _eval_niah,
-               "extrapolation": _eval_extrapolation}
-    measure[args.task](run, args)
-
-
-def _trained_on_text(run) -> bool:
-    from .config import TEXT_SOURCES
-
-    source = run.config.data.source
-    return source in TEXT_SOURCES or source.startswith("hf:")
-
-
-def _check_task_fits(run, task: str | None) -> None:
-    """A task measures what the run's data taught: its own synthetic task, or text for the others."""
-    source = run.config.data.source
-    needs = {"mqar": (source == "mqar", "a run trained on data.source=mqar (e.g. attnlab train mqar)"),
-             "brackets": (source == "brackets", "a run trained on data.source=brackets (attnlab train brackets)"),
-             "niah": (_trained_on_text(run) or source == "niah", "a run trained on text or on data.source=niah"),
-             "extrapolation": (_trained_on_text(run), "a run trained on text")}
-    if task is not None and not needs[task][0]:
-        raise UserError(f"--task {task} needs {needs[task][1]}; {run.folder} was trained on data.source={source}")
+    if args.task is None:
+        _eval_loss(run, args)
+        return
+    if args.task not in [*TASKS, "extrapolation"]:  # the tasks the run's own plugins register included
+        raise UserError(unknown_name("--task", args.task, [*TASKS, "extrapolation"]))
+    task = TASKS.get(args.task)  # else perplexity against the context length, on text
+    fits, needs = (task.fits_run(run), task.needed()) if task else (trained_on_text(run), "a run trained on text")
+    if not fits:
+        raise UserError(f"--task {args.task} needs {needs}; {run.folder} was trained on "
+                        f"data.source={run.config.data.source}")
+    (task.evaluate if task else _eval_extrapolation)(run, args)
 
 
 def _check_window(run, corpus, split: str, length: int, option: str) -> None:
@@ -103,14 +95,15 @@ def _check_window(run, corpus, split: str, length: int, option: str) -> None:
 
 def _eval_loss(run, args) -> None:
     from . import evaluate
+    from .data.tasks import trained_on_text
 
     t = run.config.train
     split, seq_len = args.split or "val", args.seq_len or t.seq_len
     corpus = run.corpus()
-    if args.seq_len is not None and not _trained_on_text(run):
+    if args.seq_len is not None and not trained_on_text(run):
         raise UserError(f"--seq-len applies to runs trained on text; {run.folder} has the fixed-length examples "
                         f"of data.source={run.config.data.source}")
-    if _trained_on_text(run):
+    if trained_on_text(run):
         _check_window(run, corpus, split, seq_len, "--seq-len")
     micro_batch = t.batch_size // t.grad_accum
     # by default every position of the split once; --batches: that many batches of random windows, as training's
@@ -124,45 +117,6 @@ def _eval_loss(run, args) -> None:
         scored = f"every position of the split once, {evaluate.scored_positions(corpus, split):,} tokens in " \
                  f"windows of {seq_len}"
     print(f"{run.folder}: {split} loss {loss:.4f} nats/token, perplexity {evaluate.perplexity(loss):.2f} ({scored})")
-
-
-def _eval_task(run, args) -> None:
-    from . import evaluate
-
-    for name, value in evaluate.task_accuracy(run.model, run.corpus(), run.device).items():
-        print(f"{args.task} test {name}: {100 * value:.2f}%")
-
-
-def _eval_niah(run, args) -> None:
-    from .data import niah
-
-    kind, seq_len = args.kind or "passkey", run.config.train.seq_len
-    try:  # encoding the needle and question also checks that the vocabulary has their characters
-        shortest = niah.shortest_length(kind, run.tokenizer.encode)
-    except UserError as err:
-        raise UserError(f"--task niah --kind {kind}: {err}; its prompts need a run trained on text that has them "
-                        "(e.g. data.source=shakespeare) or on data.source=niah") from None
-    lengths = args.lengths or niah.default_lengths(seq_len, shortest)
-    if args.lengths is None and lengths[0] != seq_len:
-        print(f"note: a {kind} sample needs at least {shortest} tokens, more than train.seq_len={seq_len}; "
-              f"measuring at {lengths[0]} and {lengths[1]} tokens")
-    for length in lengths:
-        if length < shortest:
-            raise UserError(f"--lengths {length}: a {kind} sample needs at least {shortest} tokens for its needle, "
-                            "question and answer; give longer --lengths")
-    data = run.corpus() if run.config.data.source == "niah" else None
-    haystack = data.haystacks["val"] if data else _heldout_text(run)
-    results = niah.accuracy_by_length(run.model, run.tokenizer.encode, haystack, kind, lengths, args.samples or 10,
-                                      niah.NIAHConfig().depths, run.device)
-    for length, by_depth in results.items():
-        cells = "  ".join(f"{d:.2f}: {100 * a:5.1f}%" for d, a in by_depth.items())
-        print(f"S-NIAH {kind} at {length} tokens, accuracy by depth  {cells}")
-
-
-def _heldout_text(run) -> str:
-    """The validation text of the run's corpus, as the haystack for needle-in-a-haystack prompts."""
-    corpus = run.corpus()
-    return corpus.tokenizer.decode(corpus.split("val"))
 
 
 def _eval_extrapolation(run, args) -> None:
@@ -334,13 +288,12 @@ def _model_as_trained(cfg):
     """The model config that train would build, with its vocabulary (and a task's pointer head) fitted to the
     data as train fits them, and how the vocabulary was found. A BPE is not trained here, nor a Hugging Face
     corpus downloaded: their vocabulary is the bound that sized_model gives."""
-    from .config import TASK_SOURCES
-    from .data import load_data
+    from .data import TASKS, load_data
     from .train import fit_to_data
 
     data = cfg.data
     local = data.tokenizer != "bpe" and not data.source.startswith("hf:")
-    if data.source in TASK_SOURCES or local:  # a task's tokens, or local text read once (and cached for train)
+    if data.source in TASKS or local:  # a task's tokens, or local text read once (and cached for train)
         return fit_to_data(cfg.model, load_data(data, cfg.train.seq_len)), "fitted to the data, as train builds it"
     if cfg.model.vocab_size:
         return cfg.model, "model.vocab_size"
@@ -488,7 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _paper_parsers(sub) -> None:
-    """The papers' own commands (`experiments.register_command`), e.g. Boltzmann attention's couplings."""
+    """The papers' own commands (`experiments.register_command`): inspections of what their mechanisms learned."""
     from .experiments import COMMANDS  # declarations only: cheap to import
 
     for add in COMMANDS:
@@ -515,8 +468,9 @@ def _eval_parser(sub) -> None:
                    help="average over this many batches of random windows, as training's validation does "
                    "(default: every position of the split once)")
     p.add_argument("--seq-len", type=positive_int, help="context length of the loss (default: the training one)")
-    p.add_argument("--task", choices=["mqar", "brackets", "niah", "extrapolation"],
-                   help="task accuracy, needle-in-a-haystack retrieval, or perplexity against context length")
+    p.add_argument("--task", help="a registered task's measurement: mqar or brackets (accuracy on its test set), "
+                   "niah (needle-in-a-haystack retrieval in held-out text) or one from --import; or extrapolation "
+                   "(perplexity against context length)")
     p.add_argument("--kind", choices=["passkey", "number", "uuid"], help="--task niah: the needle (default: passkey)")
     p.add_argument("--samples", type=positive_int, help="--task niah: prompts per depth (default: 10)")
     p.add_argument("--lengths", type=positive_int, nargs="+",
@@ -589,7 +543,7 @@ def _reproduce_parser(sub) -> None:
     p.add_argument("--only", nargs="+", metavar="EXPERIMENT", help="run only these experiments (shell patterns, "
                    "e.g. 'mqar-*'); the report still lists them all")
     p.add_argument("--arms", nargs="+", metavar="ARM", help="train only these arms of them (shell patterns, e.g. "
-                   "'ccq-*'), so that two processes can share a suite's runs")
+                   "'h+*'), so that two processes can share a suite's runs")
     p.add_argument("--estimate", action="store_true", help="print the tier's training FLOPs as GPU-hours and stop")
     p.add_argument("--quick", action="store_true", help="the smoke version: a few steps per run")
     p.add_argument("--scale", type=positive_float, default=1.0, help="multiply every run's training steps")
@@ -599,7 +553,7 @@ def _reproduce_parser(sub) -> None:
 
 def _report_parser(sub) -> None:
     p = sub.add_parser("report", help="rebuild a suite's report and figures from its results.json alone")
-    p.add_argument("folder", help="the folder attnlab reproduce wrote, e.g. results/boltzmann")
+    p.add_argument("folder", help="the folder attnlab reproduce wrote, e.g. results/<suite>")
     p.set_defaults(func=cmd_report)
 
 

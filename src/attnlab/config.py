@@ -16,6 +16,7 @@ from .data.brackets import BracketsConfig
 from .data.hf import reads_files
 from .data.mqar import MQARConfig
 from .data.niah import NIAHConfig
+from .data.tasks import TASKS, task_sections
 from .data.texts import SOURCES
 from .errors import ConfigError, UserError, unknown_name
 from .loggers import SINKS
@@ -153,15 +154,14 @@ class ModelConfig:
 
 
 TEXT_SOURCES = ("shakespeare", "shakespeare-dialogue", "text", "mixed")
-TASK_SOURCES = ("mqar", "brackets", "niah")
 
 
 @dataclass
 class DataConfig:
     # shakespeare (the plays as printed) | shakespeare-dialogue (their speeches in Tiny Shakespeare's layout,
-    # Coriolanus first) | text (data.path) | mixed (plays + Python source + docs) | mqar | brackets | niah |
-    # hf:<dataset>[/<config>] (Hugging Face datasets; its file builders hf:text, hf:json, hf:csv, hf:parquet, ...
-    # read data.path)
+    # Coriolanus first) | text (data.path) | mixed (plays + Python source + docs) | a registered task (mqar,
+    # brackets, niah, ...: attnlab.data.tasks) | hf:<dataset>[/<config>] (Hugging Face datasets; its file
+    # builders hf:text, hf:json, hf:csv, hf:parquet, ... read data.path)
     source: str = "shakespeare"
     path: str | None = None  # a file or a folder of them (any name), for source=text or a file builder (hf:json)
     tokenizer: str = "char"  # char (vocabulary of the corpus) | byte (256 symbols) | bpe (trained locally)
@@ -178,7 +178,7 @@ class DataConfig:
     niah: NIAHConfig = field(default_factory=NIAHConfig)
 
     def validate(self) -> None:
-        known = TEXT_SOURCES + TASK_SOURCES
+        known = [*TEXT_SOURCES, *TASKS]
         if self.source not in known and not self.source.startswith("hf:"):
             raise ConfigError(unknown_name("data.source", self.source, [*known, "hf:<dataset>"]))
         if self.tokenizer not in ("char", "byte", "bpe"):
@@ -194,10 +194,9 @@ class DataConfig:
                     raise ConfigError(unknown_name("data.mix source", name, SOURCES))
             if any(w < 0 for w in self.mix.values()) or sum(self.mix.values()) <= 0:
                 raise ConfigError("data.mix weights must be >= 0 and not all zero")
-        if self.source == "niah":
-            self.niah.validate()
-        if self.source == "brackets":
-            self.brackets.validate()
+        task = TASKS.get(self.source)
+        if task and task.section:
+            getattr(self, task.section).validate()
         if self.bpe_vocab < 260:
             raise ConfigError(f"data.bpe_vocab={self.bpe_vocab} must be at least 260 (the bytes and a few merges)")
         if self.max_chars is not None and self.max_chars <= 0:
@@ -217,7 +216,7 @@ class DataConfig:
             value = getattr(self, name)
             if applies or value == getattr(default, name):
                 continue
-            setting = f"data.{name}.*" if name in ("mqar", "brackets", "niah") else f"data.{name}={value}"
+            setting = f"data.{name}.*" if name in task_sections() else f"data.{name}={value}"
             run = f"data.source={self.source}"
             if name == "bpe_vocab":
                 run += f" with data.tokenizer={self.tokenizer}"
@@ -239,9 +238,7 @@ class DataConfig:
                 "chunk_chars": (mixed, "data.source=mixed"),
                 "seed": (mixed, "data.source=mixed"),
                 "pack": (corpus, corpora),
-                "mqar": (self.source == "mqar", "data.source=mqar"),
-                "brackets": (self.source == "brackets", "data.source=brackets"),
-                "niah": (self.source == "niah", "data.source=niah")}
+                **{section: (self.source == task, f"data.source={task}") for section, task in task_sections().items()}}
 
 
 @dataclass
@@ -370,17 +367,19 @@ class RunConfig:
         values = dataclasses.asdict(self)
         known = list_mixers()
         sources = [plugins.source_of(mixer_class(name)) for name in self.mixers() if name in known]
+        if self.data.source in TASKS:  # a task from outside attnlab is imported again where the run is loaded
+            sources.append(plugins.source_of(TASKS[self.data.source].load))
         values["imports"] = list(dict.fromkeys([*map(plugins.absolute, self.imports), *filter(None, sources)]))
         return values
 
     def sized_model(self) -> ModelConfig:
         """The model config with a vocabulary where it leaves it to the tokenizer (0), for shapes before any
-        data loads: the BPE's size, the MQAR task's, else 256 (bytes; a bound for the character vocabularies
+        data loads: the BPE's size, a task's own, else 256 (bytes; a bound for the character vocabularies
         of the local corpora, e.g. Shakespeare's 65)."""
         if self.data.tokenizer == "bpe":
             size = self.data.bpe_vocab
         else:
-            size = self.data.mqar.vocab_size if self.data.source == "mqar" else 256
+            size = TASKS[self.data.source].vocab_size(self.data) if self.data.source in TASKS else 256
         return self.model.fitted(size)
 
 

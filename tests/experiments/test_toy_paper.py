@@ -1,11 +1,16 @@
-"""A paper added from outside src/ (tests/experiments/toy_paper.py: a mixer, a metric, a suite with a claim),
-imported on the command line and reproduced like the built-in ones."""
+"""A paper added from outside src/ (tests/experiments/toy_paper.py: a mixer, a metric, a task, a bench case and a
+suite with a claim), imported on the command line and reproduced, benched and listed like the built-in ones."""
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from attnlab.cli import main
+from attnlab.data import tasks
 from attnlab.experiments import metrics, registry
 from attnlab.mixers import registry as mixer_registry
 
@@ -15,8 +20,8 @@ TOY = Path(__file__).parent / "toy_paper.py"
 @pytest.fixture
 def registries_restored():
     """The registries as they were before the test: the toy paper registers into them for this test only."""
-    saved = [(table, dict(table)) for table in (registry.SUITES, registry.PAPERS, metrics.METRICS,
-                                                 mixer_registry._REGISTRY)]
+    saved = [(table, dict(table)) for table in (registry.SUITES, registry.PAPERS, registry.BENCH_CASES,
+                                                 metrics.METRICS, tasks.TASKS, mixer_registry._REGISTRY)]
     yield
     for table, before in saved:
         table.clear()
@@ -26,11 +31,24 @@ def registries_restored():
 def test_a_paper_from_outside_src_is_reproduced_like_a_built_in_one(registries_restored, tmp_path, monkeypatch,
                                                                      capsys):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
-    assert main(["--import", str(TOY), "reproduce", "toy", "--out", str(tmp_path)]) == 0
-    report = (tmp_path / "toy" / "report.md").read_text()
+    assert main(["--import", str(TOY), "reproduce", "toy", "--quick", "--out", str(tmp_path)]) == 0
+    folder = tmp_path / "toy-quick"
+    report = (folder / "report.md").read_text()
     assert "toy attention is as good as softmax" in report and "heads@2" in report
     assert "toy attention" in report.split("## ")[0]  # its provenance, in the header
-    assert (tmp_path / "toy" / "heads.png").is_file()
+    assert (folder / "heads.png").is_file()
     assert "toy" in registry.PAPERS and "toy_heads" in metrics.METRICS and "toy-attention" in mixer_registry._REGISTRY
+    # the toy task: trained on, measured by the suite's accuracy metric
+    copy = json.loads((folder / "results.json").read_text())["runs"]["copy/toy/0"]
+    assert 0 <= copy["accuracy"] <= 1 and "toy-copy" in tasks.TASKS
     assert main(["--import", str(TOY), "list"]) == 0
     assert "toy-attention" in capsys.readouterr().out
+    assert main(["--import", str(TOY), "bench", "--toy"]) == 0  # its bench case, a flag of its own
+    assert "toy-attention / softmax at T=32" in capsys.readouterr().out
+
+    # a run trained on the toy task records the file that registers it: eval in a new process needs no --import
+    done = subprocess.run([sys.executable, "-m", "attnlab.cli", "eval", str(folder / "runs" / "copy-toy-s0"),
+                           "--task", "toy-copy"], capture_output=True, text=True,
+                          env={**os.environ, "ATTNLAB_CACHE": str(tmp_path / "cache")})
+    assert done.returncode == 0, done.stderr
+    assert f"toy-copy test accuracy: {100 * copy['accuracy']:.2f}%" in done.stdout

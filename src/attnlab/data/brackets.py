@@ -1,4 +1,4 @@
-"""Bracket matching as in the Boltzmann attention paper: Dyck-1 words interleaved with filler tokens.
+"""Bracket matching at the protocol of Kim & Park (2026, §3.3): Dyck-1 words interleaved with filler tokens.
 
 Vocabulary of 12: 0 = "(", 1 = ")", 2..11 = fillers f0..f9. A sequence of T tokens holds p pairs
 (p uniform in 1..T/2, or always T/2 when balanced) of a random well-nested bracket word, with T - 2p
@@ -14,6 +14,8 @@ import numpy as np
 import torch
 
 from .examples import TEST_SEED_OFFSET, VAL_SEED_OFFSET, FixedExamples, check_counts
+from .tasks import Task, register_task
+from .tokenizer import IdTokenizer
 
 OPEN, CLOSE, FILLERS = 0, 1, 10
 VOCAB_SIZE = 2 + FILLERS
@@ -81,3 +83,13 @@ class BracketData(FixedExamples):
 
     def describe(self) -> str:
         return f"bracket matching: {len(self.train[0]):,} training sequences of {self.seq_len} tokens, vocabulary 12"
+
+
+def load(data_config, seq_len: int) -> BracketData:
+    data = BracketData(data_config.brackets, seq_len)
+    data.tokenizer = IdTokenizer(data.vocab_size)
+    return data
+
+
+register_task(Task("brackets", load, section="brackets",
+                   needs="a run trained on data.source=brackets (attnlab train brackets)"))

@@ -18,6 +18,8 @@ import torch
 
 from ..errors import ConfigError
 from .examples import TEST_SEED_OFFSET, VAL_SEED_OFFSET, FixedExamples, check_counts
+from .tasks import Task, register_task
+from .tokenizer import IdTokenizer
 
 
 @dataclass
@@ -31,8 +33,11 @@ class MQARConfig:
     test_examples: int = 1_000  # per pair count
     seed: int = 0
 
-    def validate(self, seq_len: int) -> None:
+    def validate(self) -> None:
         check_counts("mqar", self, "train_examples", "test_examples")
+
+    def check_length(self, seq_len: int) -> None:
+        """The sequences of seq_len tokens hold every pair count and the vocabulary every key and value."""
         if seq_len % 2:
             raise ConfigError(f"MQAR needs an even train.seq_len, got {seq_len}")
         if self.vocab_size <= seq_len:
@@ -77,7 +82,8 @@ class MQARData(FixedExamples):
     kind = "mqar"
 
     def __init__(self, cfg: MQARConfig, seq_len: int):
-        cfg.validate(seq_len)
+        cfg.validate()
+        cfg.check_length(seq_len)
         self.cfg, self.seq_len = cfg, seq_len
         self.vocab_size = cfg.vocab_size
         self.train = generate(cfg.train_examples, seq_len, cfg.pairs, cfg.vocab_size, cfg.power_a,
@@ -93,3 +99,13 @@ class MQARData(FixedExamples):
     def describe(self) -> str:
         return (f"MQAR: {len(self.train[0]):,} training sequences of {self.seq_len} tokens with {self.cfg.pairs} "
                 f"pairs, vocabulary {self.vocab_size}")
+
+
+def load(data_config, seq_len: int) -> MQARData:
+    data = MQARData(data_config.mqar, seq_len)
+    data.tokenizer = IdTokenizer(data.vocab_size)
+    return data
+
+
+register_task(Task("mqar", load, vocab_size=lambda data_config: data_config.mqar.vocab_size, section="mqar",
+                   needs="a run trained on data.source=mqar (e.g. attnlab train mqar)"))

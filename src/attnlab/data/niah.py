@@ -18,8 +18,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..errors import ConfigError
+from ..errors import ConfigError, UserError
 from .examples import TEST_SEED_OFFSET, VAL_SEED_OFFSET, FixedExamples, check_counts
+from .tasks import Task, register_task, trained_on_text
+from .texts import python_docs_text, source_text
+from .tokenizer import CharTokenizer
 
 KINDS = ("passkey", "number", "uuid")
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
@@ -187,3 +190,49 @@ def accuracy_by_length(model, encode, haystack: str, kind: str, lengths, per_dep
                    for depth in depths for _ in range(per_depth)]
         result[length] = niah_accuracy(model, samples, device)
     return result
+
+
+def haystacks(prose: str):
+    """Train/validation haystack text (first 90% / last 10%) and a character tokenizer covering it and
+    every needle and question."""
+    text = source_text("plays", 10**9) if prose == "plays" else python_docs_text()
+    cut = int(len(text) * 0.9)
+    extra = NOISE + "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-:?.\n "
+    return {"train": text[:cut], "val": text[cut:]}, CharTokenizer(text + extra)
+
+
+def load(data_config, seq_len: int) -> NIAHData:
+    texts, tokenizer = haystacks(data_config.niah.prose)
+    return NIAHData(data_config.niah, seq_len, texts, tokenizer)
+
+
+def evaluate_run(run, args) -> None:
+    """`attnlab eval --task niah`: accuracy by depth at each length (--lengths, by default multiples of the
+    training length), in held-out text (the run's validation split) or the task's own validation haystack."""
+    kind, seq_len = args.kind or "passkey", run.config.train.seq_len
+    try:  # encoding the needle and question also checks that the vocabulary has their characters
+        shortest = shortest_length(kind, run.tokenizer.encode)
+    except UserError as err:
+        raise UserError(f"--task niah --kind {kind}: {err}; its prompts need a run trained on text that has them "
+                        "(e.g. data.source=shakespeare) or on data.source=niah") from None
+    lengths = args.lengths or default_lengths(seq_len, shortest)
+    if args.lengths is None and lengths[0] != seq_len:
+        print(f"note: a {kind} sample needs at least {shortest} tokens, more than train.seq_len={seq_len}; "
+              f"measuring at {lengths[0]} and {lengths[1]} tokens")
+    for length in lengths:
+        if length < shortest:
+            raise UserError(f"--lengths {length}: a {kind} sample needs at least {shortest} tokens for its needle, "
+                            "question and answer; give longer --lengths")
+    corpus = run.corpus()
+    haystack = corpus.haystacks["val"] if run.config.data.source == "niah" else corpus.tokenizer.decode(
+        corpus.split("val"))
+    results = accuracy_by_length(run.model, run.tokenizer.encode, haystack, kind, lengths, args.samples or 10,
+                                 NIAHConfig().depths, run.device)
+    for length, by_depth in results.items():
+        cells = "  ".join(f"{d:.2f}: {100 * a:5.1f}%" for d, a in by_depth.items())
+        print(f"S-NIAH {kind} at {length} tokens, accuracy by depth  {cells}")
+
+
+register_task(Task("niah", load, section="niah", evaluate=evaluate_run,
+                   fits=lambda run: trained_on_text(run) or run.config.data.source == "niah",
+                   needs="a run trained on text or on data.source=niah"))

@@ -4,7 +4,7 @@ An experiment names its metric (`Experiment.metric`); the runner measures each r
 it by it. A metric is the measurement (run folder -> named values), how its values are shown (a fraction shown
 in %, or a curve over the number after "@" in its keys) and its revision, bumped when its meaning changes so
 that records measured before are measured again. The metrics of language models and tasks are here; a paper
-registers its own beside its suite (`register_metric`), as Boltzmann attention's couplings are.
+registers its own beside its suite (`register_metric`), as a mechanism's learned parameters may be.
 """
 
 from __future__ import annotations

@@ -14,9 +14,8 @@ from .spec import Arm, Experiment
 SETTINGS = [(64, 4), (64, 16)]  # (tokens, key-value pairs): the small setting and one with 4x the pairs
 LRS = [1e-3, 3e-3, 1e-2]  # zoology sweeps four rates over 1e-4..1e-2; the upper three, to fit a CPU
 # Blocks without the feed-forward part: recall is the mixers' work, and it halves the cost of a step.
-# Compiled blocks: measured on one CPU thread, a step of these models is 1.3-1.95x faster for softmax,
-# coupled-qk, gdn, ccq-gla and ccq-gdn (gla and s4d break even; interdomain stays eager), for about a
-# minute of compilation per run.
+# Compiled blocks: measured on one CPU thread, a step of most of these models is 1.3-1.95x faster (some break
+# even; mixers with a compile_exclusion stay eager), for about a minute of compilation per run.
 CONVERGE = ["model.ffn=false", "train.compile=true", "train.steps=8000", "train.eval_every=250", "train.patience=8",
             "train.min_delta=0.001", "train.ckpt_every=8000"]
 

@@ -1,8 +1,8 @@
 """attnlab's decoder as a transformers model: a config, a causal LM and the mixer states as its cache.
 
 The model holds attnlab's own `Decoder`, so its logits are attnlab's. `generate` carries every layer's
-mixer state between steps (a KV cache for attention, a fixed-size recurrent state for the linear, SSM and
-interdomain mixers): one prefill, then one token per step.
+mixer state between steps (a KV cache for attention, a fixed-size recurrent state for the linear and
+state-space mixers): one prefill, then one token per step.
 """
 
 from __future__ import annotations
