@@ -133,23 +133,48 @@ LM_READING = "+ untied head, 200 passes"
 
 def suite(tier: str = "default") -> Suite:
     paper = tier == "paper"
-    protocol = PROTOCOL if paper else []
     bracket_T = [16, 12] if paper else [12, 16]  # the paper tier runs its costliest, headline length first
+    lm = lm_experiments(paper)
+    experiments = [lm[0], couplings(lm[0]), lm[1], *bracket_experiments(paper, bracket_T)]  # the couplings are
+    # measured as soon as their models exist
+    if paper:  # last: a labelled sensitivity run, shown beside the protocol's, for when J is not engaged by it
+        experiments.append(fast_couplings(lm[0]))
+    return Suite(
+        NAME,
+        "Boltzmann attention" + (": the paper's protocol" if paper else " in miniature"),
+        [calibration(), *(bracket_calibration(T) for T in (12, 16)), *experiments] if paper
+        else [*experiments, annealing()],
+        QUICK,
+        description(paper),
+        seeds=10 if paper else 3,
+        tier=tier,
+        claims=claims(bracket_T if paper else [12], dqa=not paper, calibrated=paper),
+    )
+
+
+def lm_experiments(paper: bool) -> list[Experiment]:
+    """The four-way ablation on the language model at T = 12 (the headline) and T = 8."""
     lm_protocol = [*READINGS[LM_READING], *WHOLE_SPLIT] if paper else []
     # The paper tier's runs take 20-40 minutes each on one core: the headline (softmax and h+J at T = 12) gets the
     # paper's 10 seeds, the secondary arms and lengths 3, which keeps the whole language model near 12 hours on 2
     # cores (the run times measured are in the report)
     secondary = {"h-only": 3, "j-only": 3} if paper else None
-    lm = [
+    return [
         ablation(f"lm-T{T}", f"Tiny Shakespeare's first 100K characters, T = {T}: validation perplexity"
                  if paper else f"Shakespeare 100K characters, T = {T}: validation perplexity", "val_ppl",
                  "boltzmann-char", T, PAPER_LM[T], "", *lm_protocol, seeds=3 if paper and T == 8 else None,
                  arm_seeds=secondary)
         for T in (12, 8)  # the headline length first
     ]
+
+
+def bracket_experiments(paper: bool, bracket_T: list[int]) -> list[Experiment]:
+    """The ablation on bracket matching, with and without the feed-forward block (the default tier: without it at
+    T = 12 only)."""
     # A bracket model at T = 16 costs about 3x one at T = 12 per step and the paper tier trains up to 20,000
     # steps of 64 sequences: its bracket experiments get 5 seeds (the LM, the headline claim, gets 10)
-    brackets = [
+    protocol = PROTOCOL if paper else []
+    return [
         ablation(f"brackets{tag}-T{T}", f"Bracket matching{title}, T = {T}: test accuracy", "accuracy", "brackets", T,
                  table[T], "%", *ffn, *(protocol or [f"train.steps={1000 if T > 12 else 1500}",
                                                      "train.batch_size=32"]),
@@ -160,26 +185,26 @@ def suite(tier: str = "default") -> Suite:
                                         ["model.ffn=false"])]
         if paper or tag == "" or T == 12
     ]
-    lm_hj = lm[0].arms[MODES.index("h+J")]  # h+J at T = 12: its learned couplings (trained once, measured again)
-    couplings = Experiment(
+
+
+def couplings(lm: Experiment) -> Experiment:
+    """The learned couplings of h+J at T = 12 (its model trained once, measured again)."""
+    hj = lm.arms[MODES.index("h+J")]
+    return Experiment(
         "couplings",
         "Learned couplings of h+J at T = 12: mean J by distance |j - k|",
         "couplings",
-        [Arm("h+J", lm_hj.preset, lm_hj.overrides)],
+        [Arm("h+J", hj.preset, hj.overrides)],
         "h+J",
         {"h+J": "positive at distances 2–4, negative at 6 and beyond, the same in every seed (figure 2: its axis "
                 "spans about −0.6 to +0.4)"},
         per_seed=True,
     )
-    experiments = [lm[0], couplings, lm[1], *brackets]  # the couplings are measured as soon as their models exist
-    if paper:  # last: a labelled sensitivity run, shown beside the protocol's, for when J is not engaged by it
-        experiments.append(fast_couplings(lm[0]))
-    return Suite(
-        NAME,
-        "Boltzmann attention" + (": the paper's protocol" if paper else " in miniature"),
-        [calibration(), *(bracket_calibration(T) for T in (12, 16)), *experiments] if paper
-        else [*experiments, annealing()],
-        QUICK,
+
+
+def description(paper: bool) -> str:
+    """The claims, and for the paper tier its protocol and the readings of what the paper leaves unstated."""
+    return (
         "Claims: h+J beats softmax and the gap grows with T; h-only is no better than softmax; J-only is "
         "worst (and, as specified, attends uniformly); the gap is larger without the feed-forward block; "
         + ("" if paper else "simulated annealing trains to near exact quality; ")
@@ -191,10 +216,7 @@ def suite(tier: str = "default") -> Suite:
            "early stopping after 20 epochs without a lower validation loss on the whole split, at most 200 epochs; "
            "brackets evaluate every 200 steps, stop after 20 evaluations without a gain, at most 20,000 steps; "
            "10 seeds for the language model, 5 for brackets."
-           if paper else ""),
-        seeds=10 if paper else 3,
-        tier=tier,
-        claims=claims(bracket_T if paper else [12], dqa=not paper, calibrated=paper),
+           if paper else "")
     )
 
 
@@ -236,46 +258,7 @@ PPL_TOLERANCE, ACCURACY_TOLERANCE = 0.06, 1.5
 def claims(no_ffn_T: list[int], dqa: bool, calibrated: bool = False) -> list[Claim]:
     """The paper's claims; calibrated: each comparison first needs its softmax arm at the paper's number.
     The h+J claims on the LM check that zeroing J at evaluation moves perplexity at least as much."""
-    def anchor(experiment: str, metric: str, paper: float, tolerance: float, scale: float = 1.0) -> dict:
-        return {"calibration": Anchor(experiment, "softmax", metric, paper, tolerance, scale)} if calibrated else {}
-
-    def lm_anchor(T: int) -> dict:
-        return anchor(f"lm-T{T}", "val_ppl", PAPER_LM[T][0], PPL_TOLERANCE)
-
-    def bracket_anchor(tag: str, T: int, table: dict) -> dict:
-        return anchor(f"brackets{tag}-T{T}", "accuracy", table[T][0], ACCURACY_TOLERANCE, 100)
-
-    lm = [
-        Claim(f"h+J beats softmax on the LM at T = {T}", f"lm-T{T}", "val_ppl", "h+J", "softmax", "lower",
-              relative_gain(PAPER_LM[T], "h+J"), relative=True, headline=T == 12, ablation=ABLATED, **lm_anchor(T))
-        for T in (8, 12)
-    ] + [
-        Claim("the LM gain of h+J grows from T = 8 to T = 12", "lm-T12", "val_ppl", "h+J", "softmax", "lower",
-              relative_gain(PAPER_LM[12], "h+J") - relative_gain(PAPER_LM[8], "h+J"), relative=True,
-              contrast="lm-T8", ablation=ABLATED, **lm_anchor(12)),
-        Claim("h-only is worse than softmax on the LM at T = 12", "lm-T12", "val_ppl", "h-only", "softmax", "higher",
-              relative_gain(PAPER_LM[12], "h-only"), relative=True, **lm_anchor(12)),
-        Claim("J-only is worse than softmax on the LM at T = 12 (the paper: the worst of the four)", "lm-T12",
-              "val_ppl", "j-only", "softmax", "higher", relative_gain(PAPER_LM[12], "j-only"), relative=True,
-              **lm_anchor(12)),
-    ]
-    brackets = [
-        Claim(f"h+J beats softmax on brackets at T = {T}", f"brackets-T{T}", "accuracy", "h+J", "softmax", "higher",
-              points(PAPER_BRACKETS[T], "h+J"), scale=100, **bracket_anchor("", T, PAPER_BRACKETS))
-        for T in (12, 16)
-    ] + [
-        Claim("h-only is below softmax on brackets at T = 16", "brackets-T16", "accuracy", "h-only", "softmax",
-              "lower", points(PAPER_BRACKETS[16], "h-only"), scale=100, **bracket_anchor("", 16, PAPER_BRACKETS)),
-    ]
-    for T in no_ffn_T:
-        gain, with_ffn = points(PAPER_BRACKETS_NO_FFN[T], "h+J"), points(PAPER_BRACKETS[T], "h+J")
-        no_ffn = bracket_anchor("-noffn", T, PAPER_BRACKETS_NO_FFN)
-        brackets += [
-            Claim(f"h+J beats softmax on brackets without the FFN at T = {T}", f"brackets-noffn-T{T}", "accuracy",
-                  "h+J", "softmax", "higher", gain, scale=100, **no_ffn),
-            Claim(f"the bracket gain is larger without the FFN at T = {T}", f"brackets-noffn-T{T}", "accuracy",
-                  "h+J", "softmax", "higher", gain - with_ffn, scale=100, contrast=f"brackets-T{T}", **no_ffn),
-        ]
+    anchors = Anchors(calibrated)
     couplings = [
         Claim("learned J is positive at distance 3 (figure 2: positive at 2–4)", "couplings", "J@3", "h+J", None,
               "higher"),
@@ -289,9 +272,65 @@ def claims(no_ffn_T: list[int], dqa: bool, calibrated: bool = False) -> list[Cla
     sensitivity = [
         Claim(f"sensitivity, LR_J = {SENSITIVITY_J_LR:g} (not the paper's): h+J beats softmax on the LM at T = 12",
               "lm-T12-fast-J", "val_ppl", "h+J", "softmax", "lower", relative_gain(PAPER_LM[12], "h+J"), relative=True,
-              ablation=ABLATED, **anchor("lm-T12-fast-J", "val_ppl", PAPER_LM[12][0], PPL_TOLERANCE)),
+              ablation=ABLATED, **anchors.of("lm-T12-fast-J", "val_ppl", PAPER_LM[12][0], PPL_TOLERANCE)),
     ] if calibrated else []
-    return lm + brackets + annealing + couplings + sensitivity
+    return lm_claims(anchors) + bracket_claims(anchors, no_ffn_T) + annealing + couplings + sensitivity
+
+
+class Anchors:
+    """The calibration a claim needs first (calibrated tiers only): its softmax arm at the paper's number."""
+
+    def __init__(self, calibrated: bool):
+        self.calibrated = calibrated
+
+    def of(self, experiment: str, metric: str, paper: float, tolerance: float, scale: float = 1.0) -> dict:
+        if not self.calibrated:
+            return {}
+        return {"calibration": Anchor(experiment, "softmax", metric, paper, tolerance, scale)}
+
+    def lm(self, T: int) -> dict:
+        return self.of(f"lm-T{T}", "val_ppl", PAPER_LM[T][0], PPL_TOLERANCE)
+
+    def brackets(self, tag: str, T: int, table: dict) -> dict:
+        return self.of(f"brackets{tag}-T{T}", "accuracy", table[T][0], ACCURACY_TOLERANCE, 100)
+
+
+def lm_claims(anchors: Anchors) -> list[Claim]:
+    return [
+        Claim(f"h+J beats softmax on the LM at T = {T}", f"lm-T{T}", "val_ppl", "h+J", "softmax", "lower",
+              relative_gain(PAPER_LM[T], "h+J"), relative=True, headline=T == 12, ablation=ABLATED, **anchors.lm(T))
+        for T in (8, 12)
+    ] + [
+        Claim("the LM gain of h+J grows from T = 8 to T = 12", "lm-T12", "val_ppl", "h+J", "softmax", "lower",
+              relative_gain(PAPER_LM[12], "h+J") - relative_gain(PAPER_LM[8], "h+J"), relative=True,
+              contrast="lm-T8", ablation=ABLATED, **anchors.lm(12)),
+        Claim("h-only is worse than softmax on the LM at T = 12", "lm-T12", "val_ppl", "h-only", "softmax", "higher",
+              relative_gain(PAPER_LM[12], "h-only"), relative=True, **anchors.lm(12)),
+        Claim("J-only is worse than softmax on the LM at T = 12 (the paper: the worst of the four)", "lm-T12",
+              "val_ppl", "j-only", "softmax", "higher", relative_gain(PAPER_LM[12], "j-only"), relative=True,
+              **anchors.lm(12)),
+    ]
+
+
+def bracket_claims(anchors: Anchors, no_ffn_T: list[int]) -> list[Claim]:
+    brackets = [
+        Claim(f"h+J beats softmax on brackets at T = {T}", f"brackets-T{T}", "accuracy", "h+J", "softmax", "higher",
+              points(PAPER_BRACKETS[T], "h+J"), scale=100, **anchors.brackets("", T, PAPER_BRACKETS))
+        for T in (12, 16)
+    ] + [
+        Claim("h-only is below softmax on brackets at T = 16", "brackets-T16", "accuracy", "h-only", "softmax",
+              "lower", points(PAPER_BRACKETS[16], "h-only"), scale=100, **anchors.brackets("", 16, PAPER_BRACKETS)),
+    ]
+    for T in no_ffn_T:
+        gain, with_ffn = points(PAPER_BRACKETS_NO_FFN[T], "h+J"), points(PAPER_BRACKETS[T], "h+J")
+        no_ffn = anchors.brackets("-noffn", T, PAPER_BRACKETS_NO_FFN)
+        brackets += [
+            Claim(f"h+J beats softmax on brackets without the FFN at T = {T}", f"brackets-noffn-T{T}", "accuracy",
+                  "h+J", "softmax", "higher", gain, scale=100, **no_ffn),
+            Claim(f"the bracket gain is larger without the FFN at T = {T}", f"brackets-noffn-T{T}", "accuracy",
+                  "h+J", "softmax", "higher", gain - with_ffn, scale=100, contrast=f"brackets-T{T}", **no_ffn),
+        ]
+    return brackets
 
 
 register_suite(sys.modules[__name__])
