@@ -1,18 +1,17 @@
-"""The command line's arguments, checked before any work starts: argparse types for values that stand alone
-(counts, lengths, temperatures) and a ``check_<subcommand>`` for arguments that depend on each other or on
-the file system. Every mistake is one line naming the argument and the fix (a UserError: exit code 2).
-Checks against a loaded run (its vocabulary, its data) live with the subcommands that load it.
+"""What the commands share about their arguments: argparse types for values that stand alone (counts, lengths,
+temperatures), the parser whose errors are one line, and checks of folders and optional extras. Every mistake is
+one line naming the argument and the fix (a UserError: exit code 2). A command's checks of arguments that depend
+on each other, or on a loaded run, live in its module (attnlab.commands).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
-from pathlib import Path
 
 from .errors import UserError
 from .paths import user_path
-from .plugins import unknown_mixer
 
 # ---------------------------------------------------------------------------------------------------
 # argument types: each parses one value or says, in one line, what is wrong with it
@@ -93,7 +92,7 @@ class Parser(argparse.ArgumentParser):
 
 
 # ---------------------------------------------------------------------------------------------------
-# checks of arguments that depend on each other or on the file system, run before any work
+# what several commands check before any work
 
 
 RUN = "a run folder (its best or newest checkpoint) or a step-XXXXXXXX checkpoint folder"  # a command's argument
@@ -105,123 +104,7 @@ def check_folder(path: str | None, option: str) -> None:
         raise UserError(f"{option} {path} is a file; give a folder")
 
 
-def check_train(args) -> None:
-    if args.resume not in (None, "auto") and not user_path(args.resume).exists():
-        raise UserError(f"--resume {args.resume} does not exist; give auto or a run or checkpoint folder")
-
-
-# the eval options each measurement reads (None: loss and perplexity); one given to another would be ignored
-EVAL_OPTIONS = {"split": (None,), "batches": (None,), "seq_len": (None,), "kind": ("niah",), "samples": ("niah",),
-                "lengths": ("niah", "extrapolation"), "out": ("extrapolation",), "include_path": ("lm-eval",),
-                "limit": ("lm-eval",)}
-
-
-def _measurement(task: str | None) -> str:
-    return {None: "the loss (no --task)", "lm-eval": "--lm-eval"}.get(task, f"--task {task}")
-
-
-def check_eval(args) -> None:
-    if args.lm_eval and args.task:
-        raise UserError(f"--task {args.task} and --lm-eval are two measurements; give one of them")
-    measurement = "lm-eval" if args.lm_eval else args.task
-    for name, tasks in EVAL_OPTIONS.items():
-        if getattr(args, name) is not None and measurement not in tasks:
-            flag = "--" + name.replace("_", "-")
-            raise UserError(f"{flag} applies to {' and '.join(map(_measurement, tasks))}, not to "
-                            f"{_measurement(measurement)}; drop it")
-    check_folder(args.out, "--out")
-    if args.include_path is not None and not user_path(args.include_path).is_dir():
-        raise UserError(f"--include-path {args.include_path} is not a folder; give the folder of your task YAML files")
-
-
-def check_list(args) -> None:
-    from .config import list_presets
-    from .mixers import list_mixers
-
-    if args.params:
-        return
-    if args.overrides:
-        raise UserError(f"overrides ({' '.join(args.overrides)}) apply to --params, e.g. "
-                        "attnlab list --params demo model.d_model=64")
-    if args.name is None or args.name in list_mixers():
-        return
-    if args.name in list_presets() or user_path(args.name).is_file():
-        raise UserError(f"{args.name} is a config, not a mixer; attnlab list --params {args.name} compares the "
-                        "mixers on it")
-    raise UserError(unknown_mixer(args.name, list_mixers()) + "; or give --params and a preset")
-
-
-def check_demo(args) -> None:
-    out = user_path(args.out)
-    # the demo deletes its folder before it starts: only an empty folder or an earlier demo's may be replaced
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "demo").is_dir())):
-        raise UserError(f"--out {args.out} exists and is not an earlier demo's folder (no demo/ inside), and the "
-                        "demo replaces its folder; give a new folder")
-
-
-def check_reproduce(args) -> None:
-    check_folder(args.out, "--out")
-
-
-def check_results(args) -> None:
-    if args.readme is not None and not Path(args.readme).is_file():
-        raise UserError(f"--readme {args.readme} is not a file; give the README whose results section to update")
-
-
-# the parts of the bench that each option sets up (the whole bench takes none of them)
-BENCH_OPTIONS = {"lengths": ("mixers", "ops", "packed"), "batch": ("mixers",),
-                 "repeats": ("mixers", "ops", "model", "packed"),
-                 "mixers": ("model",)}
-BENCH_PARTS = {"mixers": "the mixers alone (--lengths)", "ops": "--ops", "model": "--model", "packed": "--packed",
-               "whole": "the whole bench"}
-BENCH_EXAMPLES = {"mixers": "--lengths 1024 4096", "model": "--model demo"}
-
-
-def bench_flag(case: str) -> str:
-    """The attribute of the parsed arguments that `attnlab bench --<case>` sets (a registered bench case)."""
-    return f"case_{case.replace('-', '_')}"
-
-
-def _bench_part(args) -> str:
-    """The part of the bench that the flags pick, in the order cmd_bench tries them: a paper's case, the op forms,
-    packed documents, a model's training step, the mixers alone, else the whole bench."""
-    from .experiments import BENCH_CASES
-
-    for part in [*BENCH_CASES, "ops", "packed", "model"]:
-        if getattr(args, bench_flag(part) if part in BENCH_CASES else part, False):
-            return part
-    return "mixers" if args.lengths else "whole"
-
-
-def _check_bench_options(args) -> None:
-    """An option that the picked part of the bench would ignore is refused: it says which part takes it."""
-    if args.quick and args.lengths:
-        raise UserError("--quick is the whole bench at toy sizes, --lengths times the mixers alone; give one of them")
-    part = _bench_part(args)
-    for name, parts in BENCH_OPTIONS.items():
-        if getattr(args, name) is None or part in parts:
-            continue
-        takers = ", ".join(BENCH_PARTS[p] for p in parts)
-        fix = f"add e.g. {BENCH_EXAMPLES[parts[0]]} or drop it" if part == "whole" else "drop it"
-        raise UserError(f"--{name} applies only to {takers}, not to {BENCH_PARTS.get(part, f'--{part}')}; {fix}")
-
-
-def check_bench(args) -> None:
-    from .config import load_config
-    from .mixers import list_mixers
-
-    _check_bench_options(args)
-    for name in args.mixers or ():
-        if name != "all" and name not in list_mixers():
-            raise UserError(f"argument --mixers: {unknown_mixer(name, [*list_mixers(), 'all'])} (see attnlab bench "
-                            "--help)")
-    if args.model:
-        try:
-            load_config(args.model)
-        except UserError as err:
-            raise UserError(f"--model: {err}") from None
-    check_folder(args.out, "--out")
-
-
-def check_doctor(args) -> None:
-    check_folder(args.out, "--out")
+def require_extra(package: str, what: str, extra: str) -> None:
+    """One line naming the extra to install, instead of an ImportError from deep inside."""
+    if importlib.util.find_spec(package) is None:
+        raise UserError(f"{what} needs {package}: pip install 'attnlab[{extra}]'")

@@ -1,0 +1,73 @@
+"""attnlab reproduce: a paper's suite at one tier over seeds, with its report."""
+
+from __future__ import annotations
+
+from fnmatch import fnmatch
+from pathlib import Path
+
+from ..arguments import check_folder, positive_float, seed_count
+from ..errors import UserError, unknown_name
+
+
+def add_parser(sub) -> None:
+    from ..experiments import PAPERS  # declarations only: cheap to import
+
+    p = sub.add_parser("reproduce", help="a paper's claims in miniature over seeds, with a report")
+    # checked when the command runs, after --import has registered any other suite
+    p.add_argument("suite", help=f"the paper's suite ({', '.join(PAPERS)}, or one that --import registers), or "
+                   "all of them")
+    p.add_argument("--tier", default="default", help="default (about 45 minutes on 2 CPU cores each), converged "
+                   "(trained until validation stops improving) or paper (the paper's protocol or scale); reports "
+                   "of other tiers go to <out>/<suite>-<tier>/")
+    p.add_argument("--seeds", type=seed_count, help="seeds per run, 1 to 1000 (default: the tier's own)")
+    p.add_argument("--only", nargs="+", metavar="EXPERIMENT", help="run only these experiments (shell patterns, "
+                   "e.g. 'mqar-*'); the report still lists them all")
+    p.add_argument("--arms", nargs="+", metavar="ARM", help="train only these arms of them (shell patterns, e.g. "
+                   "'h+*'), so that two processes can share a suite's runs")
+    p.add_argument("--estimate", action="store_true", help="print the tier's training FLOPs as GPU-hours and stop")
+    p.add_argument("--quick", action="store_true", help="the smoke version: a few steps per run")
+    p.add_argument("--scale", type=positive_float, default=1.0, help="multiply every run's training steps")
+    p.add_argument("--out", default="results", help="reports go to <out>/<suite>/")
+    p.set_defaults(func=main, check=lambda args: check_folder(args.out, "--out"))
+
+
+def main(args) -> None:
+    from ..experiments import PAPERS, get_suite
+    from ..experiments.report import write_report
+    from ..experiments.runner import run_suite
+
+    if args.suite not in (*PAPERS, "all"):
+        raise UserError(unknown_name("suite", args.suite, [*PAPERS, "all"]))
+    names = [n for n in PAPERS if args.tier in PAPERS[n].TIERS] if args.suite == "all" else [args.suite]
+    if not names:
+        raise UserError(f"no suite has a tier '{args.tier}'; see attnlab reproduce --help")
+    suites = {name: get_suite(name, args.tier) for name in names}  # every name and tier checked before any run
+    if args.only and not any(_has_experiment(s, args.only) for s in suites.values()):
+        raise UserError(f"--only {' '.join(args.only)} matches no experiment of {', '.join(names)}")
+    if args.arms and not any(_has_arm(s, args.arms) for s in suites.values()):
+        raise UserError(f"--arms {' '.join(args.arms)} matches no arm of {', '.join(names)}")
+    for name, suite in suites.items():
+        if suite.gpu or args.estimate:
+            from ..experiments.gpu import describe_estimate
+
+            print(f"{name} ({args.tier}): {describe_estimate(suite, seeds=args.seeds)}")
+        if args.estimate:
+            continue
+        if args.only and not _has_experiment(suite, args.only):
+            continue  # (all) this suite has none of the experiments asked for
+        if args.arms and not _has_arm(suite, args.arms):
+            continue  # (all) nor any of the arms
+        # smoke and rescaled runs get folders of their own: they never mix with, or overwrite, real results
+        variant = "-quick" if args.quick else (f"-scale{args.scale:g}" if args.scale != 1 else "")
+        out = Path(args.out) / f"{name}{'' if args.tier == 'default' else '-' + args.tier}{variant}"
+        results = run_suite(suite, out, seeds=args.seeds, quick=args.quick, scale=args.scale, only=args.only or (),
+                            arms=args.arms or ())
+        print(f"report: {write_report(suite, results, out)}")
+
+
+def _has_experiment(suite, patterns: list[str]) -> bool:
+    return any(fnmatch(e.name, p) for e in suite.experiments for p in patterns)
+
+
+def _has_arm(suite, patterns: list[str]) -> bool:
+    return any(fnmatch(a.label, p) for e in suite.experiments for a in e.arms for p in patterns)
