@@ -6,7 +6,7 @@ from collections import Counter
 
 import attnlab.demo
 from attnlab.config import load_config
-from attnlab.experiments import demo as demo_suite
+from attnlab.experiments import demo_suite
 
 
 def test_the_demo_writes_no_bars_into_a_redirected_stderr_and_each_note_once(tmp_path, monkeypatch, capsys, caplog):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from . import config
 from .config import load_config
-from .experiments import demo
+from .experiments import demo_suite
 from .experiments.report import write_report
 from .experiments.runner import run_suite
 from .experiments.stats import mean_std
@@ -53,7 +53,7 @@ def run_demo(out_dir: str = "runs/demo", quick: bool = False) -> dict:
         shutil.rmtree(out)
     start = time.perf_counter()
     shakespeare = _shakespeare(out, quick)
-    suite = demo.suite()
+    suite = demo_suite.suite()
     print("\nevery mechanism, one seed, a few hundred steps each:")
     results = run_suite(suite, out, seeds=1, quick=quick)
     report = write_report(suite, results, out)

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from . import checkpoint, cost, distributed, loggers
+from . import checkpoint, distributed, loggers, step_cost
 from .config import ModelConfig, RunConfig, TrainConfig
 from .data import TokenCorpus, load_data
 from .data.corpus import IGNORE, default_cache_dir, packed_rows
@@ -322,7 +322,7 @@ def _set_up(cfg: RunConfig, resume: str | None, overrides: list[str] | None, pro
         cfg = dataclasses.replace(cfg, model=fit_to_data(cfg.model, corpus))  # as the checkpoints record it
         model = Decoder(cfg.model).to(device)
         _check_memory(model, cfg, device, ranks)
-    cost.warn_if_expensive(model, cfg, device, log)  # an expensive configuration is reported before its first step
+    step_cost.warn_if_expensive(model, cfg, device, log)  # an expensive configuration is reported before its first step
     if ckpt is not None or source is not None:
         checkpoint.load_weights(model, ckpt or source)
     if t.compile:
@@ -355,10 +355,10 @@ def _check_ranks(t: TrainConfig, ranks: distributed.Ranks) -> None:
 
 
 def _check_memory(model: Decoder, cfg: RunConfig, device: torch.device, ranks: distributed.Ranks) -> None:
-    """A step of this rank's share of a micro-batch must fit in the device's memory (see ``cost.check_memory``)."""
+    """A step of this rank's share of a micro-batch must fit in the device's memory (see ``step_cost.check_memory``)."""
     t = cfg.train
     shards = ranks.world if t.fsdp else 1  # FSDP splits the gradients and optimizer moments over the ranks
-    cost.check_memory(model, cfg, device, t.batch_size // t.grad_accum // ranks.world, shards,
+    step_cost.check_memory(model, cfg, device, t.batch_size // t.grad_accum // ranks.world, shards,
                       lambda: _autocast(t.precision, device))
 
 

@@ -219,7 +219,7 @@ BANDED = ["model.mixer=boltzmann", "model.mixer_options.boltzmann.couplings=dist
 
 
 def test_the_cost_estimate_is_printed_above_the_threshold_only():
-    from attnlab.cost import EXPENSIVE_X_SOFTMAX, StepCost, cost_report
+    from attnlab.step_cost import EXPENSIVE_X_SOFTMAX, StepCost, cost_report
 
     assert cost_report(StepCost(5.0, EXPENSIVE_X_SOFTMAX), 100, []) is None
     report = cost_report(StepCost(5.0, 1.01 * EXPENSIVE_X_SOFTMAX), 1200, ["boltzmann: use band=2"])
@@ -229,7 +229,7 @@ def test_the_cost_estimate_is_printed_above_the_threshold_only():
 @pytest.mark.parametrize("seconds, printed", [({"model": 0.4, "softmax": 0.01}, True),
                                               ({"model": 0.02, "softmax": 0.01}, False)])
 def test_training_logs_the_estimate_and_the_mixer_advice_for_an_expensive_configuration(monkeypatch, seconds, printed):
-    from attnlab import cost
+    from attnlab import step_cost as cost
 
     monkeypatch.setattr(cost, "probe_seconds", lambda *args, **kwargs: seconds)
     cfg, model = tiny_run(BANDED)
@@ -243,7 +243,7 @@ def test_training_logs_the_estimate_and_the_mixer_advice_for_an_expensive_config
 
 
 def test_the_probe_finds_long_banded_chains_expensive_and_leaves_the_run_unchanged():
-    from attnlab import cost
+    from attnlab import step_cost as cost
 
     cfg, model = tiny_run([*BANDED, "model.mixer_options.boltzmann.band=10", "model.mixer_options.boltzmann.window=32"])
     rng = torch.get_rng_state()

@@ -29,8 +29,8 @@ from . import coupled_qk  # isort: skip
 from . import ccq  # isort: skip
 from . import boltzmann  # isort: skip
 from . import interdomain  # isort: skip
-from . import demo  # isort: skip
+from . import demo_suite  # isort: skip
 
 __all__ = ["BENCH_CASES", "COMMANDS", "DEMO_ARMS", "PAPERS", "SPEED_GOALS", "SUITES", "VARIANTS", "BenchCase",
            "get_suite", "register_bench_case", "register_command", "register_demo_arm", "register_speed_goal",
-           "register_suite", "register_variant", "boltzmann", "ccq", "coupled_qk", "demo", "interdomain"]
+           "register_suite", "register_variant", "boltzmann", "ccq", "coupled_qk", "demo_suite", "interdomain"]

@@ -9,7 +9,7 @@ from ..plots import new_figure, save_figure
 from .claims import RULES, calibration_lines, engagement_lines, plot_claims, verdict_table
 from .metrics import get_metric
 from .runner import describe_setting, load_results, setting_of, superseded, sweep_key
-from .settle import settle_lines
+from .seeds_needed import settle_lines
 from .spec import Experiment, Suite, seed_count, split_key
 from .stats import mean_std, paired_difference
 

@@ -2,7 +2,7 @@ import dataclasses
 
 from attnlab.experiments import coupled_qk, gpu
 from attnlab.experiments.claims import evaluate
-from attnlab.experiments.settle import settle_lines
+from attnlab.experiments.seeds_needed import settle_lines
 from attnlab.experiments.spec import Arm, Experiment, Suite
 from attnlab.experiments.stats import MAX_SEEDS
 from helpers import add_runs, lower, two_arms
