@@ -50,6 +50,26 @@ def test_s4d_only_has_the_same_state_shape():
     assert ia(x)[1].memory.shape == s4d(x)[1].memory.shape and ia.state_size(10) == s4d.state_size(10)
 
 
+@pytest.mark.parametrize("rope", [False, True])
+def test_s4d_is_the_cube_corner_of_generic_inputs_and_a_contraction(rope):
+    """The s4d mixer is interdomain with input=single and query=linear: the same parameters from the same seed,
+    and the same outputs, states and gradients."""
+    x = torch.randn(2, 12, 32, dtype=torch.float64)
+    mixers = []
+    for name, options in [("s4d", {}), ("interdomain", {"input": "single", "query": "linear"})]:
+        torch.manual_seed(0)
+        mixers.append(build_mixer(name, d_model=32, n_heads=4, modes=8, rope=rope, **options).double())
+    s4d, corner = mixers
+    assert dict(s4d.named_parameters()).keys() == dict(corner.named_parameters()).keys()
+    (y, state), (y_corner, state_corner) = s4d(x), corner(x)
+    torch.testing.assert_close(y, y_corner)
+    torch.testing.assert_close(state.memory, state_corner.memory)
+    y.square().sum().backward()
+    y_corner.square().sum().backward()
+    for (name, p), q in zip(s4d.named_parameters(), corner.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, msg=name)
+
+
 def test_feature_map_and_input_norm():
     torch.manual_seed(0)
     mixer = build_mixer("interdomain", d_model=32, n_heads=4, modes=8, rope=False).double()

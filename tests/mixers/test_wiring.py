@@ -296,14 +296,15 @@ def head_norm(x, norm, eps):
     return rms_norm(x, norm.weight, eps) + norm.bias
 
 
-def expect_interdomain(m, x):
+def expect_interdomain(m, x, corner: dict | None = None):
     """z = [key half ; value half] through one S4D recurrence per head, read by xi(q) (or a learned contraction).
 
     Key half: k (dual input: conv, RoPE, L2-normalised) or a (single: conv, RoPE); value half: v unconvolved
     (dual) or b convolved (single); both through their head norms. The conv runs over [q, key half, (b)].
     """
     cfg = m.cfg
-    conditioned, dual = cfg.query == "conditioned", cfg.input == "dual"
+    query, inputs = (corner["query"], corner["input"]) if corner else (cfg.query, cfg.input)
+    conditioned, dual = query == "conditioned", inputs == "dual"
     streams = ([linear(x, m.q_proj)] if conditioned else []) + [linear(x, m.k_proj)]
     streams += [] if dual else [linear(x, m.v_proj)]
     convolved = [heads(t) for t in short_conv(torch.cat(streams, -1), m.conv.conv.weight).split(D_MODEL, -1)]
@@ -343,6 +344,11 @@ def expect_interdomain(m, x):
     return linear(y, m.out_proj), memory
 
 
+def expect_s4d(m, x):
+    """S4D-only: the corner of the interdomain composition with generic inputs [a, b] and a learned contraction."""
+    return expect_interdomain(m, x, corner={"query": "linear", "input": "single"})
+
+
 # ------------------------------------------------------------------------------------------------------
 # the cases: every registered mixer, with options away from their defaults where they change the computation
 
@@ -379,8 +385,8 @@ CASES = [
                      "normalize": True, "norm_eps": 1e-3}, expect_interdomain),
     ("interdomain", {"modes": 8, "chunk_size": 5, "input": "single", "readout": "bilinear"}, expect_interdomain),
     ("interdomain", {"modes": 8, "query": "linear", "gate": True}, expect_interdomain),
-    ("s4d", {"modes": 8}, expect_interdomain),
-    ("s4d", {"modes": 8, "discretization": "bilinear", "rope": True}, expect_interdomain),
+    ("s4d", {"modes": 8}, expect_s4d),
+    ("s4d", {"modes": 8, "discretization": "bilinear", "rope": True}, expect_s4d),
 ]
 CASE_IDS = [name + "".join(f"-{k}={v}" for k, v in options.items()) for name, options, _ in CASES]
 

@@ -1,6 +1,6 @@
 """Token mixers. Importing this package registers every built-in mixer."""
 
-from . import boltzmann, coupled_qk, differential, interdomain, linear, softmax  # noqa: F401  (registration)
+from . import boltzmann, coupled_qk, differential, interdomain, linear, s4d, softmax  # noqa: F401  (registration)
 from .attention import AttentionConfig, AttentionMixer, KVCache
 from .registry import (
     Mixer,
