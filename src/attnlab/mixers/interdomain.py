@@ -92,8 +92,7 @@ class InterdomainAttention(StateSpaceMixer):
         linear contraction), over the sequences packed in x [1, N, d_model], each from a fresh state (the short
         convolution, RoPE's positions and the scan or the convolution restart), returning no state."""
         cfg = self.cfg
-        B, T, _ = x.shape
-        state = state if state is not None else self.init_state(B, x.device, x.dtype)
+        state = state if state is not None else self.init_state(x.shape[0], x.device, x.dtype)
         conditioned, dual = cfg.query == "conditioned", cfg.input == "dual"
         streams = ([self.q_proj(x)] if conditioned else []) + [self.k_proj(x)] + ([] if dual else [self.v_proj(x)])
         streams = torch.cat(streams, dim=-1)
@@ -121,12 +120,7 @@ class InterdomainAttention(StateSpaceMixer):
                     o = o[..., :-1] / (o[..., -1:] + cfg.normalize_eps)
             else:
                 o, memory = contract(z, self.contraction, C, lam, B_bar, state.memory, cu_seqlens)
-        y = o.transpose(1, 2).reshape(B, T, -1).to(x.dtype)
-        if self.gate_proj is not None:
-            y = F.silu(self.gate_proj(x)) * y
-        if cu_seqlens is not None:
-            return self.out_proj(y), None
-        return self.out_proj(y), SSMState(memory, conv_state, state.position + T)
+        return self.project_out(x, o, memory, conv_state, state, cu_seqlens)
 
     def packed_outputs(self, x, cu_seqlens):
         """One forward where the read restarts at each sequence by itself (the chunk form's query read, the

@@ -101,6 +101,17 @@ class StateSpaceMixer(Mixer):
         B, T, _ = x.shape
         return x.view(B, T, self.cfg.n_heads, -1).transpose(1, 2)
 
+    def project_out(self, x, o, memory, conv_state, state: SSMState, cu_seqlens):
+        """The heads' readouts o [B, H, T, width] merged, gated (if so) and projected, with the state carried on
+        (none for packed sequences)."""
+        B, T, _ = x.shape
+        y = o.transpose(1, 2).reshape(B, T, -1).to(x.dtype)
+        if self.gate_proj is not None:
+            y = F.silu(self.gate_proj(x)) * y
+        if cu_seqlens is not None:
+            return self.out_proj(y), None
+        return self.out_proj(y), SSMState(memory, conv_state, state.position + T)
+
     def state_width(self) -> int:
         """The inputs each mode holds: [a, b] or [xi(k), v], 2 head_dim."""
         return 2 * self.cfg.head_dim
@@ -154,8 +165,7 @@ class S4DMixer(StateSpaceMixer):
         """The layer over x [B, T, d_model] from state; or, given cu_seqlens, over the sequences packed in
         x [1, N, d_model], each from a fresh state (the short convolution, RoPE's positions and the convolution
         restart), returning no state."""
-        B, T, _ = x.shape
-        state = state if state is not None else self.init_state(B, x.device, x.dtype)
+        state = state if state is not None else self.init_state(x.shape[0], x.device, x.dtype)
         ab = torch.cat((self.k_proj(x), self.v_proj(x)), dim=-1)
         ab, conv_state = self.conv(ab, state.conv) if cu_seqlens is None else self.conv.packed(ab, cu_seqlens)
         a, b = (self.heads(t) for t in ab.split(self.cfg.d_model, dim=-1))
@@ -166,12 +176,7 @@ class S4DMixer(StateSpaceMixer):
         with no_autocast(x.device):  # the state and its readout stay in fp32
             lam, B_bar, C = self.ssm()
             o, memory = contract(z, self.contraction, C, lam, B_bar, state.memory, cu_seqlens)
-        y = o.transpose(1, 2).reshape(B, T, -1).to(x.dtype)
-        if self.gate_proj is not None:
-            y = F.silu(self.gate_proj(x)) * y
-        if cu_seqlens is not None:
-            return self.out_proj(y), None
-        return self.out_proj(y), SSMState(memory, conv_state, state.position + T)
+        return self.project_out(x, o, memory, conv_state, state, cu_seqlens)
 
     def packed_outputs(self, x, cu_seqlens):
         """One forward: the convolution restarts at each sequence by itself. No state: padding after a sequence
