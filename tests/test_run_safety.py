@@ -8,7 +8,7 @@ import stat
 import pytest
 import torch
 
-from attnlab import checkpoint, cost, distributed
+from attnlab import checkpoint, distributed, step_cost
 from attnlab.config import ModelConfig, RunConfig, TrainConfig, load_config
 from attnlab.errors import ConfigError, UserError
 from attnlab.model import Decoder
@@ -176,7 +176,7 @@ def test_resume_in_a_run_folder_that_cannot_be_written_is_refused_before_the_mod
 
 def test_live_bytes_counts_each_storage_once_while_it_lives():
     weight = torch.zeros(300)
-    with cost.LiveBytes() as live:
+    with step_cost.LiveBytes() as live:
         weight.t().mul_(2)  # a view and an in-place update of a tensor made before: nothing allocated
         a = torch.empty(1000)  # 4000 bytes
         a.view(10, 100).add_(1)  # a view and an in-place op: the same storage
@@ -197,18 +197,18 @@ def test_the_step_memory_estimate_matches_the_memory_of_a_training_step():
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    with cost.LiveBytes() as first:  # AdamW's moments are made here, and live on
+    with step_cost.LiveBytes() as first:  # AdamW's moments are made here, and live on
         step()
-    with cost.LiveBytes() as steady:
+    with step_cost.LiveBytes() as steady:
         step()
     moments = 2 * sum(p.numel() * 4 for p in model.parameters())
     assert first.live == moments
-    assert cost.step_memory(model, cfg, torch.device("cpu"), 6) == pytest.approx(steady.peak + moments, rel=0.05)
+    assert step_cost.step_memory(model, cfg, torch.device("cpu"), 6) == pytest.approx(steady.peak + moments, rel=0.05)
 
 
 def test_a_step_too_large_for_the_memory_is_refused_before_training(text_file, tmp_path, monkeypatch):
     monkeypatch.setattr("attnlab.train._loss", lambda *args: pytest.fail("a training step ran"))
-    monkeypatch.setattr(cost, "available_memory", lambda device: 1 << 17)  # 128 KiB
+    monkeypatch.setattr(step_cost, "available_memory", lambda device: 1 << 17)  # 128 KiB
     with pytest.raises(ConfigError, match=r"^a step needs about [\d.]+ MiB; this machine has 0.125 MiB available: "
                                           r"lower train.batch_size or train.seq_len, or raise train.grad_accum$"):
         quiet_train(tiny_config(text_file, tmp_path))
@@ -219,20 +219,20 @@ def test_a_step_too_large_for_the_memory_is_refused_before_training(text_file, t
     (8, "lower train.batch_size or train.seq_len, or raise train.grad_accum"),
     (1, "lower train.seq_len or the model's size (model.d_model, model.n_layers)")])
 def test_the_memory_refusal_gives_the_numbers_and_the_fix(monkeypatch, sequences, fix):
-    monkeypatch.setattr(cost, "step_memory", lambda *args: 31 * cost.GiB)
-    monkeypatch.setattr(cost, "available_memory", lambda device: 22 * cost.GiB)
+    monkeypatch.setattr(step_cost, "step_memory", lambda *args: 31 * step_cost.GiB)
+    monkeypatch.setattr(step_cost, "available_memory", lambda device: 22 * step_cost.GiB)
     with pytest.raises(ConfigError) as err:
-        cost.check_memory(None, None, torch.device("cpu"), sequences)
+        step_cost.check_memory(None, None, torch.device("cpu"), sequences)
     assert str(err.value) == f"a step needs about 31 GiB; this machine has 22 GiB available: {fix}"
-    monkeypatch.setattr(cost, "available_memory", lambda device: None)  # nothing says: no check
-    cost.check_memory(None, None, torch.device("cpu"), sequences)
+    monkeypatch.setattr(step_cost, "available_memory", lambda device: None)  # nothing says: no check
+    step_cost.check_memory(None, None, torch.device("cpu"), sequences)
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/meminfo"), reason="reads /proc/meminfo (Linux)")
 def test_the_available_ram_is_read_from_proc_meminfo(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "psutil", None)  # as without psutil
     total = next(int(line.split()[1]) * 1024 for line in open("/proc/meminfo") if line.startswith("MemTotal:"))
-    assert 0 < cost.available_memory(torch.device("cpu")) <= total
+    assert 0 < step_cost.available_memory(torch.device("cpu")) <= total
 
 
 # ---------------------------------------------------------------------------------------------------

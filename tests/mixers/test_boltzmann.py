@@ -229,12 +229,12 @@ def test_the_cost_estimate_is_printed_above_the_threshold_only():
 @pytest.mark.parametrize("seconds, printed", [({"model": 0.4, "softmax": 0.01}, True),
                                               ({"model": 0.02, "softmax": 0.01}, False)])
 def test_training_logs_the_estimate_and_the_mixer_advice_for_an_expensive_configuration(monkeypatch, seconds, printed):
-    from attnlab import step_cost as cost
+    from attnlab import step_cost
 
-    monkeypatch.setattr(cost, "probe_seconds", lambda *args, **kwargs: seconds)
+    monkeypatch.setattr(step_cost, "probe_seconds", lambda *args, **kwargs: seconds)
     cfg, model = tiny_run(BANDED)
     lines = []
-    estimate = cost.warn_if_expensive(model, cfg, torch.device("cpu"), lines.append)
+    estimate = step_cost.warn_if_expensive(model, cfg, torch.device("cpu"), lines.append)
     assert estimate.seconds == seconds["model"] * 4 and estimate.x_softmax == seconds["model"] / seconds["softmax"]
     assert bool(lines) == printed
     if printed:
@@ -243,12 +243,12 @@ def test_training_logs_the_estimate_and_the_mixer_advice_for_an_expensive_config
 
 
 def test_the_probe_finds_long_banded_chains_expensive_and_leaves_the_run_unchanged():
-    from attnlab import step_cost as cost
+    from attnlab import step_cost
 
     cfg, model = tiny_run([*BANDED, "model.mixer_options.boltzmann.band=10", "model.mixer_options.boltzmann.window=32"])
     rng = torch.get_rng_state()
-    estimate = cost.estimate_step_cost(model, cfg, torch.device("cpu"))
-    assert estimate.x_softmax > cost.EXPENSIVE_X_SOFTMAX
+    estimate = step_cost.estimate_step_cost(model, cfg, torch.device("cpu"))
+    assert estimate.x_softmax > step_cost.EXPENSIVE_X_SOFTMAX
     assert torch.equal(torch.get_rng_state(), rng) and all(p.grad is None for p in model.parameters())
     softmax_cfg, softmax_model = tiny_run(["model.mixer=softmax"])
-    assert cost.estimate_step_cost(softmax_model, softmax_cfg, torch.device("cpu")) is None  # nothing to compare
+    assert step_cost.estimate_step_cost(softmax_model, softmax_cfg, torch.device("cpu")) is None  # nothing to compare
