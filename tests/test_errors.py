@@ -174,10 +174,11 @@ def test_the_fla_backend_on_cpu_tensors_is_refused_before_any_kernel(monkeypatch
     ("boltzmann", "backend=cuda", "unknown backend 'cuda'. Known: auto, flex, torch, triton"),
     ("boltzmann", "backend=flex", "backend=flex runs fields only (mode=h-only without bias_field)"),
     ("interdomain", "backend=cuda", "unknown backend 'cuda'. Known: auto, fla, torch"),
-    ("s4d", "backend=fla", "backend=fla runs the chunk form's query read (query=conditioned, form=chunk), not "
-                           "query=linear"),
+    ("interdomain", "query=linear backend=fla", "backend=fla runs the chunk form's query read "
+                                                "(query=conditioned, form=chunk), not query=linear"),
 ])
 def test_a_bad_backend_is_one_line(capsys, mixer, option, problem):
-    assert main(["train", "demo", f"model.mixer={mixer}", f"model.mixer_options.{mixer}.{option}"]) == 2
+    options = [f"model.mixer_options.{mixer}.{each}" for each in option.split()]
+    assert main(["train", "demo", f"model.mixer={mixer}", *options]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: model.mixer_options.{mixer}: ") and problem in err and err.count("\n") == 1
