@@ -227,6 +227,14 @@ def test_verdict_table_rows_hold_the_computed_numbers():
     assert row.endswith("| – | +1 (1 seed) | **inconclusive**: 1 seed(s) with values: no interval | – |")
 
 
+def test_a_verdict_from_fewer_seeds_than_planned_is_interim():
+    claim = lower(paper=-1.0)
+    results = two_arms(-1.0, 0.05, n=4)
+    assert "**agrees** (*interim*, 4 of 10 planned seeds):" in verdict_table([claim], results, lambda c: 10)[2]
+    for planned in (lambda c: 4, lambda c: None):  # every planned seed in, or no plan known
+        assert "**agrees**: " in verdict_table([claim], results, planned)[2]
+
+
 def test_plot_claims_writes_a_png(tmp_path):
     claims, results = suite_claims_and_results()
     path = plot_claims(claims, results, tmp_path / "claims.png")

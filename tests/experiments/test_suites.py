@@ -9,6 +9,7 @@ from attnlab import checkpoint
 from attnlab.errors import ConfigError, UserError
 from attnlab.evaluate import whole_split_loss
 from attnlab.experiments import SUITES, get_suite, report, runner
+from attnlab.experiments.claims import Claim
 from attnlab.experiments.metrics import get_metric, tokens_to_loss
 from attnlab.experiments.report import results_summary, update_readme, write_report
 from attnlab.experiments.runner import run_suite, sweep_key, training_extent
@@ -369,6 +370,17 @@ def test_an_arm_with_fewer_seeds_trains_only_those(tmp_path, monkeypatch):
     results = run_suite(suite, tmp_path / "suite", seeds=2, extra=TINY, log=lambda *_: None)
     assert set(results["runs"]) == {"lm/softmax/0", "lm/softmax/1", "lm/sigmoid/0"}
     assert "partial" not in write_report(suite, results, tmp_path / "suite").read_text()
+
+
+def test_a_claim_plans_the_fewest_seeds_of_its_arms_in_its_experiments():
+    arms = [Arm("softmax", "demo"), Arm("sigmoid", "demo", seeds=2), Arm("gla", "demo")]
+    experiments = [Experiment("lm", "LM", "val_ppl", arms, "softmax"),
+                   Experiment("long", "Long", "val_ppl", arms, "softmax", seeds=3)]
+    planned = report.planned_seeds(Suite("toy", "Toy", experiments, seeds=5), {"runs": {}, "meta": {"seeds": 10}})
+    assert planned(Claim("gla beats softmax", "lm", "val_ppl", "gla", "softmax", "lower")) == 10
+    assert planned(Claim("sigmoid beats softmax", "lm", "val_ppl", "sigmoid", "softmax", "lower")) == 2
+    assert planned(Claim("the gap grows", "lm", "val_ppl", "gla", "softmax", "lower", contrast="long")) == 3
+    assert planned(Claim("gla is good", "elsewhere", "val_ppl", "gla", None, "lower")) is None
 
 
 def test_a_metric_registered_outside_the_runner_measures_and_reports_like_the_built_in_ones(tmp_path, monkeypatch):

@@ -49,6 +49,10 @@ character. Both are shown; the verdict uses the converted one.
 - A claim that two arms are **equal** (|Δ| ≤ margin) *agrees* if the interval lies within ±margin; it is *opposite*
   if the interval lies entirely outside ±margin; otherwise it is *inconclusive*.
 
+**Interim.** A verdict read while fewer seeds have values than the tier plans is marked *interim, n of N planned
+seeds*: the tier fixes its seed count before the runs, and a verdict read as they come in may still change (adding
+seeds until an interval leaves 0 would overstate it).
+
 **Power.** "Detects ≥ d" is the smallest |effect| that a paired t-test on these seeds finds with 80% power at
 two-sided α = 0.05, from the observed standard deviation s of the Δs (exact, from the noncentral t distribution
 with n − 1 degrees of freedom and noncentrality d·√n / s; about (t₀.₉₇₅,ₙ₋₁ + t₀.₈₀,ₙ₋₁) · s / √n), given from
@@ -444,14 +448,17 @@ def _ours_cell(claim: Claim, v: Verdict) -> str:
     return f"{num(v.delta)} [{num(v.low)}, {num(v.high)}]"
 
 
-def verdict_table(claims: list[Claim], results: dict) -> list[str]:
+def verdict_table(claims: list[Claim], results: dict, planned_seeds=lambda claim: None) -> list[str]:
     """Markdown lines: one row per claim with the paper's effect (and in our units), ours with its 95% interval,
-    the verdict by RULES and the power of this run. Headline claims are in bold."""
+    the verdict by RULES (interim while fewer seeds have values than `planned_seeds(claim)`) and the power of this
+    run. Headline claims are in bold."""
     lines = ["| claim | paper | ours (Δ, 95% interval) | verdict | power |", "|---|---|---|---|---|"]
     for claim, v in evaluate(claims, results):
         statement = f"**{claim.statement}**" if claim.headline else claim.statement
+        planned = planned_seeds(claim)
+        interim = f" (*interim*, {v.n} of {planned} planned seeds)" if planned and 0 < v.n < planned else ""
         cells = [f"{statement}{_scale_note(claim, results)} ({_what(claim)})", _paper_cell(claim), _ours_cell(claim, v),
-                 f"**{v.verdict}**: {v.reason}", _power_cell(claim, v)]
+                 f"**{v.verdict}**{interim}: {v.reason}", _power_cell(claim, v)]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 

@@ -179,8 +179,9 @@ def write_report(suite: Suite, results: dict, out_dir: str | Path) -> Path:
                   "engaged*.", "", *engagement, ""]
     if suite.claims:
         figure = plot_claims(suite.claims, results, out / "claims.png")
-        lines += ["## Verdicts", "", *verdict_table(suite.claims, results), "", f"![the claims]({figure.name})", "",
-                  *settle_lines(suite, results), RULES, ""]
+        table = verdict_table(suite.claims, results, planned_seeds(suite, results))
+        lines += ["## Verdicts", "", *table, "", f"![the claims]({figure.name})", "", *settle_lines(suite, results),
+                  RULES, ""]
     for experiment in suite.experiments:
         lines += [f"## {experiment.title}", ""]
         if experiment.note:
@@ -305,11 +306,24 @@ def results_summary(root: str | Path) -> str:
                   f"Full report: [{path.parent.as_posix()}/report.md]({path.parent.as_posix()}/report.md).", "",
                   *left_out]
         if suite.claims:
-            lines += [*verdict_table(suite.claims, results), ""]
+            lines += [*verdict_table(suite.claims, results, planned_seeds(suite, results)), ""]
             continue
         for experiment in suite.experiments:
             lines += [f"**{experiment.title}**", "", *experiment_table(experiment, results, columns="main"), ""]
     return "\n".join(lines)
+
+
+def planned_seeds(suite: Suite, results: dict):
+    """claim -> the seeds the tier plans for it: the fewest that its arms and baseline train in its experiments."""
+    seeds = results.get("meta", {}).get("seeds", suite.seeds)
+    experiments = {e.name: e for e in suite.experiments}
+
+    def planned(claim) -> int | None:
+        counts = [seed_count(e, a, seeds) for e in map(experiments.get, (claim.experiment, claim.contrast)) if e
+                  for a in e.arms if a.label in (claim.arm, claim.baseline)]
+        return min(counts, default=None)
+
+    return planned
 
 
 def _progress(suite: Suite, results: dict) -> tuple[int, int]:
