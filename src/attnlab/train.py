@@ -359,7 +359,7 @@ def _check_memory(model: Decoder, cfg: RunConfig, device: torch.device, ranks: d
     t = cfg.train
     shards = ranks.world if t.fsdp else 1  # FSDP splits the gradients and optimizer moments over the ranks
     step_cost.check_memory(model, cfg, device, t.batch_size // t.grad_accum // ranks.world, shards,
-                      lambda: _autocast(t.precision, device))
+                           lambda: _autocast(t.precision, device))
 
 
 def _check_writable(run_dir: Path, out_dir: str) -> None:

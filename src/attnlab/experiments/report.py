@@ -315,7 +315,7 @@ def results_summary(root: str | Path) -> str:
 
 def planned_seeds(suite: Suite, results: dict):
     """claim -> the seeds the tier plans for it: the fewest that its arms and baseline train in its experiments."""
-    seeds = results.get("meta", {}).get("seeds", suite.seeds)
+    seeds = _seeds(suite, results)
     experiments = {e.name: e for e in suite.experiments}
 
     def planned(claim) -> int | None:
@@ -326,9 +326,14 @@ def planned_seeds(suite: Suite, results: dict):
     return planned
 
 
+def _seeds(suite: Suite, results: dict) -> int:
+    """The seeds per run the results were made with (the tier's own unless --seeds set them)."""
+    return results.get("meta", {}).get("seeds", suite.seeds)
+
+
 def _progress(suite: Suite, results: dict) -> tuple[int, int]:
     """(runs measured, runs the suite plans): every seed of every arm and every point of every sweep."""
-    seeds = results.get("meta", {}).get("seeds", suite.seeds)
+    seeds = _seeds(suite, results)
     expected = {f"{e.name}/{a.label}/{s}" for e in suite.experiments for a in e.arms
                 for s in range(seed_count(e, a, seeds))}
     expected |= {sweep_key(e.name, a.label, lr) for e in suite.experiments for a in e.arms for lr in e.lrs}
