@@ -1,5 +1,6 @@
 import math
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -10,9 +11,11 @@ from attnlab.experiments.claims import (
     VERDICTS,
     Anchor,
     Claim,
+    anchors_of,
     calibration_lines,
     engagement_lines,
     evaluate,
+    failed_calibrations,
     judge,
     paired_deltas,
     per_character,
@@ -314,13 +317,51 @@ def test_an_accuracy_gain_past_the_ceiling_is_untestable_here():
 
 def test_a_baseline_off_the_papers_number_is_not_calibrated():
     results = two_arms(-1.0, 0.05)  # softmax around 10
-    held = lower(paper=-1.0, calibration=Anchor("lm", "softmax", "val_ppl", 10.0, 0.2))
-    missed = lower(paper=-1.0, calibration=Anchor("lm", "softmax", "val_ppl", 9.0, 0.2))
+    held = lower(paper=-1.0, calibration=(Anchor("lm", "softmax", "val_ppl", 10.0, 0.2),))
+    missed = lower(paper=-1.0, calibration=(Anchor("lm", "softmax", "val_ppl", 9.0, 0.2),))
     (_, v_held), (_, v_missed) = evaluate([held, missed], results)
     assert v_held.verdict == "agrees"
     assert v_missed.verdict == "not calibrated" and "the paper 9: off by +1" in v_missed.reason
     assert Anchor("lm", "nobody", "val_ppl", 9.0, 0.2).check(results) == (None, "nobody on lm: no run yet (the "
                                                                               "paper: 9)")
+
+
+def test_a_missed_calibration_decides_whatever_the_claims_seeds():
+    results = add_runs({}, "lm", "softmax", [10.0, 10.1, 9.9])  # the baseline is in; the arm has no run
+    missed = lower(paper=-1.0, calibration=(Anchor("lm", "softmax", "val_ppl", 9.0, 0.2),))
+    v = evaluate([missed], results)[0][1]
+    assert v.n == 0 and v.verdict == "not calibrated" and "off by +1" in v.reason
+    held = lower(paper=-1.0, calibration=(Anchor("lm", "softmax", "val_ppl", 10.0, 0.2),))
+    assert evaluate([held], results)[0][1].verdict == "inconclusive"  # no values, nothing known against the paper
+    add_runs(results, "lm", "hJ", [9.5])  # one seed of the arm: not an interim verdict, the baseline decided it
+    [row] = verdict_table([missed], results, lambda claim: 3)[2:]
+    assert "**not calibrated**:" in row and "interim" not in row
+
+
+def test_a_gap_claim_needs_both_experiments_calibrated():
+    results = two_arms(-1.0, 0.05)
+    add_runs(results, "short", "softmax", [12.0] * 5)
+    add_runs(results, "short", "hJ", [12.0] * 5)
+    here, there = Anchor("lm", "softmax", "val_ppl", 10.0, 0.2), Anchor("short", "softmax", "val_ppl", 11.0, 0.2)
+    gap = lower(paper=-1.0, contrast="short", calibration=(here, there))
+    v = evaluate([gap], results)[0][1]
+    assert v.verdict == "not calibrated" and "softmax on short" in v.reason and "softmax on lm" not in v.reason
+    assert evaluate([replace(gap, calibration=(here,))], results)[0][1].verdict != "not calibrated"
+    assert [a.experiment for a in anchors_of([gap, gap])] == ["lm", "short"]
+
+
+def test_a_calibration_fails_for_training_only_once_the_baseline_has_its_planned_seeds():
+    results = add_runs({}, "lm", "softmax", [12.0, 12.1])
+    anchor = Anchor("lm", "softmax", "val_ppl", 10.0, 0.2)
+    assert failed_calibrations([anchor], results, lambda experiment, arm: 3) == {}  # a third seed may still come
+    add_runs(results, "lm", "softmax", [12.0, 12.1, 11.9])
+    failed = failed_calibrations([anchor], results, lambda experiment, arm: 3)
+    assert list(failed) == ["lm"] and "outside the tolerance" in failed["lm"]
+    [line] = calibration_lines([lower(calibration=(anchor,))], results, lambda experiment, arm: 3)
+    assert line.endswith("its other arms are not trained")
+    add_runs(results, "lm", "hJ", [11.0])
+    [line] = calibration_lines([lower(calibration=(anchor,))], results, lambda experiment, arm: 3)
+    assert line.endswith("the other arms trained before are shown, not judged")
 
 
 def test_a_mechanism_whose_ablation_moves_less_than_the_effect_is_not_engaged():
@@ -348,7 +389,7 @@ def test_engagement_and_calibration_lines_give_every_seed_and_every_anchor():
     add_runs(results, "lm", "hJ", [r["val_ppl"] * 1.5 for k, r in sorted(results["runs"].items())
                                   if k.startswith("lm/hJ/")], "ablated_ppl")
     claim = lower(paper=-1.0, relative=True, ablation="ablated_ppl",
-                  calibration=Anchor("lm", "softmax", "val_ppl", 10.0, 0.5))
+                  calibration=(Anchor("lm", "softmax", "val_ppl", 10.0, 0.5),))
     [line] = engagement_lines([claim, claim], results)  # one line per arm, however many claims check it
     assert line.startswith("- hJ on lm: removing its own component") and line.count("+50% (seed") == 3
     assert "(seed 2)" in line
@@ -357,6 +398,6 @@ def test_engagement_and_calibration_lines_give_every_seed_and_every_anchor():
 
 
 def test_a_claim_whose_calibration_has_no_run_yet_is_inconclusive():
-    claim = lower(paper=-1.0, calibration=Anchor("calibration", "softmax", "val_ppl", 10.0, 0.2))
+    claim = lower(paper=-1.0, calibration=(Anchor("calibration", "softmax", "val_ppl", 10.0, 0.2),))
     v = evaluate([claim], two_arms(-1.0, 0.05))[0][1]
     assert v.verdict == "inconclusive" and "the calibration is not measured yet" in v.reason

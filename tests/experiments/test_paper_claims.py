@@ -90,16 +90,18 @@ def effect_of(claim: Claim) -> float:
     return {"lower": -CLEAR, "higher": CLEAR, "equal": 0.0}[claim.direction]
 
 
-def base_of(claim: Claim) -> float:
-    """The baseline's value: the paper's own where the claim is calibrated against it, else BASE."""
-    return claim.calibration.paper / claim.calibration.scale if claim.calibration else BASE
+def base_of(claim: Claim, experiment: str) -> float:
+    """The baseline's value in an experiment: the paper's own where the claim is calibrated against it there, else
+    BASE."""
+    anchor = next((a for a in claim.calibration if a.experiment == experiment), None)
+    return anchor.paper / anchor.scale if anchor else BASE
 
 
 def moved(claim: Claim, delta: float) -> float:
     """The arm's value of the claim's quantity that gives Δ = delta against the baseline."""
     if claim.baseline is None:
         return (delta + claim.reference) / claim.scale
-    base = base_of(claim)
+    base = base_of(claim, claim.experiment)
     return base * (1 + delta / 100) if claim.relative else base + delta / claim.scale
 
 
@@ -109,8 +111,9 @@ def synthetic_results(suite: Suite, claim: Claim, delta: float) -> dict:
     runs = {}
     for experiment in (e for e in suite.experiments if e.name in experiments_of(claim)):
         for arm in experiment.arms:
+            base = base_of(claim, experiment.name)
             for seed, noise in enumerate(NOISE):
-                values = {key: 1.0 if key == denominator else base_of(claim) for key in metric_keys(experiment, arm)}
+                values = {key: 1.0 if key == denominator else base for key in metric_keys(experiment, arm)}
                 if (experiment.name, arm.label) == (claim.experiment, claim.arm):  # the contrast stays at Δ = 0
                     values[numerator] = moved(claim, delta + spread * noise)
                 runs[f"{experiment.name}/{arm.label}/{seed}"] = {"seconds": 1.0, **values}

@@ -9,7 +9,7 @@ from attnlab import checkpoint
 from attnlab.errors import ConfigError, UserError
 from attnlab.evaluate import whole_split_loss
 from attnlab.experiments import SUITES, get_suite, report, runner
-from attnlab.experiments.claims import Claim
+from attnlab.experiments.claims import Anchor, Claim
 from attnlab.experiments.metrics import get_metric, tokens_to_loss
 from attnlab.experiments.report import results_summary, update_readme, write_report
 from attnlab.experiments.runner import run_suite, sweep_key, training_extent
@@ -209,6 +209,27 @@ def test_a_model_is_measured_by_every_experiment_that_uses_it_as_soon_as_it_is_t
     run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=calls.append)
     keys = [c.split("] ")[1] for c in calls if c.startswith("[s]")]
     assert keys == ["ppl/softmax/0", "long/softmax/0", "ppl/sigmoid/0"]
+
+
+@pytest.mark.parametrize("tolerance", [1e9, 0.1], ids=["calibrated", "missed"])
+def test_a_baseline_trains_its_seeds_first_and_nothing_is_compared_with_one_that_misses(tolerance, tmp_path,
+                                                                                         monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    arms = [Arm("softmax", "demo"), Arm("sigmoid", "demo", ["model.mixer=sigmoid"])]
+    anchor = Anchor("lm", "softmax", "val_ppl", 1.0, tolerance)  # a perplexity of 1 is out of reach in 2 steps
+    claim = Claim("sigmoid beats softmax", "lm", "val_ppl", "sigmoid", "softmax", "lower", calibration=(anchor,))
+    suite = Suite("s", "s", [Experiment("lm", "lm", "val_ppl", arms, "softmax")], claims=[claim])
+    calls = []
+    results = run_suite(suite, tmp_path / "suite", seeds=2, extra=TINY, log=calls.append)
+    keys = [c.split("] ")[1] for c in calls if c.startswith("[s] lm/")]
+    report = write_report(suite, results, tmp_path / "suite").read_text()
+    assert "finished" in report  # the arms that are not trained are not runs left to do
+    if tolerance > 1:
+        assert keys == ["lm/softmax/0", "lm/softmax/1", "lm/sigmoid/0", "lm/sigmoid/1"]
+        return
+    assert keys == ["lm/softmax/0", "lm/softmax/1"]
+    assert any("the baseline is not the paper's" in c and "other arms are not trained" in c for c in calls)
+    assert "its other arms are not trained" in report and "**not calibrated**" in report
 
 
 @pytest.mark.parametrize("old_measured", [["niah", [1], []], None], ids=["old measurement", "no measured field"])

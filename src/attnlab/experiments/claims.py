@@ -30,10 +30,12 @@ byte-level BPE; 4.5 would make it smaller still), since a saving of ΔL nats per
 character. Both are shown; the verdict uses the converted one.
 
 **Before judging**, in this order:
-- *inconclusive* with fewer than {MIN_SEEDS} seeds (a spread from 2 seeds has one degree of freedom);
-- *not calibrated* if a baseline the tier runs under the paper's own protocol misses the paper's absolute number by
-  more than the stated tolerance: the protocol differs from the paper's in something that matters (*inconclusive*
-  while that baseline has no run);
+- *not calibrated*, however many seeds the claim has, if a baseline the tier runs under the paper's own protocol
+  (the claim's, and for "the gap grows" claims the second experiment's too) misses the paper's absolute number by
+  more than the stated tolerance: the protocol differs from the paper's in something that matters. The tier then
+  trains no other arm of that experiment once the baseline's planned seeds are in (calibration before comparison);
+- *inconclusive* with fewer than {MIN_SEEDS} seeds (a spread from 2 seeds has one degree of freedom), or while a
+  baseline to calibrate has no run;
 - *untestable here* if the paper's effect cannot occur on the metric given the baseline: an accuracy that would have
   to pass 100% (or fall below 0%), or a growth ratio that would have to fall below 1 (flatter than flat);
 - *mechanism not engaged* if removing the mechanism's own component at evaluation (its couplings, its step, its
@@ -121,7 +123,8 @@ class Claim:
     control: tuple[str, str, float] | None = None
     chars_per_token: float | None = None  # the paper's effect is per BPE token of this many characters; ours per one
     paper_scale: str | None = None  # the paper's model size ("60M"), shown beside ours
-    calibration: Anchor | None = None  # the baseline must first reproduce this number of the paper's
+    # the paper's numbers that the baselines must first reproduce: the claim's experiment's, and its contrast's
+    calibration: tuple[Anchor, ...] = ()
     bounds: tuple[float, float] | None = None  # the least and most the metric can be (accuracies: 0 and 1)
     ablation: str | None = None  # the results key of the metric with the mechanism's component removed
 
@@ -258,10 +261,11 @@ def evaluate(claims: list[Claim], results: dict) -> list[tuple[Claim, Verdict]]:
     judged = []
     for claim in claims:
         verdict = judge(paired_deltas(claim, results), claim)
-        if verdict.n >= MIN_SEEDS:
-            for check, word in ((uncalibrated, "inconclusive"), (not_calibrated, "not calibrated"),
-                                (untestable, "untestable here"), (not_engaged, "mechanism not engaged"),
-                                (not_learned, "inconclusive")):
+        if (reason := not_calibrated(claim, results)) is not None:  # whatever the claim's own seeds
+            verdict = replace(verdict, verdict="not calibrated", reason=reason)
+        elif verdict.n >= MIN_SEEDS:
+            for check, word in ((uncalibrated, "inconclusive"), (untestable, "untestable here"),
+                                (not_engaged, "mechanism not engaged"), (not_learned, "inconclusive")):
                 if (reason := check(claim, results)) is not None:
                     verdict = replace(verdict, verdict=word, reason=reason)
                     break
@@ -269,14 +273,19 @@ def evaluate(claims: list[Claim], results: dict) -> list[tuple[Claim, Verdict]]:
     return judged
 
 
-def calibration_lines(claims: list[Claim], results: dict) -> list[str]:
-    """Markdown bullets, one per number of the paper's that a baseline must reproduce: ours against it."""
-    anchors = list(dict.fromkeys(c.calibration for c in claims if c.calibration is not None))
+def calibration_lines(claims: list[Claim], results: dict, planned=None) -> list[str]:
+    """Markdown bullets, one per number of the paper's that a baseline must reproduce: ours against it, and where
+    it missed with all its planned seeds (planned(experiment, arm) -> seeds), that nothing is compared with it."""
+    failed = failed_calibrations(anchors_of(claims), results, planned) if planned else {}
     lines = []
-    for anchor in anchors:
+    for anchor in anchors_of(claims):
         held, line = anchor.check(results)
         word = {True: "calibrated", False: "**not calibrated**", None: "not yet run"}[held]
-        lines.append(f"- {word}: {line}")
+        others = {label for key in results["runs"] for name, label, _ in [split_key(key)]
+                  if name == anchor.experiment and label != anchor.arm}
+        after = "" if anchor.experiment not in failed else (
+            "; the other arms trained before are shown, not judged" if others else "; its other arms are not trained")
+        lines.append(f"- {word}: {line}{after}")
     return lines
 
 
@@ -306,19 +315,33 @@ def _arm_values(results: dict, experiment: str, arm: str, metric: str) -> list[f
 
 
 def uncalibrated(claim: Claim, results: dict) -> str | None:
-    """Why it is not known yet whether the claim's baseline reproduces the paper's number (None if it is known)."""
-    if claim.calibration is None:
-        return None
-    held, line = claim.calibration.check(results)
-    return None if held is not None else f"the calibration is not measured yet: {line}"
+    """Why it is not known yet whether the claim's baselines reproduce the paper's numbers (None if it is known)."""
+    lines = [line for held, line in (anchor.check(results) for anchor in claim.calibration) if held is None]
+    return f"the calibration is not measured yet: {'; '.join(lines)}" if lines else None
 
 
 def not_calibrated(claim: Claim, results: dict) -> str | None:
-    """Why the claim's baseline does not reproduce the paper's absolute number (None if it does, or has none)."""
-    if claim.calibration is None:
-        return None
-    held, line = claim.calibration.check(results)
-    return None if held is not False else f"the baseline is not the paper's: {line}"
+    """Why a baseline of the claim does not reproduce the paper's absolute number (None if all do, or it has none)."""
+    lines = [line for held, line in (anchor.check(results) for anchor in claim.calibration) if held is False]
+    return f"the baseline is not the paper's: {'; '.join(lines)}" if lines else None
+
+
+def anchors_of(claims: list[Claim]) -> list[Anchor]:
+    """Every number of the paper's that a baseline of these claims must first reproduce, once each."""
+    return list(dict.fromkeys(anchor for claim in claims for anchor in claim.calibration))
+
+
+def failed_calibrations(anchors: list[Anchor], results: dict, planned) -> dict[str, str]:
+    """experiment -> the calibration line of its baseline, for each experiment whose baseline has all its planned
+    seeds (planned(experiment, arm) -> seeds) and misses the paper's number: a comparison with that baseline
+    would not be the paper's, so its other arms are not trained."""
+    failed = {}
+    for anchor in anchors:
+        held, line = anchor.check(results)
+        measured = len(_arm_values(results, anchor.experiment, anchor.arm, anchor.metric))
+        if held is False and measured >= planned(anchor.experiment, anchor.arm):
+            failed[anchor.experiment] = line
+    return failed
 
 
 def untestable(claim: Claim, results: dict) -> str | None:
@@ -456,7 +479,9 @@ def verdict_table(claims: list[Claim], results: dict, planned_seeds=lambda claim
     for claim, v in evaluate(claims, results):
         statement = f"**{claim.statement}**" if claim.headline else claim.statement
         planned = planned_seeds(claim)
-        interim = f" (*interim*, {v.n} of {planned} planned seeds)" if planned and 0 < v.n < planned else ""
+        # a missed calibration is the baseline's, whose seeds the calibration lines give: nothing left to come
+        early = planned and 0 < v.n < planned and v.verdict != "not calibrated"
+        interim = f" (*interim*, {v.n} of {planned} planned seeds)" if early else ""
         cells = [f"{statement}{_scale_note(claim, results)} ({_what(claim)})", _paper_cell(claim), _ours_cell(claim, v),
                  f"**{v.verdict}**{interim}: {v.reason}", _power_cell(claim, v)]
         lines.append("| " + " | ".join(cells) + " |")

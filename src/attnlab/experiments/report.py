@@ -6,11 +6,19 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..plots import new_figure, save_figure
-from .claims import RULES, calibration_lines, engagement_lines, plot_claims, verdict_table
+from .claims import (
+    RULES,
+    anchors_of,
+    calibration_lines,
+    engagement_lines,
+    failed_calibrations,
+    plot_claims,
+    verdict_table,
+)
 from .metrics import get_metric
 from .runner import describe_setting, load_results, setting_of, superseded, sweep_key
 from .seeds_needed import settle_lines
-from .spec import Experiment, Suite, seed_count, split_key
+from .spec import Experiment, Suite, arm_seeds, seed_count, split_key
 from .stats import mean_std, paired_difference
 
 
@@ -167,10 +175,11 @@ def write_report(suite: Suite, results: dict, out_dir: str | Path) -> Path:
     if suite.provenance:
         lines += ["**Provenance of the equations.** " + " ".join(f"*{name}*: {text}" for name, text in
                                                                 suite.provenance.items()), ""]
-    calibration = calibration_lines(suite.claims, results)
+    calibration = calibration_lines(suite.claims, results, arm_seeds(suite, _seeds(suite, results)))
     if calibration:
         lines += ["## Calibration", "", "Before any comparison, the baseline must reproduce the paper's own number "
-                  "under the paper's protocol; a claim whose baseline does not is *not calibrated*.", "",
+                  "under the paper's protocol; a claim whose baseline does not is *not calibrated*, and once the "
+                  "baseline has all its seeds, the experiment's other arms are not trained.", "",
                   *calibration, ""]
     engagement = engagement_lines(suite.claims, results)
     if engagement:
@@ -332,11 +341,15 @@ def _seeds(suite: Suite, results: dict) -> int:
 
 
 def _progress(suite: Suite, results: dict) -> tuple[int, int]:
-    """(runs measured, runs the suite plans): every seed of every arm and every point of every sweep."""
+    """(runs measured, runs the suite plans): every seed of every arm and every point of every sweep, but the
+    arms compared with a baseline that missed its calibration (they are not trained) where they have no record."""
     seeds = _seeds(suite, results)
-    expected = {f"{e.name}/{a.label}/{s}" for e in suite.experiments for a in e.arms
-                for s in range(seed_count(e, a, seeds))}
-    expected |= {sweep_key(e.name, a.label, lr) for e in suite.experiments for a in e.arms for lr in e.lrs}
+    anchors = anchors_of(suite.claims)
+    failed = failed_calibrations(anchors, results, arm_seeds(suite, seeds))
+    trained = {split_key(key)[:2] for key in results["runs"]} | {(a.experiment, a.arm) for a in anchors}
+    arms = [(e, a) for e in suite.experiments for a in e.arms if e.name not in failed or (e.name, a.label) in trained]
+    expected = {f"{e.name}/{a.label}/{s}" for e, a in arms for s in range(seed_count(e, a, seeds))}
+    expected |= {sweep_key(e.name, a.label, lr) for e, a in arms for lr in e.lrs}
     return len(expected & set(results["runs"])), len(expected)
 
 

@@ -29,8 +29,9 @@ from ..inference import load_run
 from ..starting_point import as_fitted
 from ..train import train
 from ..typed import from_dict
+from .claims import anchors_of, failed_calibrations
 from .metrics import get_metric
-from .spec import Arm, Experiment, Suite, seed_count, split_key
+from .spec import Arm, Experiment, Suite, arm_seeds, seed_count, split_key
 
 
 def measure(experiment: Experiment, run_dir: Path) -> dict:
@@ -51,11 +52,34 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
                             extra, seeds=suite.seeds if only else seeds, partial=bool(only))
     runs = _SuiteRuns(suite, experiments, seeds, out, results, suite.quick if quick else (), scale, extra, log)
     for experiment in experiments:
-        lrs = {arm.label: _sweep(experiment, arm, runs.run) for arm in experiment.arms} if experiment.lrs else {}
+        lrs = {}  # a smoke run trains every arm: its few steps calibrate nothing
+        arms = experiment.arms if quick else _calibrate_first(suite, experiment, runs, seeds, lrs, log)
+        lrs |= {arm.label: _sweep(experiment, arm, runs.run) for arm in arms if arm.label not in lrs and experiment.lrs}
         for seed in range(min(seeds, experiment.seeds or seeds)):  # seed by seed: a stopped suite stays paired
-            for arm in (a for a in experiment.arms if seed < seed_count(experiment, a, seeds)):
+            for arm in (a for a in arms if seed < seed_count(experiment, a, seeds)):
                 runs.run(f"{experiment.name}/{arm.label}/{seed}", arm, experiment, seed, lrs.get(arm.label))
     return results
+
+
+def _calibrate_first(suite: Suite, experiment: Experiment, runs: _SuiteRuns, seeds: int, lrs: dict, log) -> list[Arm]:
+    """The experiment's arms left to train. Calibration before comparison: an arm that a claim's Anchor holds to
+    the paper's number trains all its seeds first (its sweep's rate into lrs), and if it then misses that number,
+    nothing is compared with it: no other arm of the experiment is trained."""
+    anchors = [a for a in anchors_of(suite.claims) if a.experiment == experiment.name]
+    baselines = [arm for arm in experiment.arms if arm.label in {a.arm for a in anchors}]
+    for arm in baselines:
+        if experiment.lrs:
+            lrs[arm.label] = _sweep(experiment, arm, runs.run)
+        for seed in range(seed_count(experiment, arm, seeds)):
+            runs.run(f"{experiment.name}/{arm.label}/{seed}", arm, experiment, seed, lrs.get(arm.label))
+    old = superseded(suite, runs.results)  # records of an earlier protocol do not calibrate this one
+    now = {**runs.results, "runs": {k: r for k, r in runs.results["runs"].items() if k not in old}}
+    failed = failed_calibrations(anchors, now, arm_seeds(suite, seeds))
+    if experiment.name not in failed:
+        return experiment.arms
+    log(f"[{suite.name}] {experiment.name}: the baseline is not the paper's ({failed[experiment.name]}), "
+        "so its other arms are not trained")
+    return baselines
 
 
 def _selected(suite: Suite, only: list[str], arms: list[str]) -> list[Experiment]:

@@ -72,6 +72,12 @@ def seed_count(experiment: Experiment, arm: Arm, seeds: int) -> int:
     return min(seeds, experiment.seeds or seeds, arm.seeds or seeds)
 
 
+def arm_seeds(suite: Suite, seeds: int):
+    """(experiment name, arm label) -> how many seeds that arm of the suite trains (0: no such arm)."""
+    counts = {(e.name, a.label): seed_count(e, a, seeds) for e in suite.experiments for a in e.arms}
+    return lambda experiment, arm: counts.get((experiment, arm), 0)
+
+
 def split_key(key: str) -> tuple[str, str, int | None]:
     """A results key "<experiment>/<arm>/<seed>" as (experiment, arm, seed); seed is None for a learning-rate
     sweep's "<experiment>/<arm>/lr=<lr>"."""

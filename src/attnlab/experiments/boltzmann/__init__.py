@@ -137,8 +137,6 @@ def suite(tier: str = "default") -> Suite:
     lm = lm_experiments(paper)
     experiments = [lm[0], couplings(lm[0]), lm[1], *bracket_experiments(paper, bracket_T)]  # the couplings are
     # measured as soon as their models exist
-    if paper:  # last: a labelled sensitivity run, shown beside the protocol's, for when J is not engaged by it
-        experiments.append(fast_couplings(lm[0]))
     return Suite(
         NAME,
         "Boltzmann attention" + (": the paper's protocol" if paper else " in miniature"),
@@ -220,18 +218,6 @@ def description(paper: bool) -> str:
     )
 
 
-SENSITIVITY_J_LR = 1e-3  # about 30x the paper's LR_J = 3e-5, which bounds how far Adam can move J per step
-
-
-def fast_couplings(lm: Experiment) -> Experiment:
-    """The T = 12 language model's softmax and h+J with J's learning rate raised: not the paper's protocol, a
-    sensitivity run (its softmax arm is the protocol's own model, measured again)."""
-    softmax, hj = (lm.arms[MODES.index(mode)] for mode in ("softmax", "h+J"))
-    fast = Arm("h+J", hj.preset, [*hj.overrides, f"model.mixer_options.boltzmann.j_lr={SENSITIVITY_J_LR}"])
-    return Experiment("lm-T12-fast-J", f"Sensitivity, not the paper's protocol: LR_J = {SENSITIVITY_J_LR:g}, T = 12",
-                      "val_ppl", [softmax, fast], "softmax", seeds=4)
-
-
 def annealing() -> Experiment:
     """Simulated quantum annealing against exact marginals at T = 6. Annealing costs about 50x exact
     enumeration per step, so both train a short run side by side."""
@@ -269,12 +255,7 @@ def claims(no_ffn_T: list[int], dqa: bool, calibrated: bool = False) -> list[Cla
         Claim("annealing trains as well as exact marginals (within 2%)", "dqa", "val_ppl", "dqa, 200 steps",
               "exact, 200 steps", "equal", relative(PAPER_DQA["dqa"], PAPER_DQA["exact"]), relative=True, margin=2.0),
     ] if dqa else []
-    sensitivity = [
-        Claim(f"sensitivity, LR_J = {SENSITIVITY_J_LR:g} (not the paper's): h+J beats softmax on the LM at T = 12",
-              "lm-T12-fast-J", "val_ppl", "h+J", "softmax", "lower", relative_gain(PAPER_LM[12], "h+J"), relative=True,
-              ablation=ABLATED, **anchors.of("lm-T12-fast-J", "val_ppl", PAPER_LM[12][0], PPL_TOLERANCE)),
-    ] if calibrated else []
-    return lm_claims(anchors) + bracket_claims(anchors, no_ffn_T) + annealing + couplings + sensitivity
+    return lm_claims(anchors) + bracket_claims(anchors, no_ffn_T) + annealing + couplings
 
 
 class Anchors:
@@ -283,52 +264,54 @@ class Anchors:
     def __init__(self, calibrated: bool):
         self.calibrated = calibrated
 
-    def of(self, experiment: str, metric: str, paper: float, tolerance: float, scale: float = 1.0) -> dict:
-        if not self.calibrated:
-            return {}
-        return {"calibration": Anchor(experiment, "softmax", metric, paper, tolerance, scale)}
+    def of(self, experiment: str, metric: str, paper: float, tolerance: float, scale: float = 1.0) -> tuple:
+        return (Anchor(experiment, "softmax", metric, paper, tolerance, scale),) if self.calibrated else ()
 
-    def lm(self, T: int) -> dict:
+    def lm(self, T: int) -> tuple:
         return self.of(f"lm-T{T}", "val_ppl", PAPER_LM[T][0], PPL_TOLERANCE)
 
-    def brackets(self, tag: str, T: int, table: dict) -> dict:
+    def brackets(self, tag: str, T: int, table: dict) -> tuple:
         return self.of(f"brackets{tag}-T{T}", "accuracy", table[T][0], ACCURACY_TOLERANCE, 100)
 
 
 def lm_claims(anchors: Anchors) -> list[Claim]:
     return [
         Claim(f"h+J beats softmax on the LM at T = {T}", f"lm-T{T}", "val_ppl", "h+J", "softmax", "lower",
-              relative_gain(PAPER_LM[T], "h+J"), relative=True, headline=T == 12, ablation=ABLATED, **anchors.lm(T))
+              relative_gain(PAPER_LM[T], "h+J"), relative=True, headline=T == 12, ablation=ABLATED,
+              calibration=anchors.lm(T))
         for T in (8, 12)
     ] + [
         Claim("the LM gain of h+J grows from T = 8 to T = 12", "lm-T12", "val_ppl", "h+J", "softmax", "lower",
               relative_gain(PAPER_LM[12], "h+J") - relative_gain(PAPER_LM[8], "h+J"), relative=True,
-              contrast="lm-T8", ablation=ABLATED, **anchors.lm(12)),
+              contrast="lm-T8", ablation=ABLATED, calibration=anchors.lm(12) + anchors.lm(8)),
         Claim("h-only is worse than softmax on the LM at T = 12", "lm-T12", "val_ppl", "h-only", "softmax", "higher",
-              relative_gain(PAPER_LM[12], "h-only"), relative=True, **anchors.lm(12)),
+              relative_gain(PAPER_LM[12], "h-only"), relative=True, calibration=anchors.lm(12)),
         Claim("J-only is worse than softmax on the LM at T = 12 (the paper: the worst of the four)", "lm-T12",
               "val_ppl", "j-only", "softmax", "higher", relative_gain(PAPER_LM[12], "j-only"), relative=True,
-              **anchors.lm(12)),
+              calibration=anchors.lm(12)),
     ]
 
 
 def bracket_claims(anchors: Anchors, no_ffn_T: list[int]) -> list[Claim]:
     brackets = [
         Claim(f"h+J beats softmax on brackets at T = {T}", f"brackets-T{T}", "accuracy", "h+J", "softmax", "higher",
-              points(PAPER_BRACKETS[T], "h+J"), scale=100, **anchors.brackets("", T, PAPER_BRACKETS))
+              points(PAPER_BRACKETS[T], "h+J"), scale=100,
+              calibration=anchors.brackets("", T, PAPER_BRACKETS))
         for T in (12, 16)
     ] + [
         Claim("h-only is below softmax on brackets at T = 16", "brackets-T16", "accuracy", "h-only", "softmax",
-              "lower", points(PAPER_BRACKETS[16], "h-only"), scale=100, **anchors.brackets("", 16, PAPER_BRACKETS)),
+              "lower", points(PAPER_BRACKETS[16], "h-only"), scale=100,
+              calibration=anchors.brackets("", 16, PAPER_BRACKETS)),
     ]
     for T in no_ffn_T:
         gain, with_ffn = points(PAPER_BRACKETS_NO_FFN[T], "h+J"), points(PAPER_BRACKETS[T], "h+J")
         no_ffn = anchors.brackets("-noffn", T, PAPER_BRACKETS_NO_FFN)
         brackets += [
             Claim(f"h+J beats softmax on brackets without the FFN at T = {T}", f"brackets-noffn-T{T}", "accuracy",
-                  "h+J", "softmax", "higher", gain, scale=100, **no_ffn),
+                  "h+J", "softmax", "higher", gain, scale=100, calibration=no_ffn),
             Claim(f"the bracket gain is larger without the FFN at T = {T}", f"brackets-noffn-T{T}", "accuracy",
-                  "h+J", "softmax", "higher", gain - with_ffn, scale=100, contrast=f"brackets-T{T}", **no_ffn),
+                  "h+J", "softmax", "higher", gain - with_ffn, scale=100, contrast=f"brackets-T{T}",
+                  calibration=no_ffn + anchors.brackets("", T, PAPER_BRACKETS)),
         ]
     return brackets
 
