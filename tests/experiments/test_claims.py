@@ -333,6 +333,8 @@ def test_a_missed_calibration_decides_whatever_the_claims_seeds():
     assert v.n == 0 and v.verdict == "not calibrated" and "off by +1" in v.reason
     held = lower(paper=-1.0, calibration=(Anchor("lm", "softmax", "val_ppl", 10.0, 0.2),))
     assert evaluate([held], results)[0][1].verdict == "inconclusive"  # no values, nothing known against the paper
+    [line] = engagement_lines([replace(missed, ablation="ablated_ppl")], results)
+    assert line == "- hJ on lm: not trained: the baseline is not calibrated"
     add_runs(results, "lm", "hJ", [9.5])  # one seed of the arm: not an interim verdict, the baseline decided it
     [row] = verdict_table([missed], results, lambda claim: 3)[2:]
     assert "**not calibrated**:" in row and "interim" not in row

@@ -44,6 +44,9 @@ def test_suite_runs_and_reports(name, tier, tmp_path, monkeypatch):
         assert all(claim.statement in report for claim in suite.claims)
     for experiment in suite.experiments:
         assert f"## {experiment.title}" in report
+        if experiment.component:  # a learned component's size opens the report, beside the ablations
+            assert report.index("## Is the mechanism used?") < report.index(f"### {experiment.title}")
+            assert report.index(f"### {experiment.title}") < report.index("## Verdicts")
         assert (tmp_path / "suite" / f"{experiment.name}.png").stat().st_size > 1000
         for arm in experiment.arms:
             assert f"| {arm.label} |" in report

@@ -301,7 +301,9 @@ def engagement_lines(claims: list[Claim], results: dict) -> list[str]:
         seeds = _seeds(results, [claim.experiment])
         moves = [(seed, move) for seed in seeds if (move := _ablation_move(claim, results, seed)) is not None]
         if not moves:
-            lines.append(f"- {claim.arm} on {claim.experiment}: not measured yet")
+            missed = not_calibrated(claim, results)
+            why = "not trained: the baseline is not calibrated" if missed else "not measured yet"
+            lines.append(f"- {claim.arm} on {claim.experiment}: {why}")
             continue
         per_seed = ", ".join(f"{_num(move, claim)} (seed {seed})" for seed, move in moves)
         lines.append(f"- {claim.arm} on {claim.experiment}: removing its own component at evaluation moves "

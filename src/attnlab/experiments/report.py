@@ -182,30 +182,39 @@ def write_report(suite: Suite, results: dict, out_dir: str | Path) -> Path:
                   "baseline has all its seeds, the experiment's other arms are not trained.", "",
                   *calibration, ""]
     engagement = engagement_lines(suite.claims, results)
-    if engagement:
+    components = [e for e in suite.experiments if e.component]
+    if engagement or components:
+        sizes = " Below it, the learned component's size, seed by seed, as the paper shows it." if components else ""
         lines += ["## Is the mechanism used?", "", "Each mechanism's own component removed at evaluation from the "
                   "trained model (Mixer.ablated); a claim whose effect is larger than this move is *mechanism not "
-                  "engaged*.", "", *engagement, ""]
+                  f"engaged*.{sizes}", "", *engagement, ""]
+        for experiment in components:
+            lines += experiment_section(experiment, results, out, "###")
     if suite.claims:
         figure = plot_claims(suite.claims, results, out / "claims.png")
         table = verdict_table(suite.claims, results, planned_seeds(suite, results))
         lines += ["## Verdicts", "", *table, "", f"![the claims]({figure.name})", "", *settle_lines(suite, results),
                   RULES, ""]
     for experiment in suite.experiments:
-        lines += [f"## {experiment.title}", ""]
-        if experiment.note:
-            lines += [experiment.note, ""]
-        lines += experiment_table(experiment, results)
-        lines += seed_table(experiment, results) if experiment.per_seed else []
-        lines += scoring_lines(experiment, results)
-        keys = _keys(results, experiment)
-        if keys:
-            figure = _plot(experiment, results, keys, out)
-            lines += ["", f"![{experiment.title}]({figure.name})"]
-        lines += ["", *training_table(experiment, results), ""]
+        lines += [] if experiment.component else experiment_section(experiment, results, out, "##")
     path = out / "report.md"
     path.write_text("\n".join(lines))
     return path
+
+
+def experiment_section(experiment: Experiment, results: dict, out: Path, heading: str) -> list[str]:
+    """Markdown lines of one experiment: its table (and every seed's values for a component), plot and steps."""
+    lines = [f"{heading} {experiment.title}", ""]
+    if experiment.note:
+        lines += [experiment.note, ""]
+    lines += experiment_table(experiment, results)
+    lines += seed_table(experiment, results) if experiment.component else []
+    lines += scoring_lines(experiment, results)
+    keys = _keys(results, experiment)
+    if keys:
+        figure = _plot(experiment, results, keys, out)
+        lines += ["", f"![{experiment.title}]({figure.name})"]
+    return [*lines, "", *training_table(experiment, results), ""]
 
 
 def describe_tier(results: dict) -> str:

@@ -48,7 +48,9 @@ class Experiment:
     # whose first seed reaches the lowest validation loss (sweep runs are kept under "<name>/<arm>/lr=<lr>")
     lengths: list[float] = field(default_factory=lambda: [1, 2, 3.5, 5])  # extrapolation: x training length
     target_losses: list[float] = field(default_factory=list)  # tokens_to_loss: training losses (nats) to reach
-    per_seed: bool = False  # the report also lists every seed's values (a learned profile, seed by seed)
+    # it measures the size of a mechanism's own learned component (a profile): the report shows it, with every
+    # seed's values, beside the ablations at evaluation under "Is the mechanism used?"
+    component: bool = False
 
 
 @dataclass

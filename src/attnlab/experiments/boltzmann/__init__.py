@@ -196,7 +196,7 @@ def couplings(lm: Experiment) -> Experiment:
         "h+J",
         {"h+J": "positive at distances 2–4, negative at 6 and beyond, the same in every seed (figure 2: its axis "
                 "spans about −0.6 to +0.4)"},
-        per_seed=True,
+        component=True,
     )
 
 
