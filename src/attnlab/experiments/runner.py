@@ -52,8 +52,8 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
                             extra, seeds=suite.seeds if only else seeds, partial=bool(only))
     runs = _SuiteRuns(suite, experiments, seeds, out, results, suite.quick if quick else (), scale, extra, log)
     for experiment in experiments:
-        lrs = {}  # a smoke run trains every arm: its few steps calibrate nothing
-        arms = experiment.arms if quick else _calibrate_first(suite, experiment, runs, seeds, lrs, log)
+        # a smoke run trains every arm: its few steps calibrate nothing
+        arms, lrs = (experiment.arms, {}) if quick else _calibrate_first(suite, experiment, runs, seeds, log)
         lrs |= {arm.label: _sweep(experiment, arm, runs.run) for arm in arms if arm.label not in lrs and experiment.lrs}
         for seed in range(min(seeds, experiment.seeds or seeds)):  # seed by seed: a stopped suite stays paired
             for arm in (a for a in arms if seed < seed_count(experiment, a, seeds)):
@@ -61,25 +61,27 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
     return results
 
 
-def _calibrate_first(suite: Suite, experiment: Experiment, runs: _SuiteRuns, seeds: int, lrs: dict, log) -> list[Arm]:
-    """The experiment's arms left to train. Calibration before comparison: an arm that a claim's Anchor holds to
-    the paper's number trains all its seeds first (its sweep's rate into lrs), and if it then misses that number,
-    nothing is compared with it: no other arm of the experiment is trained."""
+def _calibrate_first(suite: Suite, experiment: Experiment, runs: _SuiteRuns, seeds: int,
+                     log) -> tuple[list[Arm], dict]:
+    """(the experiment's arms to train, the learning rates swept so far). Calibration before comparison: an arm
+    that a claim's Anchor holds to the paper's number trains all its seeds first, and if it then misses that
+    number, nothing is compared with it: no other arm of the experiment is trained."""
     anchors = [a for a in anchors_of(suite.claims) if a.experiment == experiment.name]
+    if not anchors:
+        return experiment.arms, {}
     baselines = [arm for arm in experiment.arms if arm.label in {a.arm for a in anchors}]
+    lrs = {arm.label: _sweep(experiment, arm, runs.run) for arm in baselines} if experiment.lrs else {}
     for arm in baselines:
-        if experiment.lrs:
-            lrs[arm.label] = _sweep(experiment, arm, runs.run)
         for seed in range(seed_count(experiment, arm, seeds)):
             runs.run(f"{experiment.name}/{arm.label}/{seed}", arm, experiment, seed, lrs.get(arm.label))
     old = superseded(suite, runs.results)  # records of an earlier protocol do not calibrate this one
     now = {**runs.results, "runs": {k: r for k, r in runs.results["runs"].items() if k not in old}}
     failed = failed_calibrations(anchors, now, arm_seeds(suite, seeds))
     if experiment.name not in failed:
-        return experiment.arms
+        return experiment.arms, lrs
     log(f"[{suite.name}] {experiment.name}: the baseline is not the paper's ({failed[experiment.name]}), "
         "so its other arms are not trained")
-    return baselines
+    return baselines, lrs
 
 
 def _selected(suite: Suite, only: list[str], arms: list[str]) -> list[Experiment]:
