@@ -175,6 +175,18 @@ def test_a_learning_rate_sweep_trains_every_seed_at_the_rate_with_the_lowest_val
     assert "| softmax |" in report
 
 
+def test_a_sweep_whose_best_rate_is_at_its_edge_says_so():
+    arms = [Arm("softmax", "demo"), Arm("sigmoid", "demo")]
+    sweep = Experiment("lm", "lm", "val_ppl", arms, "softmax", lrs=[1e-3, 2e-3, 4e-3])
+    losses = {"softmax": [1.6, 1.5, 1.55], "sigmoid": [1.6, 1.5, 1.4]}  # the middle rate; the largest
+    results = {"runs": {sweep_key("lm", label, lr): {"best_val_loss": loss}
+                        for label, by_lr in losses.items() for lr, loss in zip(sweep.lrs, by_lr, strict=True)}}
+    lines = report.training_table(sweep, results)
+    assert "| sigmoid | 1.6 | 1.5 | **1.4** |" in lines
+    assert [line for line in lines if "edge" in line] == [
+        "At the sweep's edge: sigmoid (lr 0.004); a rate beyond it might train better."]
+
+
 def test_training_extent_reads_where_a_run_stopped_and_which_checkpoint_is_measured(tmp_path):
     log = tmp_path / "metrics.jsonl"
     records = [{"step": 2, "loss": 3.0}, {"step": 2, "val_loss": 2.5}, {"step": 4, "val_loss": 2.0},

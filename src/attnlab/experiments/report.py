@@ -240,12 +240,17 @@ def training_table(experiment: Experiment, results: dict) -> list[str]:
         lines += ["Learning-rate sweep (first seed; the lowest validation loss is chosen for every seed):", "",
                   "| arm | " + " | ".join(f"lr {lr:g}" for lr in experiment.lrs) + " |",
                   "|---|" + "---|" * len(experiment.lrs)]
+        edges = []
         for arm in experiment.arms:
             records = [results["runs"].get(sweep_key(experiment.name, arm.label, lr), {}) for lr in experiment.lrs]
             losses = [r.get("best_val_loss") for r in records]
             best = min((v for v in losses if v is not None), default=None)
             cells = ["–" if v is None else (f"**{v:.4g}**" if v == best else f"{v:.4g}") for v in losses]
             lines.append(f"| {arm.label} | " + " | ".join(cells) + " |")
+            if None not in losses and len(losses) > 2 and losses.index(best) in (0, len(losses) - 1):
+                edges.append(f"{arm.label} (lr {experiment.lrs[losses.index(best)]:g})")
+        if edges:  # the optimum may lie beyond the rates tried
+            lines += ["", f"At the sweep's edge: {', '.join(edges)}; a rate beyond it might train better."]
         lines.append("")
     stops = {arm.label: [results["runs"][f"{experiment.name}/{arm.label}/{seed}"]
                          for seed in _by_seed(results, experiment, arm.label, "seconds")] for arm in experiment.arms}
