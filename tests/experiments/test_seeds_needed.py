@@ -92,3 +92,10 @@ def test_a_cpu_sized_paper_protocol_is_named_not_costed_in_gpu_hours():
     text = settle_lines(toy_suite(claim, name="boltzmann"), results)[2]
     expected = "The paper's own protocol is CPU-sized: `attnlab reproduce boltzmann --tier paper --seeds "
     assert expected + f"{verdict.seeds_needed}`" in text
+
+
+def test_two_seeds_size_nothing_the_third_comes_first():
+    claim, results, verdict = open_claim(n=2)
+    assert verdict.seeds_needed is None  # a spread with one degree of freedom sizes no test
+    text = settle_lines(toy_suite(claim), results)[2]
+    assert "first the seeds a verdict needs (3; this run has 2)" in text and "more runs" not in text

@@ -245,12 +245,12 @@ def judge(deltas: list[float], claim: Claim) -> Verdict:
         reason = ("Δ is the same in every seed, so there is no spread to judge it by (a task at its floor or "
                   "ceiling, or a measure too coarse)")
         return Verdict(n, delta, delta, delta, "inconclusive", reason, nan, None)
+    if n < MIN_SEEDS:  # nor is the seed count sized from a spread with n - 1 degrees of freedom
+        return Verdict(n, delta, delta - half, delta + half, "inconclusive",
+                       f"{n} seeds: a verdict needs {MIN_SEEDS}", nan, None)
     equivalence = claim.direction == "equal"
     target = claim.margin if equivalence else claim.target
     needed = None if target is None else seeds_needed(sd, target, equivalence=equivalence)
-    if n < MIN_SEEDS:
-        return Verdict(n, delta, delta - half, delta + half, "inconclusive",
-                       f"{n} seeds: a verdict needs {MIN_SEEDS}", nan, needed)
     verdict, reason = _rule(claim, delta - half, delta + half)
     return Verdict(n, delta, delta - half, delta + half, verdict, reason,
                    detectable_effect(sd, n, equivalence=equivalence), needed)

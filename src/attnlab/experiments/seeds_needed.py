@@ -4,11 +4,10 @@ and at the paper's scale (the GPU-hours gpu.estimate gives the paper tier's expe
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from . import gpu
-from .claims import Claim, Verdict, evaluate, not_learned
+from .claims import MIN_SEEDS, Claim, Verdict, evaluate, not_learned
 from .runner import run_config, setting_of
 from .spec import Suite, split_key
 from .stats import MAX_SEEDS
@@ -55,10 +54,13 @@ def _settle(claim: Claim, verdict: Verdict, suite: Suite, results: dict) -> str:
 
 
 def _why_unsized(claim: Claim, verdict: Verdict) -> str:
-    if verdict.n >= 2 and math.isnan(verdict.detectable):  # no spread
+    if verdict.n >= 2 and verdict.low == verdict.high:  # no spread
         return ("Δ is the same in every seed, so the spread that sizes a test is unknown: the task must first "
                 "separate the arms (an easier setting or longer training where every arm sits at the floor, a "
                 "harder one at the ceiling, or a finer measure), then more seeds.")
+    if 2 <= verdict.n < MIN_SEEDS:
+        return (f"first the seeds a verdict needs ({MIN_SEEDS}; this run has {verdict.n}): the spread of "
+                f"{verdict.n} seeds has {verdict.n - 1} degree(s) of freedom, too few to size a test by.")
     if claim.paper is None and claim.direction != "equal":
         return "the paper gives no effect size to size a test for."
     return f"not yet sized: {verdict.reason}."
