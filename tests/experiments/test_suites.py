@@ -438,3 +438,19 @@ def test_a_metric_registered_outside_the_runner_measures_and_reports_like_the_bu
     unknown = Suite("s", "s", [Experiment("w", "widths", "widht", [Arm("softmax", "demo")], "softmax")])
     with pytest.raises(ConfigError, match=r"unknown metric 'widht'.*width"):
         run_suite(unknown, tmp_path / "other", seeds=1, extra=TINY, log=lambda *_: None)
+
+
+def test_runs_that_stop_early_but_end_at_their_cap_are_flagged_as_not_converged():
+    arms = [Arm("softmax", "demo", ["train.steps=300", "train.patience=3"]), Arm("fixed", "demo", ["train.steps=300"])]
+    experiment = Experiment("lm", "lm", "val_ppl", arms, "softmax")
+    runs = {"lm/softmax/0": {"steps": 300, "stopped_early": False, "seconds": 1.0},
+            "lm/softmax/1": {"steps": 200, "stopped_early": True, "seconds": 1.0},
+            "lm/fixed/0": {"steps": 300, "stopped_early": False, "seconds": 1.0}}  # fixed steps: by design
+    lines = report.training_table(experiment, {"suite": "toy", "runs": runs})
+    flagged = [line for line in lines if "Not converged" in line]
+    assert len(flagged) == 1 and "1 of 2 runs with early stopping reached their cap of 300 steps" in flagged[0]
+    runs["lm/softmax/0"] |= {"steps": 250, "stopped_early": True}
+    assert not any("Not converged" in line for line in report.training_table(experiment, {"suite": "t", "runs": runs}))
+    smoke = {"suite": "toy", "runs": {**runs, "lm/softmax/0": runs["lm/softmax/0"] | {"steps": 300,
+                                                                                       "stopped_early": False}}}
+    assert not any("Not converged" in line for line in report.training_table(experiment, smoke | {"quick": True}))

@@ -16,7 +16,7 @@ from .claims import (
     verdict_table,
 )
 from .metrics import get_metric
-from .runner import describe_setting, load_results, setting_of, superseded, sweep_key
+from .runner import describe_setting, load_results, run_config, setting_of, superseded, sweep_key
 from .seeds_needed import settle_lines
 from .spec import Experiment, Suite, arm_seeds, seed_count, split_key
 from .stats import mean_std, paired_difference
@@ -93,7 +93,8 @@ def experiment_table(experiment: Experiment, results: dict, columns: str = "all"
     keys = _keys(results, experiment)
     scale, unit = _scale(experiment)
     shown = keys if columns == "all" else keys[:1]
-    header = ["arm", *shown, f"Δ {keys[0]} vs {experiment.baseline}" if keys else "Δ"]
+    compared = len(experiment.arms) > 1  # a one-arm experiment has nothing to take a difference to
+    header = ["arm", *shown, *([f"Δ {keys[0]} vs {experiment.baseline}" if keys else "Δ"] if compared else [])]
     header += ["paper", "params"] if columns == "all" else []
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
 
@@ -107,7 +108,7 @@ def experiment_table(experiment: Experiment, results: dict, columns: str = "all"
             diff, half = (scale * x for x in paired_difference(first, base))
             interval = "" if half != half else f" [{diff - half:+.3g}, {diff + half:+.3g}]"
             cells.append(f"{diff:+.4g}{interval}{' pp' if unit else ''}")  # a difference of % is in points
-        else:
+        elif compared:
             cells.append("")
         if columns == "all":
             cells.append(experiment.paper.get(arm.label, ""))
@@ -259,7 +260,33 @@ def training_table(experiment: Experiment, results: dict) -> list[str]:
                   "early stopping keeps and which is measured; [resumed at] the checkpoint a run continued from after "
                   "an interrupt):", ""]
         lines += [f"- {label}: " + ", ".join(_extent(r) for r in runs) for label, runs in stops.items() if runs]
+        lines += _not_converged(experiment, results, stops)
     return lines
+
+
+def _not_converged(experiment: Experiment, results: dict, stops: dict[str, list[dict]]) -> list[str]:
+    """A line when runs that stop early ended at their step cap instead: validation loss was still improving
+    within the patience, so the values are those of models not trained to convergence (none for a smoke run,
+    or for arms trained for a fixed number of steps)."""
+    setting = setting_of(results)
+    if setting["quick"]:
+        return []
+    capped, counted, caps = 0, 0, set()
+    for arm in experiment.arms:
+        train = run_config(experiment, arm, 0, None, Path(), scale=setting["scale"]).train
+        runs = [r for r in stops[arm.label] if "steps" in r]
+        if not train.patience or not runs:
+            continue
+        counted += len(runs)
+        ended = [r for r in runs if not r.get("stopped_early") and r["steps"] >= train.steps]
+        capped += len(ended)
+        caps |= {train.steps} if ended else set()
+    if not capped:
+        return []
+    cap = " and ".join(f"{c:,}" for c in sorted(caps))
+    return ["", f"**Not converged:** {capped} of {counted} runs with early stopping reached their cap of {cap} steps "
+                "before it stopped them (validation loss was still improving within the patience): these are values "
+                "of models not trained to convergence, and a longer cap may change them."]
 
 
 def _extent(record: dict) -> str:
