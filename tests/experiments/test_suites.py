@@ -454,3 +454,12 @@ def test_runs_that_stop_early_but_end_at_their_cap_are_flagged_as_not_converged(
     smoke = {"suite": "toy", "runs": {**runs, "lm/softmax/0": runs["lm/softmax/0"] | {"steps": 300,
                                                                                        "stopped_early": False}}}
     assert not any("Not converged" in line for line in report.training_table(experiment, smoke | {"quick": True}))
+
+
+def test_a_sweep_not_run_yet_says_the_seeds_had_the_presets_rate():
+    sweep = Experiment("lm", "lm", "val_ppl", [Arm("softmax", "demo")], "softmax", lrs=[1e-3, 2e-3, 4e-3])
+    lines = report.training_table(sweep, {"suite": "toy", "runs": {"lm/softmax/0": {"val_ppl": 5.0}}})
+    assert lines[0].startswith("Learning-rate sweep (0.001, 0.002, 0.004): not run yet.")
+    assert not any(line.startswith("| arm |") for line in lines)  # no table of dashes
+    assert "preset's rate" in lines[0]
+    assert report.training_table(sweep, {"suite": "toy", "runs": {}})[0].endswith("not run yet.")  # nor any seed

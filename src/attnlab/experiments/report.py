@@ -237,7 +237,15 @@ def _command(suite: Suite, results: dict) -> str:
 def training_table(experiment: Experiment, results: dict) -> list[str]:
     """Where each arm's runs stopped, and for a learning-rate sweep what each rate reached on validation."""
     lines = []
-    if experiment.lrs:
+    swept = any(sweep_key(experiment.name, arm.label, lr) in results["runs"]
+                for arm in experiment.arms for lr in experiment.lrs)
+    if experiment.lrs and not swept:
+        seeds = any(split_key(key)[0] == experiment.name for key in results["runs"])
+        lines += [f"Learning-rate sweep ({', '.join(f'{lr:g}' for lr in experiment.lrs)}): not run yet."
+                  + (" The seeds above were trained at the preset's rate, the same for every arm; `attnlab "
+                     "reproduce` runs the sweep and trains again each arm whose best rate differs." if seeds else ""),
+                  ""]
+    elif experiment.lrs:
         lines += ["Learning-rate sweep (first seed; the lowest validation loss is chosen for every seed):", "",
                   "| arm | " + " | ".join(f"lr {lr:g}" for lr in experiment.lrs) + " |",
                   "|---|" + "---|" * len(experiment.lrs)]
