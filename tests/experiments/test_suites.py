@@ -7,7 +7,7 @@ import pytest
 
 from attnlab import checkpoint
 from attnlab.errors import ConfigError, UserError
-from attnlab.evaluate import whole_split_loss
+from attnlab.evaluate import perplexity_by_length, whole_split_loss
 from attnlab.experiments import SUITES, get_suite, report, runner
 from attnlab.experiments.claims import Anchor, Claim
 from attnlab.experiments.metrics import get_metric, tokens_to_loss
@@ -463,3 +463,18 @@ def test_a_sweep_not_run_yet_says_the_seeds_had_the_presets_rate():
     assert not any(line.startswith("| arm |") for line in lines)  # no table of dashes
     assert "preset's rate" in lines[0]
     assert report.training_table(sweep, {"suite": "toy", "runs": {}})[0].endswith("not run yet.")  # nor any seed
+
+
+def test_extrapolation_also_scores_the_training_length_without_the_mechanism(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    arms = [Arm("gla", "demo", ["model.mixer=gla"]), Arm("ccq-gla", "demo", ["model.mixer=ccq-gla"])]
+    suite = Suite("toy", "Toy", [Experiment("extrapolation", "x", "extrapolation", arms, "gla", lengths=[1, 2])])
+    results = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None)
+    gla, ccq = results["runs"]["extrapolation/gla/0"], results["runs"]["extrapolation/ccq-gla/0"]
+    assert ABLATED not in gla  # nothing of its own to remove
+    run = runner.load_run(tmp_path / "suite" / ccq["run"])
+    seq_len = run.config.train.seq_len
+    with run.model.ablated():
+        ablated = perplexity_by_length(run.model, run.corpus(), [seq_len], max_tokens=16_384)[seq_len]
+    assert ccq[ABLATED] == pytest.approx(ablated) and ccq[ABLATED] != ccq[f"ppl@{seq_len}"]
+    write_report(suite, results, tmp_path / "suite")  # the curve leaves the ablation out

@@ -97,13 +97,22 @@ def niah_accuracy(experiment: Experiment, run_dir: Path) -> dict:
 
 
 def extrapolation(experiment: Experiment, run_dir: Path) -> dict:
-    """Perplexity at multiples of the training length."""
+    """Perplexity at multiples of the training length, and at the training length with the mechanism's own
+    component removed where the model has one (on the same windows)."""
     from ..evaluate import perplexity_by_length
 
     run = _load(run_dir)
-    lengths = [int(run.config.train.seq_len * f) for f in experiment.lengths]
-    curve = perplexity_by_length(run.model, run.corpus(), lengths, max_tokens=16_384, device=run.device)
-    return {f"ppl@{length}": value for length, value in curve.items()}
+    seq_len = run.config.train.seq_len
+    lengths = [int(seq_len * f) for f in experiment.lengths]
+
+    def curve(at: list[int]) -> dict:
+        return perplexity_by_length(run.model, run.corpus(), at, max_tokens=16_384, device=run.device)
+
+    record = {f"ppl@{length}": value for length, value in curve(lengths).items()}
+    if run.model.ablates():
+        with run.model.ablated():
+            record[ABLATED] = curve([seq_len])[seq_len]
+    return record
 
 
 def sample_efficiency(experiment: Experiment, run_dir: Path) -> dict:

@@ -313,7 +313,7 @@ def _plot(experiment: Experiment, results: dict, keys: list[str], out: Path) -> 
     if curve is not None:  # a curve over the number after "@"
         for label in labels:
             points = [(int(k.split("@")[1]), scale * mean_std(_values(results, experiment, label, k))[0]) for k in keys
-                      if _values(results, experiment, label, k)]
+                      if "@" in k and _values(results, experiment, label, k)]  # not the ablation beside the curve
             if points:
                 ax.plot(*zip(*points, strict=True), marker="o", label=label)
         if curve.zero_line:

@@ -20,7 +20,7 @@ import sys
 from .. import gpu, recall
 from ..claims import CHARS_PER_TOKEN, Claim, relative
 from ..registry import register_suite
-from ..spec import CONVERGED_LM, QUICK, Arm, Experiment, Suite, sweep_around
+from ..spec import ABLATED, CONVERGED_LM, QUICK, Arm, Experiment, Suite, sweep_around
 from .bench import PAIRS
 
 PROVENANCE = {"CCQ": "from the paper's full text ([P]: the query correction q − λΣq and λ = σ(w·q + b)); the "
@@ -212,9 +212,11 @@ def extrapolation_claims(experiment: str, train: int, longest: int, headline: bo
     units = {"chars_per_token": CHARS_PER_TOKEN, "paper_scale": "1.3B"} if characters else {}
     return [
         Claim("CCQ-GLA lowers perplexity vs GLA at the training length", experiment, f"ppl@{train}", "ccq-gla", "gla",
-              "lower", relative(PAPER_WIKI["ccq-gla"], PAPER_WIKI["gla"]), relative=True, headline=headline, **units),
+              "lower", relative(PAPER_WIKI["ccq-gla"], PAPER_WIKI["gla"]), relative=True, headline=headline,
+              ablation=ABLATED, **units),
         Claim("CCQ-GDN is at parity with GDN at the training length", experiment, f"ppl@{train}", "ccq-gdn", "gdn",
-              "equal", relative(PAPER_WIKI["ccq-gdn"], PAPER_WIKI["gdn"]), relative=True, margin=SAME_PPL),
+              "equal", relative(PAPER_WIKI["ccq-gdn"], PAPER_WIKI["gdn"]), relative=True, margin=SAME_PPL,
+              ablation=ABLATED),
         *(Claim(f"{ccq.upper()} beats {backbone.upper()} at 5x the training length", experiment, f"ppl@{longest}",
                 ccq, backbone, "lower", relative=True) for backbone, ccq in PAIRS),
     ]
