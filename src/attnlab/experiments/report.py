@@ -236,31 +236,7 @@ def _command(suite: Suite, results: dict) -> str:
 
 def training_table(experiment: Experiment, results: dict) -> list[str]:
     """Where each arm's runs stopped, and for a learning-rate sweep what each rate reached on validation."""
-    lines = []
-    swept = any(sweep_key(experiment.name, arm.label, lr) in results["runs"]
-                for arm in experiment.arms for lr in experiment.lrs)
-    if experiment.lrs and not swept:
-        seeds = any(split_key(key)[0] == experiment.name for key in results["runs"])
-        lines += [f"Learning-rate sweep ({', '.join(f'{lr:g}' for lr in experiment.lrs)}): not run yet."
-                  + (" The seeds above were trained at the preset's rate, the same for every arm; `attnlab "
-                     "reproduce` runs the sweep and trains again each arm whose best rate differs." if seeds else ""),
-                  ""]
-    elif experiment.lrs:
-        lines += ["Learning-rate sweep (first seed; the lowest validation loss is chosen for every seed):", "",
-                  "| arm | " + " | ".join(f"lr {lr:g}" for lr in experiment.lrs) + " |",
-                  "|---|" + "---|" * len(experiment.lrs)]
-        edges = []
-        for arm in experiment.arms:
-            records = [results["runs"].get(sweep_key(experiment.name, arm.label, lr), {}) for lr in experiment.lrs]
-            losses = [r.get("best_val_loss") for r in records]
-            best = min((v for v in losses if v is not None), default=None)
-            cells = ["–" if v is None else (f"**{v:.4g}**" if v == best else f"{v:.4g}") for v in losses]
-            lines.append(f"| {arm.label} | " + " | ".join(cells) + " |")
-            if None not in losses and len(losses) > 2 and losses.index(best) in (0, len(losses) - 1):
-                edges.append(f"{arm.label} (lr {experiment.lrs[losses.index(best)]:g})")
-        if edges:  # the optimum may lie beyond the rates tried
-            lines += ["", f"At the sweep's edge: {', '.join(edges)}; a rate beyond it might train better."]
-        lines.append("")
+    lines = _sweep_lines(experiment, results) if experiment.lrs else []
     stops = {arm.label: [results["runs"][f"{experiment.name}/{arm.label}/{seed}"]
                          for seed in _by_seed(results, experiment, arm.label, "seconds")] for arm in experiment.arms}
     if any("steps" in r for runs in stops.values() for r in runs):
@@ -270,6 +246,32 @@ def training_table(experiment: Experiment, results: dict) -> list[str]:
         lines += [f"- {label}: " + ", ".join(_extent(r) for r in runs) for label, runs in stops.items() if runs]
         lines += _not_converged(experiment, results, stops)
     return lines
+
+
+def _sweep_lines(experiment: Experiment, results: dict) -> list[str]:
+    """The validation loss each arm reached at each rate of the sweep, naming the arms whose best rate lies at
+    its edge; or, before the sweep has run, that it has not."""
+    losses = {arm.label: [results["runs"].get(sweep_key(experiment.name, arm.label, lr), {}).get("best_val_loss")
+                          for lr in experiment.lrs] for arm in experiment.arms}
+    rates = ", ".join(f"{lr:g}" for lr in experiment.lrs)
+    if all(v is None for by_lr in losses.values() for v in by_lr):
+        seeds = any(split_key(key)[0] == experiment.name for key in results["runs"])
+        return [f"Learning-rate sweep ({rates}): not run yet." + (
+            " The seeds above were trained at the preset's rate, the same for every arm; `attnlab reproduce` runs "
+            "the sweep and trains again each arm whose best rate differs." if seeds else ""), ""]
+    lines = ["Learning-rate sweep (first seed; the lowest validation loss is chosen for every seed):", "",
+             "| arm | " + " | ".join(f"lr {lr:g}" for lr in experiment.lrs) + " |",
+             "|---|" + "---|" * len(experiment.lrs)]
+    edges = []
+    for label, by_lr in losses.items():
+        best = min((v for v in by_lr if v is not None), default=None)
+        cells = ["–" if v is None else (f"**{v:.4g}**" if v == best else f"{v:.4g}") for v in by_lr]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        if None not in by_lr and len(by_lr) > 2 and by_lr.index(best) in (0, len(by_lr) - 1):
+            edges.append(f"{label} (lr {experiment.lrs[by_lr.index(best)]:g})")
+    if edges:  # the optimum may lie beyond the rates tried
+        lines += ["", f"At the sweep's edge: {', '.join(edges)}; a rate beyond it might train better."]
+    return [*lines, ""]
 
 
 def _not_converged(experiment: Experiment, results: dict, stops: dict[str, list[dict]]) -> list[str]:
