@@ -15,6 +15,7 @@ from attnlab.experiments.report import results_summary, update_readme, write_rep
 from attnlab.experiments.runner import run_suite, sweep_key, training_extent
 from attnlab.experiments.spec import ABLATED, Arm, Experiment, Suite
 from attnlab.experiments.stats import mean_std, paired_difference
+from attnlab.train import train
 from helpers import Crash, crash_after_checkpoint
 
 README_START, README_END = "<!-- results: start -->", "<!-- results: end -->"
@@ -478,3 +479,32 @@ def test_extrapolation_also_scores_the_training_length_without_the_mechanism(tmp
         ablated = perplexity_by_length(run.model, run.corpus(), [seq_len], max_tokens=16_384)[seq_len]
     assert ccq[ABLATED] == pytest.approx(ablated) and ccq[ABLATED] != ccq[f"ppl@{seq_len}"]
     write_report(suite, results, tmp_path / "suite")  # the curve leaves the ablation out
+
+
+def test_an_experiment_on_anothers_sweep_measures_its_models_as_they_are_trained(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    arms = [Arm("softmax", "mqar"), Arm("sigmoid", "mqar", ["model.mixer=sigmoid"])]
+    swept = Experiment("mqar", "recall", "accuracy", arms, "softmax", lrs=[1e-5, 3e-3])
+    again = Experiment("again", "the same models", "accuracy", arms, "softmax", sweep_of="mqar")
+    suite = Suite("s", "s", [swept, again], seeds=2)
+    trained = []
+    monkeypatch.setattr(runner, "train", lambda cfg, **kw: trained.append(cfg.name) or train(cfg, **kw))
+    logged = []
+    results = run_suite(suite, tmp_path / "suite", extra=[*TINY, "train.steps=6"], log=logged.append)
+    runs, order = results["runs"], [line for line in logged if line.startswith("[s] ")]
+    assert order.index("[s] again/sigmoid/1") == order.index("[s] mqar/sigmoid/1") + 1  # at once, not later
+    assert len(trained) == len(set(trained)) == 6 and all(name.startswith("mqar-") for name in trained)
+    assert not any(key.startswith("again/") and "lr=" in key for key in runs)  # no sweep of its own
+    for label in ("softmax", "sigmoid"):
+        losses = {lr: runs[sweep_key("mqar", label, lr)]["best_val_loss"] for lr in swept.lrs}
+        best = min(losses, key=losses.get)
+        for seed in (0, 1):  # the sweep's choice, measured on the model trained once
+            assert runs[f"again/{label}/{seed}"]["config"] == runs[f"mqar/{label}/{seed}"]["config"]
+            assert f"-lr{best:g}-s{seed}" in runs[f"again/{label}/{seed}"]["run"]
+    assert runner.superseded(suite, results) == set()
+    losing = max(swept.lrs, key=lambda lr: runs[sweep_key("mqar", "softmax", lr)]["best_val_loss"])
+    key = sweep_key("mqar", "softmax", losing)
+    wrong = {**results, "runs": {**runs, key: {**runs[key], "best_val_loss": -1.0}}}  # now the other rate wins
+    assert {"again/softmax/0", "again/softmax/1"} <= runner.superseded(suite, wrong)
+    lines = write_report(suite, results, tmp_path / "suite").read_text()
+    assert "Learning rates: each arm's as the sweep of mqar chose it" in lines

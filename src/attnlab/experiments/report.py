@@ -237,6 +237,8 @@ def _command(suite: Suite, results: dict) -> str:
 def training_table(experiment: Experiment, results: dict) -> list[str]:
     """Where each arm's runs stopped, and for a learning-rate sweep what each rate reached on validation."""
     lines = _sweep_lines(experiment, results) if experiment.lrs else []
+    if experiment.sweep_of:
+        lines += [f"Learning rates: each arm's as the sweep of {experiment.sweep_of} chose it (the same models).", ""]
     stops = {arm.label: [results["runs"][f"{experiment.name}/{arm.label}/{seed}"]
                          for seed in _by_seed(results, experiment, arm.label, "seconds")] for arm in experiment.arms}
     if any("steps" in r for runs in stops.values() for r in runs):

@@ -31,7 +31,7 @@ from ..train import train
 from ..typed import from_dict
 from .claims import anchors_of, failed_calibrations
 from .metrics import get_metric
-from .spec import Arm, Experiment, Suite, arm_seeds, seed_count, split_key
+from .spec import Arm, Experiment, Suite, arm_seeds, seed_count, split_key, sweep_source
 
 
 def measure(experiment: Experiment, run_dir: Path) -> dict:
@@ -53,35 +53,33 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
     runs = _SuiteRuns(suite, experiments, seeds, out, results, suite.quick if quick else (), scale, extra, log)
     for experiment in experiments:
         # a smoke run trains every arm: its few steps calibrate nothing
-        arms, lrs = (experiment.arms, {}) if quick else _calibrate_first(suite, experiment, runs, seeds, log)
-        lrs |= {arm.label: _sweep(experiment, arm, runs.run) for arm in arms if arm.label not in lrs and experiment.lrs}
+        arms = experiment.arms if quick else _calibrate_first(suite, experiment, runs, seeds, log)
+        lrs = {arm.label: runs.rate(experiment, arm) for arm in arms}  # every arm's sweep before any seed
         for seed in range(min(seeds, experiment.seeds or seeds)):  # seed by seed: a stopped suite stays paired
             for arm in (a for a in arms if seed < seed_count(experiment, a, seeds)):
-                runs.run(f"{experiment.name}/{arm.label}/{seed}", arm, experiment, seed, lrs.get(arm.label))
+                runs.run(f"{experiment.name}/{arm.label}/{seed}", arm, experiment, seed, lrs[arm.label])
     return results
 
 
-def _calibrate_first(suite: Suite, experiment: Experiment, runs: _SuiteRuns, seeds: int,
-                     log) -> tuple[list[Arm], dict]:
-    """(the experiment's arms to train, the learning rates swept so far). Calibration before comparison: an arm
-    that a claim's Anchor holds to the paper's number trains all its seeds first, and if it then misses that
-    number, nothing is compared with it: no other arm of the experiment is trained."""
+def _calibrate_first(suite: Suite, experiment: Experiment, runs: _SuiteRuns, seeds: int, log) -> list[Arm]:
+    """The experiment's arms to train. Calibration before comparison: an arm that a claim's Anchor holds to the
+    paper's number trains all its seeds first, and if it then misses that number, nothing is compared with it:
+    no other arm of the experiment is trained."""
     anchors = [a for a in anchors_of(suite.claims) if a.experiment == experiment.name]
     if not anchors:
-        return experiment.arms, {}
+        return experiment.arms
     baselines = [arm for arm in experiment.arms if arm.label in {a.arm for a in anchors}]
-    lrs = {arm.label: _sweep(experiment, arm, runs.run) for arm in baselines} if experiment.lrs else {}
     for arm in baselines:
         for seed in range(seed_count(experiment, arm, seeds)):
-            runs.run(f"{experiment.name}/{arm.label}/{seed}", arm, experiment, seed, lrs.get(arm.label))
+            runs.run(f"{experiment.name}/{arm.label}/{seed}", arm, experiment, seed, runs.rate(experiment, arm))
     old = superseded(suite, runs.results)  # records of an earlier protocol do not calibrate this one
     now = {**runs.results, "runs": {k: r for k, r in runs.results["runs"].items() if k not in old}}
     failed = failed_calibrations(anchors, now, arm_seeds(suite, seeds))
     if experiment.name not in failed:
-        return experiment.arms, lrs
+        return experiment.arms
     log(f"[{suite.name}] {experiment.name}: the baseline is not the paper's ({failed[experiment.name]}), "
         "so its other arms are not trained")
-    return baselines, lrs
+    return baselines
 
 
 def _selected(suite: Suite, only: list[str], arms: list[str]) -> list[Experiment]:
@@ -128,18 +126,47 @@ class _SuiteRuns:
     def __init__(self, suite, experiments, seeds, out, results, quick, scale, extra, log):
         self.suite, self.out, self.results, self.log = suite, out, results, log
         self.settings = (out, quick, scale, extra)
-        # the runs of experiments without a sweep, so that a model is measured by every experiment that uses it
-        # as soon as it is trained (it may not be on disk when a later session resumes the suite)
-        self.plan = {f"{e.name}/{a.label}/{seed}": (e, a, seed) for e in experiments if not e.lrs
-                     for a in e.arms for seed in range(seed_count(e, a, seeds))}
+        # every run of the selected experiments, key -> (experiment, arm, seed, rate: a sweep's own; None for a
+        # seed, which trains at the rate its sweep chooses), so that a model is measured by every experiment that
+        # uses it as soon as it is trained (it may not be on disk when a later session resumes the suite)
+        self.plan = {}
+        for e in experiments:
+            for a in e.arms:
+                self.plan |= {sweep_key(e.name, a.label, lr): (e, a, 0, lr) for lr in e.lrs}
+                self.plan |= {f"{e.name}/{a.label}/{s}": (e, a, s, None) for s in range(seed_count(e, a, seeds))}
+        self.rates = {}  # (the name of the experiment that sweeps, arm label) -> the rate its sweep chose
         self.fingerprints = {}
 
     def config(self, experiment: Experiment, arm: Arm, seed: int, lr: float | None) -> RunConfig:
         return run_config(experiment, arm, seed, lr, *self.settings)
 
-    def planned_fingerprint(self, key: str) -> str:
+    def rate(self, experiment: Experiment, arm: Arm) -> float | None:
+        """The learning rate the arm's seeds train at: the one its sweep chooses (the sweep runs first where it
+        has not), None without a sweep (the preset's)."""
+        source = sweep_source(self.suite, experiment)
+        if source is None:
+            return None
+        if (source.name, arm.label) not in self.rates:
+            swept = next(a for a in source.arms if a.label == arm.label)
+            self.rates[source.name, arm.label] = _sweep(source, swept, self.run)
+        return self.rates[source.name, arm.label]
+
+    def planned(self, key: str) -> tuple[Experiment, Arm, int, float | None] | None:
+        """A planned run with its rate, None for the seed of a sweep that has not chosen yet."""
+        experiment, arm, seed, lr = self.plan[key]
+        source = sweep_source(self.suite, experiment)
+        if lr is None and source is not None:
+            lr = self.rates.get((source.name, arm.label))
+            if lr is None:
+                return None
+        return experiment, arm, seed, lr
+
+    def planned_fingerprint(self, key: str) -> str | None:
         if key not in self.fingerprints:
-            self.fingerprints[key] = _fingerprint(self.config(*self.plan[key], None))
+            planned = self.planned(key)
+            if planned is None:
+                return None
+            self.fingerprints[key] = _fingerprint(self.config(*planned))
         return self.fingerprints[key]
 
     def run(self, key: str, arm: Arm, experiment: Experiment, seed: int, lr: float | None = None) -> dict:
@@ -151,10 +178,11 @@ class _SuiteRuns:
             record = _train_and_measure(cfg, experiment, self.results, fingerprint, self.out, self.log)
             self.results["meta"]["finished"] = datetime.now().isoformat(timespec="minutes")
             _save_record(self.out / "results.json", self.results, key, record)
-        for other, (other_experiment, other_arm, other_seed) in self.plan.items():  # the same model elsewhere:
+        for other, (other_experiment, *_) in self.plan.items():  # the same model elsewhere: measure it now
             unmeasured = not _current(self.results["runs"].get(other, {}), fingerprint, other_experiment)
-            if unmeasured and self.planned_fingerprint(other) == fingerprint:  # measure it now
-                self.run(other, other_arm, other_experiment, other_seed)
+            if unmeasured and self.planned_fingerprint(other) == fingerprint:
+                other_experiment, other_arm, other_seed, other_lr = self.planned(other)
+                self.run(other, other_arm, other_experiment, other_seed, other_lr)
         return self.results["runs"][key]
 
 
@@ -187,10 +215,10 @@ def superseded(suite: Suite, results: dict) -> set[str]:
     quick, scale, extra = suite.quick if setting["quick"] else (), setting["scale"], results.get("extra", [])
     old = set()
     for experiment in suite.experiments:
-        lrs = {}
-        if experiment.lrs:
-            losses = {a.label: {lr: results["runs"].get(sweep_key(experiment.name, a.label, lr), {})
-                                .get("best_val_loss") for lr in experiment.lrs} for a in experiment.arms}
+        lrs, source = {}, sweep_source(suite, experiment)
+        if source is not None:
+            losses = {a.label: {lr: results["runs"].get(sweep_key(source.name, a.label, lr), {})
+                                .get("best_val_loss") for lr in source.lrs} for a in source.arms}
             if any(None in by_lr.values() for by_lr in losses.values()):
                 continue
             lrs = {label: min(by_lr, key=by_lr.get) for label, by_lr in losses.items()}

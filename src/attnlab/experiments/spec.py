@@ -46,6 +46,9 @@ class Experiment:
     seeds: int | None = None  # at most this many seeds (the costly experiments of a tier)
     lrs: list[float] = field(default_factory=list)  # a learning-rate sweep: each arm trains at the one of these
     # whose first seed reaches the lowest validation loss (sweep runs are kept under "<name>/<arm>/lr=<lr>")
+    # the experiment whose sweep chooses this one's rates: the same arms trained the same way, so the same models,
+    # measured again (its sweep runs are not measured by this experiment too)
+    sweep_of: str | None = None
     lengths: list[float] = field(default_factory=lambda: [1, 2, 3.5, 5])  # extrapolation: x training length
     target_losses: list[float] = field(default_factory=list)  # tokens_to_loss: training losses (nats) to reach
     # it measures the size of a mechanism's own learned component (a profile): the report shows it, with every
@@ -78,6 +81,14 @@ def arm_seeds(suite: Suite, seeds: int):
     """(experiment name, arm label) -> how many seeds that arm of the suite trains (0: no such arm)."""
     counts = {(e.name, a.label): seed_count(e, a, seeds) for e in suite.experiments for a in e.arms}
     return lambda experiment, arm: counts.get((experiment, arm), 0)
+
+
+def sweep_source(suite: Suite, experiment: Experiment) -> Experiment | None:
+    """The experiment whose learning-rate sweep sets this one's rates (itself, or the one it names), None if
+    its arms train at their presets' rates."""
+    if experiment.sweep_of is None:
+        return experiment if experiment.lrs else None
+    return next(e for e in suite.experiments if e.name == experiment.sweep_of)
 
 
 def split_key(key: str) -> tuple[str, str, int | None]:

@@ -127,7 +127,7 @@ def converged() -> Suite:
                       {label: f"{PAPER_CUBE[label]:g} (125M)" for label, _ in MIXERS},
                       lrs=sweep_around("interdomain-char"))
     extrapolation = Experiment("extrapolation", "Perplexity against context length (the converged models, trained "
-                               "at 128)", "extrapolation", arms, "softmax", lengths=[1, 2, 3.5], lrs=cube.lrs)
+                               "at 128)", "extrapolation", arms, "softmax", lengths=[1, 2, 3.5], sweep_of=cube.name)
     mqar = recall.mqar(["softmax", "interdomain", "s4d"])
     claims = [
         *cube_claims("cube", corners=False),
