@@ -378,6 +378,18 @@ def test_a_mechanism_whose_ablation_moves_less_than_the_effect_is_not_engaged():
     assert evaluate([claim], results)[0][1].verdict == "agrees"
 
 
+def test_parity_with_a_component_that_moves_less_than_the_margin_says_nothing_about_it():
+    results = two_arms(0.0, 0.01)  # hJ at parity with softmax
+    intact = [r["val_ppl"] for k, r in sorted(results["runs"].items()) if k.startswith("lm/hJ/")]
+    add_runs(results, "lm", "hJ", [v * 1.005 for v in intact], "ablated_ppl")  # removing it costs 0.5%
+    claim = Claim("h+J matches softmax", "lm", "val_ppl", "hJ", "softmax", "equal", paper=0.1, margin=1.0,
+                  relative=True, ablation="ablated_ppl")
+    v = evaluate([claim], results)[0][1]
+    assert v.verdict == "mechanism not engaged" and "less than the margin ±1%" in v.reason
+    add_runs(results, "lm", "hJ", [v * 1.05 for v in intact], "ablated_ppl")  # 5%: more than the paper's 0.1%
+    assert evaluate([claim], results)[0][1].verdict == "agrees"
+
+
 def test_every_verdict_word_is_produced_and_drawn(tmp_path):
     produced = set()
     for delta, sd in [(-1.0, 0.05), (1.0, 0.05), (0.0, 0.02), (-0.5, 2.0)]:

@@ -39,7 +39,8 @@ character. Both are shown; the verdict uses the converted one.
 - *untestable here* if the paper's effect cannot occur on the metric given the baseline: an accuracy that would have
   to pass 100% (or fall below 0%), or a growth ratio that would have to fall below 1 (flatter than flat);
 - *mechanism not engaged* if removing the mechanism's own component at evaluation (its couplings, its step, its
-  correction) moves the metric by less than the paper's effect: the trained model does not use it enough to show it;
+  correction) moves the metric by less than the paper's effect (an equal claim: less than its margin, so the arm
+  without the component would be at parity too): the trained model does not use it enough to show it;
 - *inconclusive* if the experiment's control arm (softmax attention on recall) did not learn the task, or if Δ is the
   same in every seed (no spread to judge it by).
 
@@ -365,18 +366,23 @@ def untestable(claim: Claim, results: dict) -> str | None:
 
 def not_engaged(claim: Claim, results: dict) -> str | None:
     """Why the trained arm does not use its mechanism enough to show the paper's effect: removing the component
-    at evaluation moves the metric by less than that effect (None if it moves it more, or was not measured)."""
-    if claim.ablation is None or claim.target is None:
+    at evaluation moves the metric by less than that effect (None if it moves it more, or was not measured). For
+    an equal claim the bar is its margin: a component that moves the metric less would leave the arm without it
+    at parity too, so parity would say nothing about the mechanism."""
+    equal = claim.direction == "equal"
+    bar = claim.margin if equal else claim.target
+    if claim.ablation is None or bar is None:
         return None
     moves = [d for seed in _seeds(results, [claim.experiment])
              if (d := _ablation_move(claim, results, seed)) is not None]
     if not moves:
         return None
     move = sum(moves) / len(moves)
-    if abs(move) >= abs(claim.target):
+    if abs(move) >= abs(bar):
         return None
+    than = f"the margin ±{_num(bar, claim).lstrip('+')}" if equal else f"the paper's {_num(bar, claim)}"
     return (f"removing {claim.arm}'s own component at evaluation moves {claim.metric} by {_num(move, claim)} "
-            f"(mean of {len(moves)} seeds), less than the paper's {_num(claim.target, claim)}")
+            f"(mean of {len(moves)} seeds), less than {than}")
 
 
 def _ablation_move(claim: Claim, results: dict, seed: int) -> float | None:
