@@ -8,7 +8,7 @@ import pytest
 from attnlab import checkpoint
 from attnlab.errors import ConfigError, UserError
 from attnlab.evaluate import perplexity_by_length, whole_split_loss
-from attnlab.experiments import SUITES, get_suite, report, runner
+from attnlab.experiments import SUITES, claims, get_suite, report, runner
 from attnlab.experiments.claims import Anchor, Claim
 from attnlab.experiments.metrics import get_metric, tokens_to_loss
 from attnlab.experiments.report import results_summary, update_readme, write_report
@@ -16,7 +16,7 @@ from attnlab.experiments.runner import run_suite, sweep_key, training_extent
 from attnlab.experiments.spec import ABLATED, Arm, Experiment, Suite
 from attnlab.experiments.stats import mean_std, paired_difference
 from attnlab.train import train
-from helpers import Crash, crash_after_checkpoint
+from helpers import Crash, crash_after_checkpoint, two_arms
 
 README_START, README_END = "<!-- results: start -->", "<!-- results: end -->"
 TINY = ["train.steps=2", "train.batch_size=2", "train.eval_batches=1", "train.eval_every=2", "train.ckpt_every=2",
@@ -455,6 +455,23 @@ def test_runs_that_stop_early_but_end_at_their_cap_are_flagged_as_not_converged(
     smoke = {"suite": "toy", "runs": {**runs, "lm/softmax/0": runs["lm/softmax/0"] | {"steps": 300,
                                                                                        "stopped_early": False}}}
     assert not any("Not converged" in line for line in report.training_table(experiment, smoke | {"quick": True}))
+
+
+def test_a_verdict_on_runs_that_ended_at_their_cap_is_marked_not_converged():
+    arms = [Arm("softmax", "demo", ["train.steps=300", "train.patience=3"]),
+            Arm("hJ", "demo", ["train.steps=300", "train.patience=3"])]
+    suite = Suite("toy", "Toy", [Experiment("lm", "lm", "val_ppl", arms, "softmax")])
+    claim = Claim("h+J beats softmax", "lm", "val_ppl", "hJ", "softmax", "lower", paper=-1.0)
+    results = two_arms(-1.0, 0.05, n=3)
+    for record in results["runs"].values():
+        record |= {"steps": 200, "stopped_early": True}
+
+    def row() -> str:
+        return claims.verdict_table([claim], results, not_converged=report.not_converged(suite, results))[2]
+
+    assert "**agrees**: " in row()  # every run stopped early
+    results["runs"]["lm/hJ/1"] |= {"steps": 300, "stopped_early": False}
+    assert "**agrees** (*not converged*, 1 of 6 runs at their cap of 300 steps): " in row()
 
 
 def test_a_sweep_not_run_yet_says_the_seeds_had_the_presets_rate():

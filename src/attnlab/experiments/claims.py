@@ -56,6 +56,10 @@ character. Both are shown; the verdict uses the converted one.
 seeds*: the tier fixes its seed count before the runs, and a verdict read as they come in may still change (adding
 seeds until an interval leaves 0 would overstate it).
 
+**Not converged.** A verdict whose runs (the claim's arm and baseline) stop early, but of which some ended at their
+step cap instead, is marked *not converged, k of n runs at their cap*: those models were still improving, and a longer
+cap may change the verdict.
+
 **Power.** "Detects ≥ d" is the smallest |effect| that a paired t-test on these seeds finds with 80% power at
 two-sided α = 0.05, from the observed standard deviation s of the Δs (exact, from the noncentral t distribution
 with n − 1 degrees of freedom and noncentrality d·√n / s; about (t₀.₉₇₅,ₙ₋₁ + t₀.₈₀,ₙ₋₁) · s / √n), given from
@@ -479,10 +483,12 @@ def _ours_cell(claim: Claim, v: Verdict) -> str:
     return f"{num(v.delta)} [{num(v.low)}, {num(v.high)}]"
 
 
-def verdict_table(claims: list[Claim], results: dict, planned_seeds=lambda claim: None) -> list[str]:
+def verdict_table(claims: list[Claim], results: dict, planned_seeds=lambda claim: None,
+                  not_converged=lambda claim: None) -> list[str]:
     """Markdown lines: one row per claim with the paper's effect (and in our units), ours with its 95% interval,
-    the verdict by RULES (interim while fewer seeds have values than `planned_seeds(claim)`) and the power of this
-    run. Headline claims are in bold."""
+    the verdict by RULES (interim while fewer seeds have values than `planned_seeds(claim)`; not converged where
+    `not_converged(claim)` says which runs ended at their cap) and the power of this run. Headline claims are in
+    bold."""
     lines = ["| claim | paper | ours (Δ, 95% interval) | verdict | power |", "|---|---|---|---|---|"]
     for claim, v in evaluate(claims, results):
         statement = f"**{claim.statement}**" if claim.headline else claim.statement
@@ -490,6 +496,8 @@ def verdict_table(claims: list[Claim], results: dict, planned_seeds=lambda claim
         # a missed calibration is the baseline's, whose seeds the calibration lines give: nothing left to come
         early = planned and 0 < v.n < planned and v.verdict != "not calibrated"
         interim = f" (*interim*, {v.n} of {planned} planned seeds)" if early else ""
+        capped = v.n and v.verdict != "not calibrated" and not_converged(claim)
+        interim += f" (*not converged*, {capped})" if capped else ""
         cells = [f"{statement}{_scale_note(claim, results)} ({_what(claim)})", _paper_cell(claim), _ours_cell(claim, v),
                  f"**{v.verdict}**{interim}: {v.reason}", _power_cell(claim, v)]
         lines.append("| " + " | ".join(cells) + " |")

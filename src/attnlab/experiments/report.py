@@ -193,7 +193,7 @@ def write_report(suite: Suite, results: dict, out_dir: str | Path) -> Path:
             lines += experiment_section(experiment, results, out, "###")
     if suite.claims:
         figure = plot_claims(suite.claims, results, out / "claims.png")
-        table = verdict_table(suite.claims, results, planned_seeds(suite, results))
+        table = verdict_table(suite.claims, results, planned_seeds(suite, results), not_converged(suite, results))
         lines += ["## Verdicts", "", *table, "", f"![the claims]({figure.name})", "", *settle_lines(suite, results),
                   RULES, ""]
     for experiment in suite.experiments:
@@ -246,7 +246,7 @@ def training_table(experiment: Experiment, results: dict) -> list[str]:
                   "early stopping keeps and which is measured; [resumed at] the checkpoint a run continued from after "
                   "an interrupt):", ""]
         lines += [f"- {label}: " + ", ".join(_extent(r) for r in runs) for label, runs in stops.items() if runs]
-        lines += _not_converged(experiment, results, stops)
+        lines += _not_converged(experiment, results)
     return lines
 
 
@@ -276,29 +276,52 @@ def _sweep_lines(experiment: Experiment, results: dict) -> list[str]:
     return [*lines, ""]
 
 
-def _not_converged(experiment: Experiment, results: dict, stops: dict[str, list[dict]]) -> list[str]:
+def _not_converged(experiment: Experiment, results: dict) -> list[str]:
     """A line when runs that stop early ended at their step cap instead: validation loss was still improving
-    within the patience, so the values are those of models not trained to convergence (none for a smoke run,
-    or for arms trained for a fixed number of steps)."""
-    setting = setting_of(results)
-    if setting["quick"]:
-        return []
-    capped, counted, caps = 0, 0, set()
-    for arm in experiment.arms:
-        train = run_config(experiment, arm, 0, None, Path(), scale=setting["scale"]).train
-        runs = [r for r in stops[arm.label] if "steps" in r]
-        if not train.patience or not runs:
-            continue
-        counted += len(runs)
-        ended = [r for r in runs if not r.get("stopped_early") and r["steps"] >= train.steps]
-        capped += len(ended)
-        caps |= {train.steps} if ended else set()
+    within the patience, so the values are those of models not trained to convergence."""
+    capped, counted, caps = _capped(experiment, results, {arm.label for arm in experiment.arms})
     if not capped:
         return []
-    cap = " and ".join(f"{c:,}" for c in sorted(caps))
-    return ["", f"**Not converged:** {capped} of {counted} runs with early stopping reached their cap of {cap} steps "
-                "before it stopped them (validation loss was still improving within the patience): these are values "
-                "of models not trained to convergence, and a longer cap may change them."]
+    return ["", f"**Not converged:** {capped} of {counted} runs with early stopping reached their cap of {_caps(caps)} "
+                "steps before it stopped them (validation loss was still improving within the patience): these are "
+                "values of models not trained to convergence, and a longer cap may change them."]
+
+
+def _capped(experiment: Experiment, results: dict, labels: set[str]) -> tuple[int, int, set[int]]:
+    """Of the given arms' runs that stop early: how many ended at their step cap instead, how many there are, and
+    those caps (none for a smoke run, or for arms trained for a fixed number of steps)."""
+    setting = setting_of(results)
+    capped, counted, caps = 0, 0, set()
+    if setting["quick"]:
+        return capped, counted, caps
+    for arm in (arm for arm in experiment.arms if arm.label in labels):
+        train = run_config(experiment, arm, 0, None, Path(), scale=setting["scale"]).train
+        runs = [results["runs"][f"{experiment.name}/{arm.label}/{seed}"]
+                for seed in _by_seed(results, experiment, arm.label, "steps")]
+        if not train.patience or not runs:
+            continue
+        ended = [r for r in runs if not r.get("stopped_early") and r["steps"] >= train.steps]
+        capped, counted = capped + len(ended), counted + len(runs)
+        caps |= {train.steps} if ended else set()
+    return capped, counted, caps
+
+
+def _caps(caps: set[int]) -> str:
+    return " and ".join(f"{c:,}" for c in sorted(caps))
+
+
+def not_converged(suite: Suite, results: dict):
+    """claim -> which of its runs (arm and baseline, in its experiments) ended at their step cap, or None."""
+    experiments = {e.name: e for e in suite.experiments}
+
+    def which(claim) -> str | None:
+        capped, counted, caps = 0, 0, set()
+        for experiment in filter(None, map(experiments.get, (claim.experiment, claim.contrast))):
+            c, n, k = _capped(experiment, results, {claim.arm, claim.baseline})
+            capped, counted, caps = capped + c, counted + n, caps | k
+        return f"{capped} of {counted} runs at their cap of {_caps(caps)} steps" if capped else None
+
+    return which
 
 
 def _extent(record: dict) -> str:
@@ -368,7 +391,8 @@ def results_summary(root: str | Path) -> str:
                   f"Full report: [{path.parent.as_posix()}/report.md]({path.parent.as_posix()}/report.md).", "",
                   *left_out]
         if suite.claims:
-            lines += [*verdict_table(suite.claims, results, planned_seeds(suite, results)), ""]
+            table = verdict_table(suite.claims, results, planned_seeds(suite, results), not_converged(suite, results))
+            lines += [*table, ""]
             continue
         for experiment in suite.experiments:
             lines += [f"**{experiment.title}**", "", *experiment_table(experiment, results, columns="main"), ""]
