@@ -495,11 +495,11 @@ def verdict_table(claims: list[Claim], results: dict, planned_seeds=lambda claim
         planned = planned_seeds(claim)
         # a missed calibration is the baseline's, whose seeds the calibration lines give: nothing left to come
         early = planned and 0 < v.n < planned and v.verdict != "not calibrated"
-        interim = f" (*interim*, {v.n} of {planned} planned seeds)" if early else ""
         capped = v.n and v.verdict != "not calibrated" and not_converged(claim)
-        interim += f" (*not converged*, {capped})" if capped else ""
+        marks = (f" (*interim*, {v.n} of {planned} planned seeds)" if early else "") + (
+            f" (*not converged*, {capped})" if capped else "")
         cells = [f"{statement}{_scale_note(claim, results)} ({_what(claim)})", _paper_cell(claim), _ours_cell(claim, v),
-                 f"**{v.verdict}**{interim}: {v.reason}", _power_cell(claim, v)]
+                 f"**{v.verdict}**{marks}: {v.reason}", _power_cell(claim, v)]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
