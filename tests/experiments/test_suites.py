@@ -1,6 +1,7 @@
 """Every suite runs end to end in a reduced form and writes a report with all its tables and plots."""
 
 import json
+import math
 import shutil
 
 import pytest
@@ -13,7 +14,7 @@ from attnlab.experiments.claims import Anchor, Claim
 from attnlab.experiments.metrics import get_metric, tokens_to_loss
 from attnlab.experiments.report import results_summary, update_readme, write_report
 from attnlab.experiments.runner import run_suite, sweep_key, training_extent
-from attnlab.experiments.spec import ABLATED, Arm, Experiment, Suite
+from attnlab.experiments.spec import ABLATED, Arm, Experiment, Suite, sweep_rates
 from attnlab.experiments.stats import mean_std, paired_difference
 from attnlab.train import train
 from helpers import Crash, crash_after_checkpoint, two_arms
@@ -176,16 +177,46 @@ def test_a_learning_rate_sweep_trains_every_seed_at_the_rate_with_the_lowest_val
     assert "| softmax |" in report
 
 
-def test_a_sweep_whose_best_rate_is_at_its_edge_says_so():
+def test_a_sweep_goes_on_past_an_edge_that_wins_and_says_where_it_stopped_there():
     arms = [Arm("softmax", "demo"), Arm("sigmoid", "demo")]
     sweep = Experiment("lm", "lm", "val_ppl", arms, "softmax", lrs=[1e-3, 2e-3, 4e-3])
     losses = {"softmax": [1.6, 1.5, 1.55], "sigmoid": [1.6, 1.5, 1.4]}  # the middle rate; the largest
-    results = {"runs": {sweep_key("lm", label, lr): {"best_val_loss": loss}
-                        for label, by_lr in losses.items() for lr, loss in zip(sweep.lrs, by_lr, strict=True)}}
+    results = {"suite": "toy", "runs": {sweep_key("lm", label, lr): {"best_val_loss": loss}
+                                        for label, by_lr in losses.items()
+                                        for lr, loss in zip(sweep.lrs, by_lr, strict=True)}}
     lines = report.training_table(sweep, results)
-    assert "| sigmoid | 1.6 | 1.5 | **1.4** |" in lines
-    assert [line for line in lines if "edge" in line] == [
-        "At the sweep's edge: sigmoid (lr 0.004); a rate beyond it might train better."]
+    assert "| sigmoid | 1.6 | 1.5 | **1.4** | – |" in lines and "| softmax | 1.6 | **1.5** | 1.55 | – |" in lines
+    assert "The sweep goes on: sigmoid (lr 0.008), not run yet" in "\n".join(lines)
+    assert not any("edge:" in line for line in lines)
+    results["runs"] |= {sweep_key("lm", "sigmoid", lr): {"best_val_loss": loss} for lr, loss in [(8e-3, 1.35),
+                                                                                                   (1.6e-2, 1.3)]}
+    lines = report.training_table(sweep, results)  # two rates added, the last still the best: it stops there
+    assert "| sigmoid | 1.6 | 1.5 | 1.4 | 1.35 | **1.3** |" in lines
+    assert [line for line in lines if "edge:" in line] == [
+        "At the sweep's edge: sigmoid (lr 0.016); a rate beyond it might train better."]
+    assert not any("goes on:" in line for line in lines)
+
+
+def test_sweep_rates_extend_the_grid_past_a_winning_edge_and_no_further_than_they_know():
+    grid = [1e-3, 2e-3, 4e-3]
+    assert sweep_rates(grid, {1e-3: 2.0, 2e-3: 1.0, 4e-3: 2.0}.get) == grid  # the optimum inside: as it is
+    assert sweep_rates(grid, {1e-3: 1.0, 2e-3: 2.0, 4e-3: 3.0}.get) == [5e-4, *grid]  # its loss not known yet
+    assert sweep_rates(grid, lambda lr: lr) == [2.5e-4, 5e-4, *grid]  # the lowest keeps winning: two at most
+    assert sweep_rates([1e-3, 3e-3, 1e-2], lambda lr: -lr) == [1e-3, 3e-3, 1e-2, 0.032, 0.1]  # its own step
+    assert sweep_rates([1e-5, 3e-3], lambda lr: lr) == [1e-5, 3e-3]  # two rates have no inside
+    assert sweep_rates(grid, lambda lr: lr, extend=False) == grid  # a smoke run's losses choose nothing
+
+
+def test_the_runner_trains_the_rates_a_sweep_adds_and_chooses_among_all():
+    sweep = Experiment("lm", "lm", "val_ppl", [Arm("softmax", "demo")], "softmax", lrs=[1e-3, 2e-3, 4e-3])
+    trained = []
+
+    def run(key, arm, experiment, seed, lr):  # the validation loss is least near lr = 0.01
+        trained.append(key)
+        return {"best_val_loss": math.log(lr / 1e-2) ** 2}
+
+    assert runner._sweep(sweep, sweep.arms[0], run, extend=True) == 8e-3
+    assert trained == [sweep_key("lm", "softmax", lr) for lr in (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2)]
 
 
 def test_training_extent_reads_where_a_run_stopped_and_which_checkpoint_is_measured(tmp_path):
@@ -467,7 +498,7 @@ def test_a_verdict_on_runs_that_ended_at_their_cap_is_marked_not_converged():
         record |= {"steps": 200, "stopped_early": True}
 
     def row() -> str:
-        return claims.verdict_table([claim], results, not_converged=report.not_converged(suite, results))[2]
+        return claims.verdict_table([claim], results, caveats=report.caveats(suite, results))[2]
 
     assert "**agrees**: " in row()  # every run stopped early
     results["runs"]["lm/hJ/1"] |= {"steps": 300, "stopped_early": False}

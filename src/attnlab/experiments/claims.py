@@ -56,9 +56,10 @@ character. Both are shown; the verdict uses the converted one.
 seeds*: the tier fixes its seed count before the runs, and a verdict read as they come in may still change (adding
 seeds until an interval leaves 0 would overstate it).
 
-**Not converged.** A verdict whose runs (the claim's arm and baseline) stop early, but of which some ended at their
-step cap instead, is marked *not converged, k of n runs at their cap*: those models were still improving, and a longer
-cap may change the verdict.
+**Not converged; sweep going on.** A verdict whose runs (the claim's arm and baseline) stop early, but of which some
+ended at their step cap instead, is marked *not converged, k of n runs at their cap*: those models were still
+improving, and a longer cap may change the verdict. One whose arm or baseline trains at the best rate of a sweep that
+has not finished (its best rate lay at an edge, and the rate beyond it has not run) is marked *sweep going on*.
 
 **Power.** "Detects ≥ d" is the smallest |effect| that a paired t-test on these seeds finds with 80% power at
 two-sided α = 0.05, from the observed standard deviation s of the Δs (exact, from the noncentral t distribution
@@ -484,22 +485,20 @@ def _ours_cell(claim: Claim, v: Verdict) -> str:
 
 
 def verdict_table(claims: list[Claim], results: dict, planned_seeds=lambda claim: None,
-                  not_converged=lambda claim: None) -> list[str]:
+                  caveats=lambda claim: []) -> list[str]:
     """Markdown lines: one row per claim with the paper's effect (and in our units), ours with its 95% interval,
-    the verdict by RULES (interim while fewer seeds have values than `planned_seeds(claim)`; not converged where
-    `not_converged(claim)` says which runs ended at their cap) and the power of this run. Headline claims are in
-    bold."""
+    the verdict by RULES (interim while fewer seeds have values than `planned_seeds(claim)`, with `caveats(claim)`
+    about the runs behind it: "*not converged*, ...") and the power of this run. Headline claims are in bold."""
     lines = ["| claim | paper | ours (Δ, 95% interval) | verdict | power |", "|---|---|---|---|---|"]
     for claim, v in evaluate(claims, results):
         statement = f"**{claim.statement}**" if claim.headline else claim.statement
         planned = planned_seeds(claim)
         # a missed calibration is the baseline's, whose seeds the calibration lines give: nothing left to come
-        early = planned and 0 < v.n < planned and v.verdict != "not calibrated"
-        capped = v.n and v.verdict != "not calibrated" and not_converged(claim)
-        marks = (f" (*interim*, {v.n} of {planned} planned seeds)" if early else "") + (
-            f" (*not converged*, {capped})" if capped else "")
+        judged = v.n and v.verdict != "not calibrated"
+        marks = [f"*interim*, {v.n} of {planned} planned seeds"] if judged and planned and v.n < planned else []
+        marks += caveats(claim) if judged else []
         cells = [f"{statement}{_scale_note(claim, results)} ({_what(claim)})", _paper_cell(claim), _ours_cell(claim, v),
-                 f"**{v.verdict}**{marks}: {v.reason}", _power_cell(claim, v)]
+                 f"**{v.verdict}**{''.join(f' ({m})' for m in marks)}: {v.reason}", _power_cell(claim, v)]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 

@@ -16,9 +16,9 @@ from .claims import (
     verdict_table,
 )
 from .metrics import get_metric
-from .runner import describe_setting, load_results, run_config, setting_of, superseded, sweep_key
+from .runner import describe_setting, load_results, run_config, setting_of, superseded, sweep_key, swept_losses
 from .seeds_needed import settle_lines
-from .spec import Experiment, Suite, arm_seeds, seed_count, split_key
+from .spec import SWEEP_EXTENSIONS, Experiment, Suite, arm_seeds, seed_count, split_key, sweep_source
 from .stats import mean_std, paired_difference
 
 
@@ -193,7 +193,7 @@ def write_report(suite: Suite, results: dict, out_dir: str | Path) -> Path:
             lines += experiment_section(experiment, results, out, "###")
     if suite.claims:
         figure = plot_claims(suite.claims, results, out / "claims.png")
-        table = verdict_table(suite.claims, results, planned_seeds(suite, results), not_converged(suite, results))
+        table = verdict_table(suite.claims, results, planned_seeds(suite, results), caveats(suite, results))
         lines += ["## Verdicts", "", *table, "", f"![the claims]({figure.name})", "", *settle_lines(suite, results),
                   RULES, ""]
     for experiment in suite.experiments:
@@ -251,26 +251,37 @@ def training_table(experiment: Experiment, results: dict) -> list[str]:
 
 
 def _sweep_lines(experiment: Experiment, results: dict) -> list[str]:
-    """The validation loss each arm reached at each rate of the sweep, naming the arms whose best rate lies at
-    its edge; or, before the sweep has run, that it has not."""
-    losses = {arm.label: [results["runs"].get(sweep_key(experiment.name, arm.label, lr), {}).get("best_val_loss")
-                          for lr in experiment.lrs] for arm in experiment.arms}
-    rates = ", ".join(f"{lr:g}" for lr in experiment.lrs)
-    if all(v is None for by_lr in losses.values() for v in by_lr):
+    """The validation loss each arm reached at each rate of its sweep (the grid, and the rates added past an edge
+    that won), naming the arms whose sweep goes on and those whose best rate stays at its edge; or, before the
+    sweep has run, that it has not."""
+    losses = {arm.label: swept_losses(results, experiment, arm.label) for arm in experiment.arms}
+    grid = ", ".join(f"{lr:g}" for lr in sorted(experiment.lrs))
+    if all(v is None for by_lr in losses.values() for v in by_lr.values()):
         seeds = any(split_key(key)[0] == experiment.name for key in results["runs"])
-        return [f"Learning-rate sweep ({rates}): not run yet." + (
+        return [f"Learning-rate sweep ({grid}): not run yet." + (
             " The seeds above were trained at the preset's rate, the same for every arm; `attnlab reproduce` runs "
             "the sweep and trains again each arm whose best rate differs." if seeds else ""), ""]
+    rates = sorted({lr for by_lr in losses.values() for lr in by_lr})
     lines = ["Learning-rate sweep (first seed; the lowest validation loss is chosen for every seed):", "",
-             "| arm | " + " | ".join(f"lr {lr:g}" for lr in experiment.lrs) + " |",
-             "|---|" + "---|" * len(experiment.lrs)]
-    edges = []
+             "| arm | " + " | ".join(f"lr {lr:g}" for lr in rates) + " |", "|---|" + "---|" * len(rates)]
+    going_on, edges = [], []
     for label, by_lr in losses.items():
-        best = min((v for v in by_lr if v is not None), default=None)
-        cells = ["–" if v is None else (f"**{v:.4g}**" if v == best else f"{v:.4g}") for v in by_lr]
+        known = {lr: v for lr, v in by_lr.items() if v is not None}
+        best = min(known, key=known.get, default=None)
+        cells = ["–" if by_lr.get(lr) is None else f"**{by_lr[lr]:.4g}**" if lr == best else f"{by_lr[lr]:.4g}"
+                 for lr in rates]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-        if None not in by_lr and len(by_lr) > 2 and by_lr.index(best) in (0, len(by_lr) - 1):
-            edges.append(f"{label} (lr {experiment.lrs[by_lr.index(best)]:g})")
+        beyond = [lr for lr, v in by_lr.items() if v is None and lr not in experiment.lrs]
+        if beyond:
+            going_on.append(f"{label} (lr {beyond[0]:g})")
+        elif len(by_lr) > 2 and len(known) == len(by_lr) and best in (min(by_lr), max(by_lr)):
+            edges.append(f"{label} (lr {best:g})")
+    if len(rates) > len(experiment.lrs):
+        lines += ["", f"The grid ({grid}) goes on past an edge whose rate trains best, by up to {SWEEP_EXTENSIONS} "
+                      "rates."]
+    if going_on:
+        lines += ["", f"The sweep goes on: {', '.join(going_on)}, not run yet; until it has, the seeds are those "
+                      "of the best rate so far."]
     if edges:  # the optimum may lie beyond the rates tried
         lines += ["", f"At the sweep's edge: {', '.join(edges)}; a rate beyond it might train better."]
     return [*lines, ""]
@@ -310,18 +321,24 @@ def _caps(caps: set[int]) -> str:
     return " and ".join(f"{c:,}" for c in sorted(caps))
 
 
-def not_converged(suite: Suite, results: dict):
-    """claim -> which of its runs (arm and baseline, in its experiments) ended at their step cap, or None."""
+def caveats(suite: Suite, results: dict):
+    """claim -> what to know about the runs behind its verdict: which of them (arm and baseline, in its
+    experiments) ended at their step cap, and whose sweep is still going on."""
     experiments = {e.name: e for e in suite.experiments}
 
-    def which(claim) -> str | None:
-        capped, counted, caps = 0, 0, set()
+    def of(claim) -> list[str]:
+        labels = {claim.arm, claim.baseline}
+        capped, counted, caps, going_on = 0, 0, set(), set()
         for experiment in filter(None, map(experiments.get, (claim.experiment, claim.contrast))):
-            c, n, k = _capped(experiment, results, {claim.arm, claim.baseline})
+            c, n, k = _capped(experiment, results, labels)
             capped, counted, caps = capped + c, counted + n, caps | k
-        return f"{capped} of {counted} runs at their cap of {_caps(caps)} steps" if capped else None
+            if (source := sweep_source(suite, experiment)) is not None:
+                going_on |= {label for label in labels & {a.label for a in source.arms}
+                             if None in swept_losses(results, source, label).values()}
+        marks = [f"*not converged*, {capped} of {counted} runs at their cap of {_caps(caps)} steps"] if capped else []
+        return marks + ([f"*sweep going on*: {', '.join(sorted(going_on))}"] if going_on else [])
 
-    return which
+    return of
 
 
 def _extent(record: dict) -> str:
@@ -391,7 +408,7 @@ def results_summary(root: str | Path) -> str:
                   f"Full report: [{path.parent.as_posix()}/report.md]({path.parent.as_posix()}/report.md).", "",
                   *left_out]
         if suite.claims:
-            table = verdict_table(suite.claims, results, planned_seeds(suite, results), not_converged(suite, results))
+            table = verdict_table(suite.claims, results, planned_seeds(suite, results), caveats(suite, results))
             lines += [*table, ""]
             continue
         for experiment in suite.experiments:
@@ -426,7 +443,7 @@ def _progress(suite: Suite, results: dict) -> tuple[int, int]:
     trained = {split_key(key)[:2] for key in results["runs"]} | {(a.experiment, a.arm) for a in anchors}
     arms = [(e, a) for e in suite.experiments for a in e.arms if e.name not in failed or (e.name, a.label) in trained]
     expected = {f"{e.name}/{a.label}/{s}" for e, a in arms for s in range(seed_count(e, a, seeds))}
-    expected |= {sweep_key(e.name, a.label, lr) for e, a in arms for lr in e.lrs}
+    expected |= {sweep_key(e.name, a.label, lr) for e, a in arms for lr in swept_losses(results, e, a.label)}
     return len(expected & set(results["runs"])), len(expected)
 
 

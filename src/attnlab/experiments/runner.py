@@ -11,6 +11,7 @@ import dataclasses
 import fcntl
 import hashlib
 import json
+import math
 import os
 import platform
 import shutil
@@ -31,7 +32,7 @@ from ..train import train
 from ..typed import from_dict
 from .claims import anchors_of, failed_calibrations
 from .metrics import get_metric
-from .spec import Arm, Experiment, Suite, arm_seeds, seed_count, split_key, sweep_source
+from .spec import Arm, Experiment, Suite, arm_seeds, seed_count, split_key, sweep_rates, sweep_source
 
 
 def measure(experiment: Experiment, run_dir: Path) -> dict:
@@ -148,7 +149,7 @@ class _SuiteRuns:
             return None
         if (source.name, arm.label) not in self.rates:
             swept = next(a for a in source.arms if a.label == arm.label)
-            self.rates[source.name, arm.label] = _sweep(source, swept, self.run)
+            self.rates[source.name, arm.label] = _sweep(source, swept, self.run, extend=not self.settings[1])
         return self.rates[source.name, arm.label]
 
     def planned(self, key: str) -> tuple[Experiment, Arm, int, float | None] | None:
@@ -217,8 +218,7 @@ def superseded(suite: Suite, results: dict) -> set[str]:
     for experiment in suite.experiments:
         lrs, source = {}, sweep_source(suite, experiment)
         if source is not None:
-            losses = {a.label: {lr: results["runs"].get(sweep_key(source.name, a.label, lr), {})
-                                .get("best_val_loss") for lr in source.lrs} for a in source.arms}
+            losses = {a.label: swept_losses(results, source, a.label) for a in source.arms}
             if any(None in by_lr.values() for by_lr in losses.values()):
                 continue
             lrs = {label: min(by_lr, key=by_lr.get) for label, by_lr in losses.items()}
@@ -234,11 +234,32 @@ def superseded(suite: Suite, results: dict) -> set[str]:
     return old
 
 
-def _sweep(experiment: Experiment, arm: Arm, run) -> float:
-    """The learning rate of experiment.lrs whose first-seed run reaches the lowest validation loss."""
-    losses = {lr: run(sweep_key(experiment.name, arm.label, lr), arm, experiment, 0, lr)["best_val_loss"]
-              for lr in experiment.lrs}
-    return min(losses, key=lambda lr: (losses[lr] is None, losses[lr]))
+def _sweep(experiment: Experiment, arm: Arm, run, extend: bool) -> float:
+    """The rate of the arm's sweep (spec.sweep_rates) whose first-seed run reaches the lowest validation loss."""
+    losses = {}
+
+    def loss(lr: float) -> float:
+        if lr not in losses:
+            losses[lr] = _sweep_loss(run(sweep_key(experiment.name, arm.label, lr), arm, experiment, 0, lr))
+        return losses[lr]
+
+    return min(sweep_rates(experiment.lrs, loss, extend), key=loss)
+
+
+def swept_losses(results: dict, experiment: Experiment, label: str) -> dict[float, float | None]:
+    """The arm's sweep as far as the results know it: each of its rates (spec.sweep_rates) -> the validation loss
+    its first seed reached, None where it has not run yet."""
+    def loss(lr: float) -> float | None:
+        record = results["runs"].get(sweep_key(experiment.name, label, lr))
+        return None if record is None else _sweep_loss(record)
+
+    rates = sweep_rates(experiment.lrs, loss, extend=not setting_of(results)["quick"])
+    return {lr: loss(lr) for lr in rates}
+
+
+def _sweep_loss(record: dict) -> float:
+    loss = record.get("best_val_loss")
+    return math.inf if loss is None else loss  # a run that never validated (it diverged) loses
 
 
 def learning_rate(arm: Arm, lr: float) -> list[str]:

@@ -45,7 +45,8 @@ class Experiment:
     note: str = ""
     seeds: int | None = None  # at most this many seeds (the costly experiments of a tier)
     lrs: list[float] = field(default_factory=list)  # a learning-rate sweep: each arm trains at the one of these
-    # whose first seed reaches the lowest validation loss (sweep runs are kept under "<name>/<arm>/lr=<lr>")
+    # (extended past an edge that wins: sweep_rates) whose first seed reaches the lowest validation loss (sweep runs
+    # are kept under "<name>/<arm>/lr=<lr>")
     # the experiment whose sweep chooses this one's rates: the same arms trained the same way, so the same models,
     # measured again (its sweep runs are not measured by this experiment too)
     sweep_of: str | None = None
@@ -81,6 +82,28 @@ def arm_seeds(suite: Suite, seeds: int):
     """(experiment name, arm label) -> how many seeds that arm of the suite trains (0: no such arm)."""
     counts = {(e.name, a.label): seed_count(e, a, seeds) for e in suite.experiments for a in e.arms}
     return lambda experiment, arm: counts.get((experiment, arm), 0)
+
+
+SWEEP_EXTENSIONS = 2  # the most rates an arm's sweep adds beyond the edges of its grid
+
+
+def sweep_rates(lrs: list[float], loss, extend: bool = True) -> list[float]:
+    """The rates an arm's sweep tries, in increasing order: the grid lrs and, while the best of them lies at an
+    edge, the grid's next step beyond that edge (at most SWEEP_EXTENSIONS; none for a grid of under 3 rates, or
+    unless extend), so that a sweep does not stop where its optimum may lie further on. loss(lr): the validation
+    loss at lr, None while it is not known (the sweep then goes no further)."""
+    rates = sorted(lrs)
+    if len(rates) < 3 or not extend:
+        return rates
+    ratio = (rates[-1] / rates[0]) ** (1 / (len(rates) - 1))  # the grid's step: 2 for sweep_around's
+    for _ in range(SWEEP_EXTENSIONS):
+        losses = [loss(lr) for lr in rates]
+        if None in losses or losses.index(min(losses)) not in (0, len(rates) - 1):
+            break
+        low = losses.index(min(losses)) == 0
+        beyond = float(f"{rates[0] / ratio if low else rates[-1] * ratio:.2g}")  # a rate as one would write it
+        rates = [beyond, *rates] if low else [*rates, beyond]
+    return rates
 
 
 def sweep_source(suite: Suite, experiment: Experiment) -> Experiment | None:
