@@ -58,8 +58,9 @@ seeds until an interval leaves 0 would overstate it).
 
 **Not converged; sweep going on.** A verdict whose runs (the claim's arm and baseline) stop early, but of which some
 ended at their step cap instead, is marked *not converged, k of n runs at their cap*: those models were still
-improving, and a longer cap may change the verdict. One whose arm or baseline trains at the best rate of a sweep that
-has not finished (its best rate lay at an edge, and the rate beyond it has not run) is marked *sweep going on*.
+improving, and a longer cap may change the verdict. One whose arm or baseline trains at the best rate so far of a
+sweep still under way (its best rate lay at an edge, and the rate beyond it has not run yet) is marked *sweep going
+on*.
 
 **Power.** "Detects ≥ d" is the smallest |effect| that a paired t-test on these seeds finds with 80% power at
 two-sided α = 0.05, from the observed standard deviation s of the Δs (exact, from the noncentral t distribution
