@@ -290,52 +290,58 @@ def _sweep_lines(experiment: Experiment, results: dict) -> list[str]:
 def _not_converged(experiment: Experiment, results: dict) -> list[str]:
     """A line when runs that stop early ended at their step cap instead: validation loss was still improving
     within the patience, so the values are those of models not trained to convergence."""
-    capped, counted, caps = _capped(experiment, results, {arm.label for arm in experiment.arms})
-    if not capped:
+    summary = _cap_summary(_capped(experiment, results).values())
+    if summary is None:
         return []
-    return ["", f"**Not converged:** {capped} of {counted} runs with early stopping reached their cap of {_caps(caps)} "
+    capped, counted, caps = summary
+    return ["", f"**Not converged:** {capped} of {counted} runs with early stopping reached their cap of {caps} "
                 "steps before it stopped them (validation loss was still improving within the patience): these are "
                 "values of models not trained to convergence, and a longer cap may change them."]
 
 
-def _capped(experiment: Experiment, results: dict, labels: set[str]) -> tuple[int, int, set[int]]:
-    """Of the given arms' runs that stop early: how many ended at their step cap instead, how many there are, and
-    those caps (none for a smoke run, or for arms trained for a fixed number of steps)."""
+def _capped(experiment: Experiment, results: dict) -> dict[str, tuple[int, int, int]]:
+    """Arm label -> (its runs that ended at their step cap, its runs, that cap), for the arms whose runs stop
+    early (none for a smoke run, or for arms trained for a fixed number of steps)."""
     setting = setting_of(results)
-    capped, counted, caps = 0, 0, set()
-    if setting["quick"]:
-        return capped, counted, caps
-    for arm in (arm for arm in experiment.arms if arm.label in labels):
+    counts = {}
+    for arm in experiment.arms if not setting["quick"] else ():
         train = run_config(experiment, arm, 0, None, Path(), scale=setting["scale"]).train
         runs = [results["runs"][f"{experiment.name}/{arm.label}/{seed}"]
                 for seed in _by_seed(results, experiment, arm.label, "steps")]
-        if not train.patience or not runs:
-            continue
-        ended = [r for r in runs if not r.get("stopped_early") and r["steps"] >= train.steps]
-        capped, counted = capped + len(ended), counted + len(runs)
-        caps |= {train.steps} if ended else set()
-    return capped, counted, caps
+        if train.patience and runs:
+            ended = sum(not r.get("stopped_early") and r["steps"] >= train.steps for r in runs)
+            counts[arm.label] = (ended, len(runs), train.steps)
+    return counts
 
 
-def _caps(caps: set[int]) -> str:
-    return " and ".join(f"{c:,}" for c in sorted(caps))
+def _cap_summary(counts) -> tuple[int, int, str] | None:
+    """(runs at their cap, runs, the caps written out) over _capped's counts; None if no run ended at its cap."""
+    counts = list(counts)
+    capped = sum(ended for ended, _, _ in counts)
+    if not capped:
+        return None
+    caps = " and ".join(f"{cap:,}" for cap in sorted({cap for ended, _, cap in counts if ended}))
+    return capped, sum(runs for _, runs, _ in counts), caps
 
 
 def caveats(suite: Suite, results: dict):
     """claim -> what to know about the runs behind its verdict: which of them (arm and baseline, in its
     experiments) ended at their step cap, and whose sweep is still going on."""
     experiments = {e.name: e for e in suite.experiments}
+    capped = {e.name: _capped(e, results) for e in suite.experiments}
+    unfinished = {(e.name, a.label) for e in suite.experiments if e.lrs for a in e.arms
+                  if None in swept_losses(results, e, a.label).values()}
 
     def of(claim) -> list[str]:
         labels = {claim.arm, claim.baseline}
-        capped, counted, caps, going_on = 0, 0, set(), set()
+        counts, going_on = [], set()
         for experiment in filter(None, map(experiments.get, (claim.experiment, claim.contrast))):
-            c, n, k = _capped(experiment, results, labels)
-            capped, counted, caps = capped + c, counted + n, caps | k
+            counts += [capped[experiment.name][label] for label in labels if label in capped[experiment.name]]
             if (source := sweep_source(suite, experiment)) is not None:
-                going_on |= {label for label in labels & {a.label for a in source.arms}
-                             if None in swept_losses(results, source, label).values()}
-        marks = [f"*not converged*, {capped} of {counted} runs at their cap of {_caps(caps)} steps"] if capped else []
+                going_on |= {label for label in labels if (source.name, label) in unfinished}
+        summary = _cap_summary(counts)
+        marks = [f"*not converged*, {summary[0]} of {summary[1]} runs at their cap of {summary[2]} steps"] \
+            if summary else []
         return marks + ([f"*sweep going on*: {', '.join(sorted(going_on))}"] if going_on else [])
 
     return of
