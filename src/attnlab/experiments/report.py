@@ -160,7 +160,7 @@ def current(suite: Suite, results: dict) -> tuple[dict, list[str]]:
     kept = {**results, "runs": {k: r for k, r in results["runs"].items() if k not in old}}
     runs = f"{len(old)} run{'s' if len(old) > 1 else ''}"
     return kept, [f"**{runs} left out**: trained under an earlier config of {', '.join(experiments)} "
-                  "(a protocol or preset changed since); `attnlab reproduce` trains them again.", ""]
+                  "(a protocol, a preset or its sweep's best rate changed since); `attnlab reproduce` trains them again.", ""]
 
 
 def write_report(suite: Suite, results: dict, out_dir: str | Path) -> Path:
