@@ -50,3 +50,28 @@ def test_mixers_without_a_component_of_their_own_have_no_ablation():
     without = [name for name in list_mixers() if build_mixer(name, d_model=D_MODEL, n_heads=N_HEADS).ablated() is None]
     assert {"softmax", "sigmoid", "gla", "gdn", "linear", "differential"} <= set(without)
     assert not set(ABLATES_TO) & set(without)
+
+
+def test_interdomain_without_its_query_path_reads_every_token_with_the_mean_query_and_is_restored():
+    mixer = trained_like("interdomain")
+    directions = []
+    read = mixer.read
+    mixer.read = lambda xi_q, *rest, **options: (directions.append(xi_q), read(xi_q, *rest, **options))[1]
+    x = torch.randn(2, 8, D_MODEL, dtype=torch.float64)
+    before = [p.clone() for p in mixer.parameters()]
+    intact, _ = mixer(x)
+    with mixer.ablated():
+        ablated, _ = mixer(x)
+    own, shared = directions
+    expected = torch.nn.functional.normalize(own.mean(dim=(0, 2), keepdim=True), dim=-1)
+    torch.testing.assert_close(shared, expected.expand_as(own), rtol=0, atol=0)
+    assert not torch.allclose(intact, ablated)  # the queries differed from token to token
+    assert all(torch.equal(a, b) for a, b in zip(before, mixer.parameters(), strict=True))
+    torch.testing.assert_close(mixer(x)[0], intact, rtol=0, atol=0)
+    assert build_mixer("interdomain", d_model=D_MODEL, n_heads=N_HEADS, query="linear").ablated() is None
+
+
+def test_interdomain_without_its_query_path_refuses_one_token_at_a_time():
+    mixer = trained_like("interdomain")
+    with mixer.ablated(), pytest.raises(ValueError, match="whole windows"):
+        mixer(torch.randn(1, 1, D_MODEL, dtype=torch.float64))

@@ -10,6 +10,7 @@ contraction) x ``rope``; its S4D-only corner is the ``s4d`` mixer.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -84,6 +85,7 @@ class InterdomainAttention(StateSpaceMixer):
         self.out_proj = nn.Linear(d * (1 if conditioned else 2), d, bias=False)
 
         self.add_state_core(cfg)
+        self.query_removed = False  # set while Mixer.ablated runs: every token reads with one direction
         if not conditioned:  # the contraction that replaces the query: y = sum_m w_m Re(C X)[m]
             self.contraction = nn.Parameter(torch.randn(H, M) / math.sqrt(M))
 
@@ -113,6 +115,8 @@ class InterdomainAttention(StateSpaceMixer):
             lam, B_bar, C = self.ssm()
             if conditioned:
                 xi_q = F.normalize(at_least_fp32(q), dim=-1, eps=cfg.norm_eps)
+                if self.query_removed:
+                    xi_q = self.shared_direction(xi_q, state)
                 if cfg.normalize:  # a constant channel whose readout is the denominator
                     z = torch.cat((z, torch.ones_like(z[..., :1])), dim=-1)
                 o, memory = self.read(xi_q, z, lam, B_bar, C, state.memory, cu_seqlens)
@@ -121,6 +125,31 @@ class InterdomainAttention(StateSpaceMixer):
             else:
                 o, memory = contract(z, self.contraction, C, lam, B_bar, state.memory, cu_seqlens)
         return self.project_out(x, o, memory, conv_state, state, cu_seqlens)
+
+    def ablated(self):
+        """The query path removed: each head reads its state with one direction for every token, the mean of
+        its queries' xi(q) over the call's positions (renormalised), so what a token asks no longer shapes what
+        it reads, o_t = Gamma_t^T U_t xi_bar. The mean pools every position of the call (a scoring batch: 2,048
+        or more), so it tells a position next to nothing about the tokens after it. None for query=linear,
+        which has no query."""
+        return self._query_removed() if self.cfg.query == "conditioned" else None
+
+    @contextmanager
+    def _query_removed(self):
+        self.query_removed = True
+        try:
+            yield
+        finally:
+            self.query_removed = False
+
+    @staticmethod
+    def shared_direction(xi_q: torch.Tensor, state: SSMState) -> torch.Tensor:
+        """xi_q [B, H, T, R] -> the mean direction per head over all B x T positions, in their place."""
+        if state.position or xi_q.shape[0] * xi_q.shape[2] == 1:
+            raise ValueError("the interdomain ablation reads with the mean query of the whole call: score whole "
+                             "windows from a fresh state, not one token at a time")
+        mean = xi_q.mean(dim=(0, 2), keepdim=True)
+        return F.normalize(mean, dim=-1).expand_as(xi_q)
 
     def packed_outputs(self, x, cu_seqlens):
         """One forward where the read restarts at each sequence by itself (the chunk form's query read, the
