@@ -39,8 +39,9 @@ character. Both are shown; the verdict uses the converted one.
 - *untestable here* if the paper's effect cannot occur on the metric given the baseline: an accuracy that would have
   to pass 100% (or fall below 0%), or a growth ratio that would have to fall below 1 (flatter than flat);
 - *mechanism not engaged* if removing the mechanism's own component at evaluation (its couplings, its step, its
-  correction) moves the metric by less than the paper's effect (an equal claim: less than its margin, so the arm
-  without the component would be at parity too): the trained model does not use it enough to show it;
+  correction, its query path) moves the metric by less than the paper's effect (an equal claim: less than its
+  margin, so the arm without the component would be at parity too): the trained model does not use it enough to
+  show it;
 - *inconclusive* if the experiment's control arm (softmax attention on recall) did not learn the task, or if Δ is the
   same in every seed (no spread to judge it by).
 
