@@ -378,6 +378,17 @@ def test_a_mechanism_whose_ablation_moves_less_than_the_effect_is_not_engaged():
     assert evaluate([claim], results)[0][1].verdict == "agrees"
 
 
+def test_an_arm_ablated_on_two_metrics_of_one_experiment_has_a_line_for_each():
+    results = add_runs({}, "niah", "ccq", [0.9, 0.8, 0.85], "niah@128")
+    add_runs(results, "niah", "ccq", [0.5, 0.4, 0.45], "ablated_niah@128")
+    at = {length: Claim(f"ccq recalls at {length}", "niah", f"niah@{length}", "ccq", "gla", "higher", scale=100,
+                        ablation=f"ablated_niah@{length}") for length in (128, 256)}
+    lines = engagement_lines([at[128], at[128], at[256]], results)
+    assert lines == ["- ccq on niah (niah@128): removing its own component at evaluation moves niah@128 by -40 "
+                     "(seed 0), -40 (seed 1), -40 (seed 2)", "- ccq on niah (niah@256): not measured yet"]
+    assert engagement_lines([at[128]], results)[0].startswith("- ccq on niah: ")
+
+
 def test_parity_with_a_component_that_moves_less_than_the_margin_says_nothing_about_it():
     results = two_arms(0.0, 0.01)  # hJ at parity with softmax
     intact = [r["val_ppl"] for k, r in sorted(results["runs"].items()) if k.startswith("lm/hJ/")]

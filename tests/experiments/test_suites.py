@@ -1,5 +1,6 @@
 """Every suite runs end to end in a reduced form and writes a report with all its tables and plots."""
 
+import contextlib
 import json
 import math
 import shutil
@@ -14,7 +15,7 @@ from attnlab.experiments.claims import Anchor, Claim
 from attnlab.experiments.metrics import get_metric, tokens_to_loss
 from attnlab.experiments.report import results_summary, update_readme, write_report
 from attnlab.experiments.runner import run_suite, sweep_key, training_extent
-from attnlab.experiments.spec import ABLATED, Arm, Experiment, Suite, sweep_rates
+from attnlab.experiments.spec import ABLATED, Arm, Experiment, Suite, ablated, sweep_rates
 from attnlab.experiments.stats import mean_std, paired_difference
 from attnlab.train import train
 from helpers import Crash, crash_after_checkpoint, two_arms
@@ -526,6 +527,24 @@ def test_extrapolation_also_scores_the_training_length_without_the_mechanism(tmp
     with run.model.ablated():
         ablated = perplexity_by_length(run.model, run.corpus(), [seq_len], max_tokens=16_384)[seq_len]
     assert ccq[ABLATED] == pytest.approx(ablated) and ccq[ABLATED] != ccq[f"ppl@{seq_len}"]
+    write_report(suite, results, tmp_path / "suite")  # the curve leaves the ablation out
+
+
+@pytest.mark.parametrize("metric, preset, extra", [("accuracy", "mqar", []), ("niah", "demo", ["data.source=niah"])])
+def test_task_metrics_also_score_the_model_without_the_mechanism(tmp_path, monkeypatch, metric, preset, extra):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    arms = [Arm("gla", preset, ["model.mixer=gla", *extra]), Arm("ccq-gla", preset, ["model.mixer=ccq-gla", *extra])]
+    suite = Suite("toy", "Toy", [Experiment("task", "x", metric, arms, "gla", lengths=[1])])
+    results = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None)
+    gla, ccq = results["runs"]["task/gla/0"], results["runs"]["task/ccq-gla/0"]
+    key = "accuracy" if metric == "accuracy" else next(k for k in ccq if k.startswith("niah@"))
+    assert not any(k.startswith("ablated") for k in gla)  # nothing of its own to remove
+    run = runner.load_run(tmp_path / "suite" / ccq["run"])
+    calls = []
+    monkeypatch.setattr(type(run.model), "ablated", lambda model: calls.append(model) or contextlib.nullcontext())
+    remeasured = runner.measure(suite.experiments[0], tmp_path / "suite" / ccq["run"])
+    assert calls and remeasured[ablated(key)] == remeasured[key] == ccq[key]  # a no-op ablation changes nothing
+    assert ablated(key) in ccq
     write_report(suite, results, tmp_path / "suite")  # the curve leaves the ablation out
 
 

@@ -71,7 +71,20 @@ def test_interdomain_without_its_query_path_reads_every_token_with_the_mean_quer
     assert build_mixer("interdomain", d_model=D_MODEL, n_heads=N_HEADS, query="linear").ablated() is None
 
 
-def test_interdomain_without_its_query_path_refuses_one_token_at_a_time():
+def test_interdomain_without_its_query_path_decodes_with_the_direction_of_its_prompt():
     mixer = trained_like("interdomain")
-    with mixer.ablated(), pytest.raises(ValueError, match="whole windows"):
-        mixer(torch.randn(1, 1, D_MODEL, dtype=torch.float64))
+    x = torch.randn(1, 8, D_MODEL, dtype=torch.float64)
+    with mixer.ablated():
+        prompt, state = mixer(x[:, :6])
+        direction = mixer.mean_query
+        steps = [prompt]
+        for t in (6, 7):
+            y, state = mixer(x[:, t : t + 1], state)
+            steps.append(y)
+        assert torch.equal(mixer.mean_query, direction)  # decoding keeps the prompt's direction
+        mixer.shared_direction = lambda xi_q, state: direction.expand_as(xi_q)
+        whole, _ = mixer(x)  # every token read with the prompt's direction at once
+    torch.testing.assert_close(torch.cat(steps, dim=1), whole, rtol=1e-9, atol=1e-9)
+    del mixer.shared_direction
+    with mixer.ablated(), pytest.raises(ValueError, match="starts a sequence"):
+        mixer(x[:, :1], state)

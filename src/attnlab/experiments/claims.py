@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import textwrap
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -300,22 +301,24 @@ def calibration_lines(claims: list[Claim], results: dict, planned=None) -> list[
 def engagement_lines(claims: list[Claim], results: dict) -> list[str]:
     """Markdown bullets, one per arm whose claims check engagement: how much removing its mechanism's own
     component at evaluation moves the metric, seed by seed, against the least the paper's effect needs."""
-    lines, seen = [], set()
-    for claim in claims:
-        key = (claim.experiment, claim.arm, claim.ablation)
-        if claim.ablation is None or key in seen:
-            continue
-        seen.add(key)
+    lines, checked = [], {}
+    for claim in claims:  # the first claim of each arm and ablated metric
+        if claim.ablation is not None:
+            checked.setdefault((claim.experiment, claim.arm, claim.ablation), claim)
+    per_arm = Counter((experiment, arm) for experiment, arm, _ in checked)
+    for claim in checked.values():
+        # an arm judged on several metrics of one experiment (S-NIAH at 1x and 2x) has a line for each
+        where = f"{claim.arm} on {claim.experiment}" + (
+            f" ({claim.metric})" if per_arm[claim.experiment, claim.arm] > 1 else "")
         seeds = _seeds(results, [claim.experiment])
         moves = [(seed, move) for seed in seeds if (move := _ablation_move(claim, results, seed)) is not None]
         if not moves:
             missed = not_calibrated(claim, results)
             why = "not trained: the baseline is not calibrated" if missed else "not measured yet"
-            lines.append(f"- {claim.arm} on {claim.experiment}: {why}")
+            lines.append(f"- {where}: {why}")
             continue
         per_seed = ", ".join(f"{_num(move, claim)} (seed {seed})" for seed, move in moves)
-        lines.append(f"- {claim.arm} on {claim.experiment}: removing its own component at evaluation moves "
-                     f"{claim.metric} by {per_seed}")
+        lines.append(f"- {where}: removing its own component at evaluation moves {claim.metric} by {per_seed}")
     return lines
 
 

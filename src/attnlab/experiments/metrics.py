@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, unknown_name
-from .spec import ABLATED, Experiment
+from .spec import ABLATED, Experiment, ablated
 
 
 @dataclass(frozen=True)
@@ -78,22 +78,38 @@ def validation_perplexity(experiment: Experiment, run_dir: Path) -> dict:
 
 
 def task_accuracy(experiment: Experiment, run_dir: Path) -> dict:
-    from ..evaluate import task_accuracy
+    """Test accuracy (and per number of pairs, for MQAR), and overall with the mechanism's own component removed
+    where the model has one."""
+    from ..evaluate import accuracy, task_accuracy
 
     run = _load(run_dir)
-    return task_accuracy(run.model, run.corpus(), run.device)
+    data = run.corpus()
+    record = task_accuracy(run.model, data, run.device)
+    if run.model.ablates():
+        with run.model.ablated():
+            record[ablated("accuracy")] = accuracy(run.model, *data.test, device=run.device)
+    return record
 
 
 def niah_accuracy(experiment: Experiment, run_dir: Path) -> dict:
-    """Exact match at multiples of the training length, averaged over the needle's depths."""
+    """Exact match at multiples of the training length, averaged over the needle's depths, and the same with the
+    mechanism's own component removed where the model has one."""
     from ..data import niah
 
     run = _load(run_dir)
     data, lengths = run.corpus(), [int(run.config.train.seq_len * f) for f in experiment.lengths]
     cfg = run.config.data.niah
-    by_length = niah.accuracy_by_length(run.model, run.tokenizer.encode, data.haystacks["val"], cfg.kind, lengths,
-                                        cfg.test_per_depth, cfg.depths, run.device)
-    return {f"niah@{length}": sum(d.values()) / len(d) for length, d in by_length.items()}
+
+    def by_length() -> dict:
+        measured = niah.accuracy_by_length(run.model, run.tokenizer.encode, data.haystacks["val"], cfg.kind,
+                                           lengths, cfg.test_per_depth, cfg.depths, run.device)
+        return {f"niah@{length}": sum(d.values()) / len(d) for length, d in measured.items()}
+
+    record = by_length()
+    if run.model.ablates():
+        with run.model.ablated():
+            record |= {ablated(key): value for key, value in by_length().items()}
+    return record
 
 
 def extrapolation(experiment: Experiment, run_dir: Path) -> dict:

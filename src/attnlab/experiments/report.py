@@ -18,7 +18,7 @@ from .claims import (
 from .metrics import get_metric
 from .runner import describe_setting, load_results, run_config, setting_of, superseded, sweep_key, swept_losses
 from .seeds_needed import settle_lines
-from .spec import SWEEP_EXTENSIONS, Experiment, Suite, arm_seeds, seed_count, split_key, sweep_source
+from .spec import SWEEP_EXTENSIONS, Experiment, Suite, ablated, arm_seeds, seed_count, split_key, sweep_source
 from .stats import mean_std, paired_difference
 
 
@@ -159,8 +159,8 @@ def current(suite: Suite, results: dict) -> tuple[dict, list[str]]:
     experiments = sorted({split_key(key)[0] for key in old})
     kept = {**results, "runs": {k: r for k, r in results["runs"].items() if k not in old}}
     runs = f"{len(old)} run{'s' if len(old) > 1 else ''}"
-    return kept, [f"**{runs} left out**: trained under an earlier config of {', '.join(experiments)} "
-                  "(a protocol, a preset or its sweep's best rate changed since); `attnlab reproduce` trains them again.", ""]
+    return kept, [f"**{runs} left out**: trained under an earlier config of {', '.join(experiments)} (a protocol, "
+                  "a preset or its sweep's best rate changed since); `attnlab reproduce` trains them again.", ""]
 
 
 def write_report(suite: Suite, results: dict, out_dir: str | Path) -> Path:
@@ -363,7 +363,7 @@ def _plot(experiment: Experiment, results: dict, keys: list[str], out: Path) -> 
     if curve is not None:  # a curve over the number after "@"
         for label in labels:
             points = [(int(k.split("@")[1]), scale * mean_std(_values(results, experiment, label, k))[0]) for k in keys
-                      if "@" in k and _values(results, experiment, label, k)]  # not the ablation beside the curve
+                      if "@" in k and not k.startswith(ablated("")) and _values(results, experiment, label, k)]
             if points:
                 ax.plot(*zip(*points, strict=True), marker="o", label=label)
         if curve.zero_line:

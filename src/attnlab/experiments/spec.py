@@ -22,8 +22,14 @@ def sweep_around(preset: str) -> list[float]:
     return [lr / 2, lr, 2 * lr]
 
 
-# the key of val_ppl measured with every mixer's own component removed at evaluation (Mixer.ablated)
+# the key of val_ppl (and of the extrapolation's perplexity at the training length) measured with every mixer's
+# own component removed at evaluation (Mixer.ablated)
 ABLATED = "ablated_ppl"
+
+
+def ablated(key: str) -> str:
+    """The key of another metric's value measured with every mixer's own component removed at evaluation."""
+    return f"ablated_{key}"
 
 
 @dataclass

@@ -85,7 +85,8 @@ class InterdomainAttention(StateSpaceMixer):
         self.out_proj = nn.Linear(d * (1 if conditioned else 2), d, bias=False)
 
         self.add_state_core(cfg)
-        self.query_removed = False  # set while Mixer.ablated runs: every token reads with one direction
+        # while Mixer.ablated runs: every token reads with one shared direction per head
+        self.query_removed, self.mean_query = False, None
         if not conditioned:  # the contraction that replaces the query: y = sum_m w_m Re(C X)[m]
             self.contraction = nn.Parameter(torch.randn(H, M) / math.sqrt(M))
 
@@ -128,28 +129,30 @@ class InterdomainAttention(StateSpaceMixer):
 
     def ablated(self):
         """The query path removed: each head reads its state with one direction for every token, the mean of
-        its queries' xi(q) over the call's positions (renormalised), so what a token asks no longer shapes what
-        it reads, o_t = Gamma_t^T U_t xi_bar. The mean pools every position of the call (a scoring batch: 2,048
-        or more), so it tells a position next to nothing about the tokens after it. None for query=linear,
-        which has no query."""
+        its queries' xi(q) over a call from a fresh state (renormalised), kept for the tokens decoded after it,
+        so what a token asks no longer shapes what it reads: o_t = Gamma_t^T U_t xi_bar. A scored window (128
+        tokens or more) gives a later token a share of at most 1/128 in the mean: too little to leak an answer,
+        and a leak could only flatter the ablated model, never make the component look more used. None for
+        query=linear, which has no query."""
         return self._query_removed() if self.cfg.query == "conditioned" else None
 
     @contextmanager
     def _query_removed(self):
-        self.query_removed = True
+        self.query_removed, self.mean_query = True, None
         try:
             yield
         finally:
-            self.query_removed = False
+            self.query_removed, self.mean_query = False, None
 
-    @staticmethod
-    def shared_direction(xi_q: torch.Tensor, state: SSMState) -> torch.Tensor:
-        """xi_q [B, H, T, R] -> the mean direction per head over all B x T positions, in their place."""
-        if state.position or xi_q.shape[0] * xi_q.shape[2] == 1:
-            raise ValueError("the interdomain ablation reads with the mean query of the whole call: score whole "
-                             "windows from a fresh state, not one token at a time")
-        mean = xi_q.mean(dim=(0, 2), keepdim=True)
-        return F.normalize(mean, dim=-1).expand_as(xi_q)
+    def shared_direction(self, xi_q: torch.Tensor, state: SSMState) -> torch.Tensor:
+        """xi_q [B, H, T, R] -> the direction every token reads with: set per head by a call from a fresh state
+        (the mean over its B x T positions), kept while decoding goes on from it."""
+        if not state.position:
+            self.mean_query = F.normalize(xi_q.mean(dim=(0, 2), keepdim=True), dim=-1)
+        elif self.mean_query is None:
+            raise ValueError("the interdomain ablation takes its query direction from a call that starts a "
+                             "sequence: enter it before the prompt, not part-way through decoding")
+        return self.mean_query.expand_as(xi_q)
 
     def packed_outputs(self, x, cu_seqlens):
         """One forward where the read restarts at each sequence by itself (the chunk form's query read, the

@@ -10,7 +10,7 @@ import sys
 
 from ..claims import Anchor, Claim, relative
 from ..registry import register_suite
-from ..spec import ABLATED, QUICK, Arm, Experiment, Suite
+from ..spec import ABLATED, QUICK, Arm, Experiment, Suite, ablated
 from . import bench  # noqa: F401  (its bench case, variants and demo arm, registered on import)
 from .couplings import learned_couplings  # noqa: F401  (the couplings metric and command, registered on import)
 
@@ -318,7 +318,7 @@ def lm_claims(anchors: Anchors) -> list[Claim]:
 def bracket_claims(anchors: Anchors, no_ffn_T: list[int]) -> list[Claim]:
     brackets = [
         Claim(f"h+J beats softmax on brackets at T = {T}", f"brackets-T{T}", "accuracy", "h+J", "softmax", "higher",
-              points(PAPER_BRACKETS[T], "h+J"), scale=100,
+              points(PAPER_BRACKETS[T], "h+J"), scale=100, ablation=ablated("accuracy"),
               calibration=anchors.brackets("", T, PAPER_BRACKETS))
         for T in (12, 16)
     ] + [
@@ -331,10 +331,10 @@ def bracket_claims(anchors: Anchors, no_ffn_T: list[int]) -> list[Claim]:
         no_ffn = anchors.brackets("-noffn", T, PAPER_BRACKETS_NO_FFN)
         brackets += [
             Claim(f"h+J beats softmax on brackets without the FFN at T = {T}", f"brackets-noffn-T{T}", "accuracy",
-                  "h+J", "softmax", "higher", gain, scale=100, calibration=no_ffn),
+                  "h+J", "softmax", "higher", gain, scale=100, ablation=ablated("accuracy"), calibration=no_ffn),
             Claim(f"the bracket gain is larger without the FFN at T = {T}", f"brackets-noffn-T{T}", "accuracy",
                   "h+J", "softmax", "higher", gain - with_ffn, scale=100, contrast=f"brackets-T{T}",
-                  calibration=no_ffn + anchors.brackets("", T, PAPER_BRACKETS)),
+                  ablation=ablated("accuracy"), calibration=no_ffn + anchors.brackets("", T, PAPER_BRACKETS)),
         ]
     return brackets
 

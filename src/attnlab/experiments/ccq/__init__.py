@@ -20,7 +20,7 @@ import sys
 from .. import gpu, recall
 from ..claims import CHARS_PER_TOKEN, Claim, relative
 from ..registry import register_suite
-from ..spec import ABLATED, CONVERGED_LM, QUICK, Arm, Experiment, Suite, sweep_around
+from ..spec import ABLATED, CONVERGED_LM, QUICK, Arm, Experiment, Suite, ablated, sweep_around
 from .bench import PAIRS
 
 PROVENANCE = {"CCQ": "from the paper's full text ([P]: the query correction q − λΣq and λ = σ(w·q + b)); the "
@@ -198,9 +198,9 @@ def mqar_claims(experiment: str, control: tuple | None = None) -> list[Claim]:
     control is the arm that must learn the task first (the default tier has no softmax arm)."""
     return [
         Claim(f"CCQ-GLA beats GLA on MQAR ({experiment})", experiment, "accuracy", "ccq-gla", "gla", "higher",
-              scale=100, control=control),
+              scale=100, control=control, ablation=ablated("accuracy")),
         Claim(f"CCQ-GDN ≈ GDN on MQAR ({experiment})", experiment, "accuracy", "ccq-gdn", "gdn", "equal",
-              margin=RECALL_MARGIN, scale=100, control=control),
+              margin=RECALL_MARGIN, scale=100, control=control, ablation=ablated("accuracy")),
     ]
 
 
@@ -209,15 +209,18 @@ def niah_claims(experiment: str, train: int = 128, control: tuple | None = None)
     def points(times: int, ccq: str, backbone: str) -> float:
         return PAPER_NIAH[ccq][NIAH_AT[times]] - PAPER_NIAH[backbone][NIAH_AT[times]]
 
+    def at(times: int) -> dict:  # the metric at times x the training length, and it without CCQ's correction
+        return {"metric": f"niah@{times * train}", "ablation": ablated(f"niah@{times * train}")}
+
     return [
         Claim("CCQ improves recall over its backbone (S-NIAH, GLA at 2x the training length)", experiment,
-              f"niah@{2 * train}", "ccq-gla", "gla", "higher", points(2, "ccq-gla", "gla"), scale=100, headline=True,
-              control=control),
-        Claim("CCQ-GLA beats GLA on S-NIAH at the training length", experiment, f"niah@{train}", "ccq-gla", "gla",
-              "higher", points(1, "ccq-gla", "gla"), scale=100, control=control),
-        *(Claim(f"CCQ-GDN is at parity with GDN on S-NIAH at {times}x", experiment, f"niah@{times * train}",
-                "ccq-gdn", "gdn", "equal", points(times, "ccq-gdn", "gdn"), margin=RECALL_MARGIN, scale=100,
-                control=control)
+              arm="ccq-gla", baseline="gla", direction="higher", paper=points(2, "ccq-gla", "gla"), scale=100,
+              headline=True, control=control, **at(2)),
+        Claim("CCQ-GLA beats GLA on S-NIAH at the training length", experiment, arm="ccq-gla", baseline="gla",
+              direction="higher", paper=points(1, "ccq-gla", "gla"), scale=100, control=control, **at(1)),
+        *(Claim(f"CCQ-GDN is at parity with GDN on S-NIAH at {times}x", experiment, arm="ccq-gdn", baseline="gdn",
+                direction="equal", paper=points(times, "ccq-gdn", "gdn"), margin=RECALL_MARGIN, scale=100,
+                control=control, **at(times))
           for times in (1, 2)),
     ]
 

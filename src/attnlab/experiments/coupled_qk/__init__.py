@@ -22,7 +22,7 @@ import sys
 from .. import gpu, recall
 from ..claims import CHARS_PER_TOKEN, Claim, relative
 from ..registry import register_suite
-from ..spec import ABLATED, CONVERGED_LM, QUICK, Arm, Experiment, Suite, sweep_around
+from ..spec import ABLATED, CONVERGED_LM, QUICK, Arm, Experiment, Suite, ablated, sweep_around
 from . import bench  # noqa: F401  (its bench case and demo arms)
 
 PROVENANCE = {"coupled-qk": "**reconstructed**: the paper's method section could not be read; the update rule "
@@ -289,7 +289,8 @@ def corpus_claims() -> list[Claim]:
 
 def recall_claim(experiment: str) -> Claim:
     return Claim(f"coupled matches softmax on MQAR ({experiment}; not in the paper)", experiment,
-                 "accuracy", "coupled-qk", "softmax", "equal", margin=RECALL_MARGIN, scale=100, control=recall.LEARNED)
+                 "accuracy", "coupled-qk", "softmax", "equal", margin=RECALL_MARGIN, scale=100, control=recall.LEARNED,
+                 ablation=ablated("accuracy"))
 
 
 register_suite(sys.modules[__name__])
