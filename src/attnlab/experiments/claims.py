@@ -391,8 +391,9 @@ def not_engaged(claim: Claim, results: dict) -> str | None:
     if abs(move) >= abs(bar):
         return None
     than = f"the margin ±{_num(bar, claim).lstrip('+')}" if equal else f"the paper's {_num(bar, claim)}"
+    seeds = f"mean of {len(moves)} seeds" if len(moves) > 1 else "one seed"
     return (f"removing {claim.arm}'s own component at evaluation moves {claim.metric} by {_num(move, claim)} "
-            f"(mean of {len(moves)} seeds), less than {than}")
+            f"({seeds}), less than {than}")
 
 
 def _ablation_move(claim: Claim, results: dict, seed: int) -> float | None:
