@@ -12,6 +12,8 @@ QUICK = ["train.steps=20", "train.eval_every=20", "train.eval_batches=2", "train
 # (about 1.2x faster per step for a character LM on one CPU thread, after some 20 s of compilation)
 CONVERGED_LM = ["train.steps=4000", "train.eval_every=250", "train.patience=4", "train.min_delta=0.001",
                 "train.ckpt_every=4000", "train.compile=true"]
+
+
 def sweep_around(preset: str) -> list[float]:
     """The learning-rate sweep every arm of a language-model comparison gets: the preset's rate halved, as it
     is, and doubled (each arm at the one its first seed validates best), so that no arm is judged at a rate
