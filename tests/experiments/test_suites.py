@@ -45,6 +45,8 @@ def test_suite_runs_and_reports(name, tier, tmp_path, monkeypatch):
     if suite.claims:
         assert "## Verdicts" in report and (tmp_path / "suite" / "claims.png").stat().st_size > 1000
         assert all(claim.statement in report for claim in suite.claims)
+    if any(claim.ablation for claim in suite.claims):  # the engagement section says what was removed
+        assert suite.ablation and f"Removed here: {suite.ablation}." in report
     for experiment in suite.experiments:
         assert f"## {experiment.title}" in report
         if experiment.component:  # a learned component's size opens the report, beside the ablations

@@ -88,4 +88,5 @@ def get_suite(name: str, tier: str = "default"):
     module = SUITES[name]
     if tier not in module.TIERS:
         raise UserError(unknown_name(f"tier of {name}", tier, list(module.TIERS)))
-    return dataclasses.replace(module.suite(tier), provenance=getattr(module, "PROVENANCE", {}))
+    return dataclasses.replace(module.suite(tier), provenance=getattr(module, "PROVENANCE", {}),
+                               ablation=getattr(module, "ABLATION", ""))

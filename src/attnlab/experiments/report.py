@@ -186,9 +186,10 @@ def write_report(suite: Suite, results: dict, out_dir: str | Path) -> Path:
     components = [e for e in suite.experiments if e.component]
     if engagement or components:
         sizes = " Below it, the learned component's size, seed by seed, as the paper shows it." if components else ""
+        removed = f" Removed here: {suite.ablation}." if suite.ablation else ""
         lines += ["## Is the mechanism used?", "", "Each mechanism's own component removed at evaluation from the "
                   "trained model (Mixer.ablated); a claim whose effect is larger than this move is *mechanism not "
-                  f"engaged*.{sizes}", "", *engagement, ""]
+                  f"engaged*.{removed}{sizes}", "", *engagement, ""]
         for experiment in components:
             lines += experiment_section(experiment, results, out, "###")
     if suite.claims:

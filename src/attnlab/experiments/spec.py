@@ -79,6 +79,7 @@ class Suite:
     # where each mechanism's equations come from, by the marks of its implementation spec: the paper's text
     # ([P]), reconstructed ([E]) or inferred ([I]), and from what
     provenance: dict[str, str] = field(default_factory=dict)
+    ablation: str = ""  # what Mixer.ablated removes from the suite's mechanism at evaluation, for the report
 
 
 def seed_count(experiment: Experiment, arm: Arm, seeds: int) -> int:

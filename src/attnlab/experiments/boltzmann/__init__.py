@@ -18,6 +18,8 @@ PROVENANCE = {"Boltzmann attention": "from the paper's full text ([P]: the Ising
                    "ablations and the learning rates); the sum normalisation over visible keys is inferred ([I]), "
                    "and the block details and protocol the paper leaves unstated are our choices ([C]), "
                    "calibrated in the paper tier."}
+# what Mixer.ablated removes from the mechanism at evaluation, named in the report
+ABLATION = "the couplings J set to 0, so h+J reads with its fields h alone"
 
 NAME = "boltzmann"
 TIERS = ("default", "paper")

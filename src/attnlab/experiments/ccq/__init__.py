@@ -25,6 +25,8 @@ from .bench import PAIRS
 
 PROVENANCE = {"CCQ": "from the paper's full text ([P]: the query correction q − λΣq and λ = σ(w·q + b)); the "
          "backbones (GLA, Gated DeltaNet) follow flash-linear-attention."}
+# what Mixer.ablated removes from the mechanism at evaluation, named in the report
+ABLATION = "λ set to 0, so the query is read uncorrected: the backbone's own read of its state"
 
 NAME = "ccq"
 TIERS = ("default", "converged", "paper")

@@ -29,6 +29,8 @@ PROVENANCE = {"coupled-qk": "**reconstructed**: the paper's method section could
                 "(q' = q + dt·k, k' = k + dt·f(q)) and the coupling MLP come from a secondary, AI-written review "
                 "([E] in the spec), the parameter budget from the abstract ([A]); treat them as likely but "
                 "unverified."}
+# what Mixer.ablated removes from the mechanism at evaluation, named in the report
+ABLATION = "the coupling's step dt set to 0, so q and k stay as projected: softmax attention with the layer's weights"
 
 NAME = "coupled-qk"
 TIERS = ("default", "converged", "paper")

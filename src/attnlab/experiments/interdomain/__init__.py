@@ -30,6 +30,9 @@ from . import bench  # noqa: F401  (its bench case, GPU goal and demo arms)
 PROVENANCE = {"interdomain attention": "from the paper's full text ([P]: the S4D state read through the "
                      "query path, the cube of ingredients); discretisation and initialisation details the paper "
                      "does not state are inferred ([I]), the S4D parts follow the state-spaces source ([S])."}
+# what Mixer.ablated removes from the mechanism at evaluation, named in the report
+ABLATION = ("the query path: each head reads its state with one direction for every token, the mean of ξ(q) over "
+            "the scored window")
 
 NAME = "interdomain"
 TIERS = ("default", "converged", "paper")
