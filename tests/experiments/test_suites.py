@@ -575,5 +575,9 @@ def test_an_experiment_on_anothers_sweep_measures_its_models_as_they_are_trained
     key = sweep_key("mqar", "softmax", losing)
     wrong = {**results, "runs": {**runs, key: {**runs[key], "best_val_loss": -1.0}}}  # now the other rate wins
     assert {"again/softmax/0", "again/softmax/1"} <= runner.superseded(suite, wrong)
+    # while another arm's sweep is unfinished, an arm whose sweep is done is still checked; the other is not
+    unfinished = {k: r for k, r in wrong["runs"].items() if k != sweep_key("mqar", "sigmoid", swept.lrs[0])}
+    old = runner.superseded(suite, {**wrong, "runs": unfinished})
+    assert {"again/softmax/0", "again/softmax/1"} <= old and not any("/sigmoid/" in k for k in old)
     lines = write_report(suite, results, tmp_path / "suite").read_text()
     assert "Learning rates: each arm's as the sweep of mqar chose it" in lines

@@ -211,7 +211,7 @@ def _read_by_run(preset: str, own: list[str], extra: list[str]) -> list[str]:
 def superseded(suite: Suite, results: dict) -> set[str]:
     """The keys of records trained with another config than the suite now gives their run (its presets or
     protocol changed since): `attnlab reproduce` trains them again, and until then they describe something
-    else. An experiment with a learning-rate sweep is checked once every arm's sweep is measured."""
+    else. An arm with a learning-rate sweep is checked once its sweep is measured."""
     setting = setting_of(results)
     quick, scale, extra = suite.quick if setting["quick"] else (), setting["scale"], results.get("extra", [])
     old = set()
@@ -219,10 +219,8 @@ def superseded(suite: Suite, results: dict) -> set[str]:
         lrs, source = {}, sweep_source(suite, experiment)
         if source is not None:
             losses = {a.label: swept_losses(results, source, a.label) for a in source.arms}
-            if any(None in by_lr.values() for by_lr in losses.values()):
-                continue
-            lrs = {label: min(by_lr, key=by_lr.get) for label, by_lr in losses.items()}
-        arms = {arm.label: arm for arm in experiment.arms}
+            lrs = {label: min(by_lr, key=by_lr.get) for label, by_lr in losses.items() if None not in by_lr.values()}
+        arms = {arm.label: arm for arm in experiment.arms if source is None or arm.label in lrs}
         for key, record in results["runs"].items():
             name, label, seed = split_key(key)
             # a record written by hand or by a version before fingerprints has no config to compare
