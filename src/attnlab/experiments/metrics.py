@@ -57,6 +57,15 @@ def _load(run_dir: Path):
     return load_run(run_dir)
 
 
+def _without_component(run, measure):
+    """measure() with every mixer's own component removed at evaluation (Mixer.ablated); None where the model
+    has no such component."""
+    if not run.model.ablates():
+        return None
+    with run.model.ablated():
+        return measure()
+
+
 def validation_perplexity(experiment: Experiment, run_dir: Path) -> dict:
     """Every position of the validation split once (within its document, if packed), and the same with the
     mechanism's own component removed where the model has one (how much the trained model uses it)."""
@@ -71,9 +80,8 @@ def validation_perplexity(experiment: Experiment, run_dir: Path) -> dict:
 
     loss = score()
     record = {"val_loss": loss, "val_ppl": perplexity(loss), "val_tokens": scored_positions(corpus, packed=packed)}
-    if run.model.ablates():
-        with run.model.ablated():
-            record[ABLATED] = perplexity(score())
+    if (ablated_loss := _without_component(run, score)) is not None:
+        record[ABLATED] = perplexity(ablated_loss)
     return record
 
 
@@ -85,9 +93,8 @@ def task_accuracy(experiment: Experiment, run_dir: Path) -> dict:
     run = _load(run_dir)
     data = run.corpus()
     record = task_accuracy(run.model, data, run.device)
-    if run.model.ablates():
-        with run.model.ablated():
-            record[ablated("accuracy")] = accuracy(run.model, *data.test, device=run.device)
+    if (value := _without_component(run, lambda: accuracy(run.model, *data.test, device=run.device))) is not None:
+        record[ablated("accuracy")] = value
     return record
 
 
@@ -106,9 +113,8 @@ def niah_accuracy(experiment: Experiment, run_dir: Path) -> dict:
         return {f"niah@{length}": sum(d.values()) / len(d) for length, d in measured.items()}
 
     record = by_length()
-    if run.model.ablates():
-        with run.model.ablated():
-            record |= {ablated(key): value for key, value in by_length().items()}
+    if (values := _without_component(run, by_length)) is not None:
+        record |= {ablated(key): value for key, value in values.items()}
     return record
 
 
@@ -125,9 +131,8 @@ def extrapolation(experiment: Experiment, run_dir: Path) -> dict:
         return perplexity_by_length(run.model, run.corpus(), at, max_tokens=16_384, device=run.device)
 
     record = {f"ppl@{length}": value for length, value in curve(lengths).items()}
-    if run.model.ablates():
-        with run.model.ablated():
-            record[ABLATED] = curve([seq_len])[seq_len]
+    if (values := _without_component(run, lambda: curve([seq_len]))) is not None:
+        record[ABLATED] = values[seq_len]
     return record
 
 

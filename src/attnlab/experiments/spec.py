@@ -82,6 +82,14 @@ class Suite:
     ablation: str = ""  # what Mixer.ablated removes from the suite's mechanism at evaluation, for the report
 
 
+def sensitivity(name: str, title: str, protocol: Experiment, arm: str, override: str) -> Experiment:
+    """A labelled sensitivity run beside a protocol's experiment, not the protocol: its baseline (the protocol's
+    own model, measured again) and one of its arms with one setting changed."""
+    base, changed = (next(a for a in protocol.arms if a.label == label) for label in (protocol.baseline, arm))
+    return Experiment(name, title, protocol.metric, [base, Arm(arm, changed.preset, [*changed.overrides, override])],
+                      protocol.baseline, lengths=protocol.lengths)
+
+
 def seed_count(experiment: Experiment, arm: Arm, seeds: int) -> int:
     """How many seeds an arm trains: the suite's (or --seeds), capped by the experiment's and the arm's own."""
     return min(seeds, experiment.seeds or seeds, arm.seeds or seeds)

@@ -10,7 +10,7 @@ import sys
 
 from ..claims import Anchor, Claim, relative
 from ..registry import register_suite
-from ..spec import ABLATED, QUICK, Arm, Experiment, Suite, ablated
+from ..spec import ABLATED, QUICK, Arm, Experiment, Suite, ablated, sensitivity
 from . import bench  # noqa: F401  (its bench case, variants and demo arm, registered on import)
 from .couplings import learned_couplings  # noqa: F401  (the couplings metric and command, registered on import)
 
@@ -230,12 +230,9 @@ SENSITIVITY_J_LR = 1e-3
 
 
 def fast_couplings(lm: Experiment) -> Experiment:
-    """The T = 12 language model's softmax and h+J with J's learning rate raised: not the paper's protocol, a
-    sensitivity run (its softmax arm is the protocol's own model, measured again)."""
-    softmax, hj = (lm.arms[MODES.index(mode)] for mode in ("softmax", "h+J"))
-    fast = Arm("h+J", hj.preset, [*hj.overrides, f"model.mixer_options.boltzmann.j_lr={SENSITIVITY_J_LR}"])
-    return Experiment("lm-T12-fast-J", f"Sensitivity, not the paper's protocol: LR_J = {SENSITIVITY_J_LR:g}, T = 12",
-                      "val_ppl", [softmax, fast], "softmax")
+    """The T = 12 language model's softmax and h+J with J's learning rate raised."""
+    return sensitivity("lm-T12-fast-J", f"Sensitivity, not the paper's protocol: LR_J = {SENSITIVITY_J_LR:g}, T = 12",
+                       lm, "h+J", f"model.mixer_options.boltzmann.j_lr={SENSITIVITY_J_LR}")
 
 
 def annealing() -> Experiment:

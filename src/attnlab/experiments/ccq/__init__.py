@@ -20,7 +20,7 @@ import sys
 from .. import gpu, recall
 from ..claims import CHARS_PER_TOKEN, Claim, relative
 from ..registry import register_suite
-from ..spec import ABLATED, CONVERGED_LM, QUICK, Arm, Experiment, Suite, ablated, sweep_around
+from ..spec import ABLATED, CONVERGED_LM, QUICK, Arm, Experiment, Suite, ablated, sensitivity, sweep_around
 from .bench import PAIRS
 
 PROVENANCE = {"CCQ": "from the paper's full text ([P]: the query correction q − λΣq and λ = σ(w·q + b)); the "
@@ -138,26 +138,20 @@ def default() -> Suite:
             "ccq-gdn": "each CCQ model beats its backbone by 1–2.5 PPL at 5x",
         },
     )
-    lambda_init = f"model.mixer_options.ccq-gla.ccq_lambda_init={SENSITIVITY_LAMBDA}"
-    sensitivity = Experiment(  # its GLA is the protocol's own model
-        f"extrapolation-lambda-{SENSITIVITY_LAMBDA:g}",
-        f"Sensitivity, not the paper's initialisation: λ starts at {SENSITIVITY_LAMBDA:g}, trained at 128",
-        "extrapolation",
-        [Arm(a.label, a.preset, [*a.overrides, *([lambda_init] if a.label == "ccq-gla" else [])])
-         for a in extrapolation.arms if a.label in ("gla", "ccq-gla")],
-        baseline="gla",
-        lengths=extrapolation.lengths,
-    )
+    large_lambda = sensitivity(f"extrapolation-lambda-{SENSITIVITY_LAMBDA:g}",
+                               f"Sensitivity, not the paper's initialisation: λ starts at {SENSITIVITY_LAMBDA:g}, "
+                               "trained at 128", extrapolation, "ccq-gla",
+                               f"model.mixer_options.ccq-gla.ccq_lambda_init={SENSITIVITY_LAMBDA}")
     return Suite(
         "ccq",
         "The Curvature-Conditioned Query in miniature",
-        [mqar, niah, extrapolation, sensitivity],
+        [mqar, niah, extrapolation, large_lambda],
         QUICK,
         "Claims: CCQ improves recall (S-NIAH, MQAR) and length extrapolation over GLA and Gated DeltaNet. Beside "
         f"the protocol, a labelled sensitivity run starts CCQ-GLA's λ at {SENSITIVITY_LAMBDA:g} instead of 0.1.",
         claims=[*mqar_claims("mqar"), *niah_claims("niah"), *extrapolation_claims("extrapolation", 128, 640),
                 Claim(f"sensitivity, λ initialised at {SENSITIVITY_LAMBDA:g} (not the paper's 0.1): CCQ-GLA lowers "
-                      "perplexity vs GLA at the training length", sensitivity.name, "ppl@128", "ccq-gla", "gla",
+                      "perplexity vs GLA at the training length", large_lambda.name, "ppl@128", "ccq-gla", "gla",
                       "lower", relative(PAPER_WIKI["ccq-gla"], PAPER_WIKI["gla"]), relative=True, ablation=ABLATED,
                       chars_per_token=CHARS_PER_TOKEN, paper_scale="1.3B")],
     )

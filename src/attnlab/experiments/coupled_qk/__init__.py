@@ -22,7 +22,7 @@ import sys
 from .. import gpu, recall
 from ..claims import CHARS_PER_TOKEN, Claim, relative
 from ..registry import register_suite
-from ..spec import ABLATED, CONVERGED_LM, QUICK, Arm, Experiment, Suite, ablated, sweep_around
+from ..spec import ABLATED, CONVERGED_LM, QUICK, Arm, Experiment, Suite, ablated, sensitivity, sweep_around
 from . import bench  # noqa: F401  (its bench case and demo arms)
 
 PROVENANCE = {"coupled-qk": "**reconstructed**: the paper's method section could not be read; the update rule "
@@ -148,14 +148,10 @@ def _default_experiments() -> list[Experiment]:
         ],
         baseline="softmax",
     )
-    sensitivity = Experiment(  # its softmax is the protocol's own model, measured again
-        f"lm-dt-{SENSITIVITY_DT:g}",
-        f"Sensitivity, not the protocol: the coupling's step initialised at dt = {SENSITIVITY_DT:g}",
-        "val_ppl",
-        [softmax, _lm_arm("coupled-euler", "coupled-qk", dt_init=SENSITIVITY_DT)],
-        baseline="softmax",
-    )
-    return [lm, efficiency, steps, *_corpus_experiments(), mqar, sensitivity]
+    large_step = sensitivity(f"lm-dt-{SENSITIVITY_DT:g}", "Sensitivity, not the protocol: the coupling's step "
+                             f"initialised at dt = {SENSITIVITY_DT:g}", lm, "coupled-euler",
+                             f"model.mixer_options.coupled-qk.dt_init={SENSITIVITY_DT}")
+    return [lm, efficiency, steps, *_corpus_experiments(), mqar, large_step]
 
 
 def _corpus_experiments() -> list[Experiment]:
