@@ -67,6 +67,24 @@ def test_perplexity_by_length_is_exp_of_the_mean_window_loss(model_and_corpus):
     assert perplexity_by_length(model, corpus, [8, 16], max_tokens=24) == pytest.approx(expected, rel=1e-6)
 
 
+def test_a_task_of_fixed_examples_is_validated_on_every_example_once(model_and_corpus):
+    from attnlab.data.examples import FixedExamples
+
+    model, _ = model_and_corpus
+    inputs = torch.randint(0, 11, (7, 5), generator=torch.Generator().manual_seed(1))
+    targets = torch.where(torch.rand(7, 5, generator=torch.Generator().manual_seed(2)) < 0.5, inputs, -100)
+    targets[0, 0] = 3  # every row scores something
+
+    class Task(FixedExamples):
+        val = (inputs, targets)
+
+    logits, _ = model(inputs)
+    every = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100).item()
+    for chunk in (1, 3, 7):  # not by row: by scored target, however the rows are chunked
+        assert split_loss(model, Task(), "val", 0, 4, 5, None, chunk=chunk) == pytest.approx(every, rel=1e-12)
+    assert split_loss(model, Task(), "val", 1, 4, 5, None) != pytest.approx(every, rel=1e-6)  # a sample of rows
+
+
 class Echo(torch.nn.Module):
     """Predicts each position's own input token: logits one-hot on it."""
 

@@ -256,7 +256,7 @@ class TrainConfig:
     grad_clip: float = 1.0  # 0 disables clipping
     skip_non_finite: int = 0  # steps with a nan/inf loss or gradient to skip before stopping (0: stop at the first)
     eval_every: int = 250
-    eval_batches: int = 20  # validation batches of batch_size random windows; 0: every position of the split once
+    eval_batches: int = 20  # validation batches of batch_size random windows (or examples); 0: the whole split once
     # early stopping: stop once this many evaluations in a row bring no validation loss lower than the best
     # by more than min_delta (0: train all train.steps, which is the cap otherwise); the best checkpoint is
     # kept and loaded

@@ -8,6 +8,7 @@ from contextlib import nullcontext
 import torch
 
 from .data.corpus import IGNORE, packed_rows
+from .data.examples import FixedExamples
 
 EVAL_SEED = 20240531  # every evaluation of a run reads the same windows
 
@@ -23,7 +24,8 @@ def to_device(batch: torch.Tensor, device) -> torch.Tensor:
 def split_loss(model, corpus, split: str, batches: int, batch_size: int, seq_len: int, device,
                autocast=nullcontext, chunk: int | None = None, packed: bool = False) -> float:
     """Mean cross-entropy (nats per scored token) on a corpus split: over `batches` x `batch_size` fixed random
-    windows of seq_len tokens, or, with batches = 0, over every position of the split once (whole_split_loss).
+    windows of seq_len tokens, or, with batches = 0, over every position of the split once (whole_split_loss;
+    a task of fixed examples: every example of the split once).
     packed: rows of whole documents instead of windows, each document read from its start and no target
     predicted across a boundary. The rows are evaluated `chunk` at a time (default batch_size), which changes
     the memory it takes, not the number: it does not depend on how training splits its batch into micro-batches."""
@@ -32,6 +34,8 @@ def split_loss(model, corpus, split: str, batches: int, batch_size: int, seq_len
         rows = (corpus.packed_split(split, seq_len) if batches == 0 else
                 corpus.packed_batch(split, batches * batch_size, seq_len, torch.Generator().manual_seed(EVAL_SEED)))
         return _mean_loss(model, _packed_chunks(*rows, chunk), device, autocast, chunk=1)
+    if batches == 0 and isinstance(corpus, FixedExamples):
+        return _mean_loss(model, [corpus.examples(split)], device, autocast, chunk)
     if batches == 0:
         return whole_split_loss(model, corpus, split, seq_len, device, autocast, chunk)
     generator = torch.Generator().manual_seed(EVAL_SEED)
