@@ -389,6 +389,19 @@ def test_an_arm_ablated_on_two_metrics_of_one_experiment_has_a_line_for_each():
     assert engagement_lines([at[128]], results)[0].startswith("- ccq on niah: ")
 
 
+def test_an_arm_at_the_floor_of_its_metric_cannot_show_whether_it_uses_its_component():
+    results = add_runs({}, "niah", "gla", [0.0, 0.0, 0.0], "niah@256")
+    add_runs(results, "niah", "ccq", [0.0, 0.0, 0.0], "niah@256")
+    add_runs(results, "niah", "ccq", [0.0, 0.0, 0.0], "ablated_niah@256")  # nothing below 0 to fall to
+    claim = Claim("ccq recalls more", "niah", "niah@256", "ccq", "gla", "higher", paper=29.6, scale=100,
+                  ablation="ablated_niah@256")
+    v = evaluate([claim], results)[0][1]
+    assert v.verdict == "inconclusive" and "no spread" in v.reason
+    add_runs(results, "niah", "ccq", [0.6, 0.5, 0.7], "niah@256")  # learned: removing it could cost 60 points
+    add_runs(results, "niah", "ccq", [0.6, 0.5, 0.69], "ablated_niah@256")
+    assert evaluate([claim], results)[0][1].verdict == "mechanism not engaged"
+
+
 def test_parity_with_a_component_that_moves_less_than_the_margin_says_nothing_about_it():
     results = two_arms(0.0, 0.01)  # hJ at parity with softmax
     intact = [r["val_ppl"] for k, r in sorted(results["runs"].items()) if k.startswith("lm/hJ/")]

@@ -42,7 +42,8 @@ character. Both are shown; the verdict uses the converted one.
 - *mechanism not engaged* if removing the mechanism's own component at evaluation (its couplings, its step, its
   correction, its query path) moves the metric by less than the paper's effect (an equal claim: less than its
   margin, so the arm without the component would be at parity too): the trained model does not use it enough to
-  show it;
+  show it. Not where the arm scores so near the metric's floor (an accuracy near 0) that no removal could lower
+  it that far: a model that has not learned the task cannot show how it uses the component;
 - *inconclusive* if the experiment's control arm (softmax attention on recall) did not learn the task, or if Δ is the
   same in every seed (no spread to judge it by).
 
@@ -385,7 +386,7 @@ def not_engaged(claim: Claim, results: dict) -> str | None:
         return None
     moves = [d for seed in _seeds(results, [claim.experiment])
              if (d := _ablation_move(claim, results, seed)) is not None]
-    if not moves:
+    if not moves or _near_floor(claim, results, bar):
         return None
     move = sum(moves) / len(moves)
     if abs(move) >= abs(bar):
@@ -394,6 +395,14 @@ def not_engaged(claim: Claim, results: dict) -> str | None:
     seeds = f"mean of {len(moves)} seeds" if len(moves) > 1 else "one seed"
     return (f"removing {claim.arm}'s own component at evaluation moves {claim.metric} by {_num(move, claim)} "
             f"({seeds}), less than {than}")
+
+
+def _near_floor(claim: Claim, results: dict, bar: float) -> bool:
+    """Whether the arm's mean lies nearer its bounded metric's least value than `bar` (in the claim's units)."""
+    values = _arm_values(results, claim.experiment, claim.arm, claim.metric)
+    if claim.limits is None or claim.relative or not values:
+        return False
+    return claim.scale * (sum(values) / len(values) - claim.limits[0]) < abs(bar)
 
 
 def _ablation_move(claim: Claim, results: dict, seed: int) -> float | None:
