@@ -112,6 +112,13 @@ BRACKET_READINGS = {"row 12, random pairs and fillers": ([], TRAIN_EXAMPLES),
                     "balanced, the paper's GELU block": ([*BALANCED, *BRACKET_BLOCK], TRAIN_EXAMPLES),
                     # the paper gives no training-set size: a smaller one leaves softmax less to learn from
                     **{f"row 12, the paper's GELU block, {n:,} examples": (BRACKET_BLOCK, n) for n in (2_000, 5_000)}}
+BRACKET_NOTE = (
+    "*Row 12* is the spec's generator: 1 to T/2 pairs of a random well-nested word, with fillers at random places "
+    "between them; *balanced* always has T/2 pairs and no fillers; *the paper's GELU block* is §3.3's two-layer GELU "
+    "feed-forward block of width 64 with LayerNorm, in place of our SwiGLU and RMSNorm; the last two rows train on "
+    f"fewer examples than {TRAIN_EXAMPLES:,} (the paper gives no size). Each trains by the tier's bracket protocol: "
+    "an epoch is one pass over its training examples at batch 64, validation on all 2,000 validation examples "
+    "after each, stopping after 20 epochs without a lower validation loss, at most 200 epochs.")
 
 
 def bracket_calibration(T: int) -> Experiment:
@@ -119,7 +126,7 @@ def bracket_calibration(T: int) -> Experiment:
             for label, (overrides, examples) in BRACKET_READINGS.items()]
     paper = {label: f"{PAPER_BRACKETS[T][0]:g}%" for label in BRACKET_READINGS}
     return Experiment(f"calibration-brackets-T{T}", f"Calibration: softmax on brackets at T = {T} under each "
-                      "reading of the generator", "accuracy", arms, arms[0].label, paper, seeds=1)
+                      "reading of the generator", "accuracy", arms, arms[0].label, paper, note=BRACKET_NOTE, seeds=1)
 
 
 def window(T: int) -> list[str]:
