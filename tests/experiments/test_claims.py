@@ -397,9 +397,12 @@ def test_an_arm_at_the_floor_of_its_metric_cannot_show_whether_it_uses_its_compo
                   ablation="ablated_niah@256")
     v = evaluate([claim], results)[0][1]
     assert v.verdict == "inconclusive" and "no spread" in v.reason
+    [line] = engagement_lines([claim], results)
+    assert line.endswith("(it scores 0, too near 0 to fall by 29.6: this cannot show whether it uses the component)")
     add_runs(results, "niah", "ccq", [0.6, 0.5, 0.7], "niah@256")  # learned: removing it could cost 60 points
     add_runs(results, "niah", "ccq", [0.6, 0.5, 0.69], "ablated_niah@256")
     assert evaluate([claim], results)[0][1].verdict == "mechanism not engaged"
+    assert "too near 0" not in engagement_lines([claim], results)[0]
 
 
 def test_parity_with_a_component_that_moves_less_than_the_margin_says_nothing_about_it():

@@ -319,7 +319,12 @@ def engagement_lines(claims: list[Claim], results: dict) -> list[str]:
             lines.append(f"- {where}: {why}")
             continue
         per_seed = ", ".join(f"{_num(move, claim)} (seed {seed})" for seed, move in moves)
-        lines.append(f"- {where}: removing its own component at evaluation moves {claim.metric} by {per_seed}")
+        floor = ""
+        if (bar := _bar(claim)) is not None and _near_floor(claim, results, bar):
+            values = _arm_values(results, claim.experiment, claim.arm, claim.metric)
+            floor = (f" (it scores {claim.scale * sum(values) / len(values):.3g}, too near 0 to fall by "
+                     f"{abs(bar):g}: this cannot show whether it uses the component)")
+        lines.append(f"- {where}: removing its own component at evaluation moves {claim.metric} by {per_seed}{floor}")
     return lines
 
 
@@ -380,8 +385,7 @@ def not_engaged(claim: Claim, results: dict) -> str | None:
     at evaluation moves the metric by less than that effect (None if it moves it more, or was not measured). For
     an equal claim the bar is its margin: a component that moves the metric less would leave the arm without it
     at parity too, so parity would say nothing about the mechanism."""
-    equal = claim.direction == "equal"
-    bar = claim.margin if equal else claim.target
+    equal, bar = claim.direction == "equal", _bar(claim)
     if claim.ablation is None or bar is None:
         return None
     moves = [d for seed in _seeds(results, [claim.experiment])
@@ -395,6 +399,11 @@ def not_engaged(claim: Claim, results: dict) -> str | None:
     seeds = f"mean of {len(moves)} seeds" if len(moves) > 1 else "one seed"
     return (f"removing {claim.arm}'s own component at evaluation moves {claim.metric} by {_num(move, claim)} "
             f"({seeds}), less than {than}")
+
+
+def _bar(claim: Claim) -> float | None:
+    """The least move of the metric that removing the component must make: the paper's effect, or the margin."""
+    return claim.margin if claim.direction == "equal" else claim.target
 
 
 def _near_floor(claim: Claim, results: dict, bar: float) -> bool:
