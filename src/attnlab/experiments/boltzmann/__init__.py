@@ -96,8 +96,9 @@ def calibration() -> Experiment:
 # without the FFN at T = 12 outside the tolerance of the paper's accuracy, where this one holds it (the
 # calibration-epoch tables show both). The first reading's cap, 20,000 steps, ended every h+J model without the
 # FFN at T = 12 before early stopping did.
+BRACKET_EXAMPLES = BracketsConfig().train_examples
 BRACKET_PROTOCOL = [*by_epochs(200), *WHOLE_SPLIT]
-ONE_PASS = [*by_epochs(BracketsConfig().train_examples // 64), *WHOLE_SPLIT]
+ONE_PASS = [*by_epochs(BRACKET_EXAMPLES // 64), *WHOLE_SPLIT]
 NO_FFN = ["model.ffn=false"]
 
 # Readings of the bracket generator, each a softmax arm that must reach the paper's accuracy before any bracket
@@ -115,7 +116,7 @@ BRACKET_NOTE = (
     "*Row 12* is the spec's generator: 1 to T/2 pairs of a random well-nested word, with fillers at random places "
     "between them; *balanced* always has T/2 pairs and no fillers; *the paper's GELU block* is §3.3's two-layer GELU "
     "feed-forward block of width 64 with LayerNorm, in place of our SwiGLU and RMSNorm; the last two rows train on "
-    f"fewer examples than {BracketsConfig().train_examples:,} (the paper gives no size).")
+    f"fewer examples than {BRACKET_EXAMPLES:,} (the paper gives no size).")
 
 
 def bracket_calibration(T: int) -> Experiment:
@@ -142,9 +143,9 @@ def epoch_calibration(T: int) -> Experiment:
 
 EPOCH_NOTE = (
     "The paper stops training after 20 epochs without a lower validation loss. *An epoch of 200 steps* evaluates "
-    "every 200 steps, at most 200 times; *an epoch of one pass* every pass over the 20,000 training examples "
-    "(312 steps of 64), at most 200 passes, as the language model reads it. Both validate on all 2,000 validation "
-    "examples. The tier's bracket experiments train by the first.")
+    f"every 200 steps, at most 200 times; *an epoch of one pass* every pass over the {BRACKET_EXAMPLES:,} training "
+    f"examples ({BRACKET_EXAMPLES // 64} steps of 64), at most 200 passes, as the language model reads it. Both "
+    "validate on every validation example. The tier's bracket experiments train by the first.")
 
 
 def window(T: int) -> list[str]:
