@@ -79,14 +79,20 @@ READING_NOTE = (
 WHOLE_SPLIT = ["train.eval_batches=0"]  # validation (and early stopping) on every position of the split
 
 
+def survey(name: str, title: str, metric: str, preset: str, T: int, readings: dict, paper: str, note: str,
+           seeds: int) -> Experiment:
+    """Softmax at length T under each reading (label -> overrides), every row against the paper's one number."""
+    arms = [Arm(label, preset, [*window(T), "model.mixer=softmax", *overrides])
+            for label, overrides in readings.items()]
+    return Experiment(name, title, metric, arms, arms[0].label, dict.fromkeys(readings, paper), note=note, seeds=seeds)
+
+
 def calibration() -> Experiment:
     """A survey at one seed: the chosen reading's softmax is the lm-T12 softmax arm, whose every seed the
     calibration line then judges."""
-    arms = [Arm(label, "boltzmann-char", [*window(12), "model.mixer=softmax", *overrides, *WHOLE_SPLIT])
-            for label, overrides in READINGS.items()]
-    paper = {label: f"{PAPER_LM[12][0]:g} ± 0.019" for label in READINGS}
-    return Experiment("calibration", "Calibration: softmax at T = 12 under each reading of the unstated settings",
-                      "val_ppl", arms, arms[0].label, paper, note=READING_NOTE, seeds=1)
+    readings = {label: [*overrides, *WHOLE_SPLIT] for label, overrides in READINGS.items()}
+    return survey("calibration", "Calibration: softmax at T = 12 under each reading of the unstated settings",
+                  "val_ppl", "boltzmann-char", 12, readings, f"{PAPER_LM[12][0]:g} ± 0.019", READING_NOTE, seeds=1)
 
 
 # Brackets count an epoch as an evaluation every 200 steps (the spec's row 11), at most 200 of them (40,000 steps:
@@ -119,11 +125,10 @@ BRACKET_NOTE = (
 
 
 def bracket_calibration(T: int) -> Experiment:
-    arms = [Arm(label, "brackets", [*window(T), "model.mixer=softmax", *overrides, *BRACKET_PROTOCOL])
-            for label, overrides in BRACKET_READINGS.items()]
-    paper = {label: f"{PAPER_BRACKETS[T][0]:g}%" for label in BRACKET_READINGS}
-    return Experiment(f"calibration-brackets-T{T}", f"Calibration: softmax on brackets at T = {T} under each "
-                      "reading of the generator", "accuracy", arms, arms[0].label, paper, note=BRACKET_NOTE, seeds=1)
+    readings = {label: [*overrides, *BRACKET_PROTOCOL] for label, overrides in BRACKET_READINGS.items()}
+    return survey(f"calibration-brackets-T{T}", f"Calibration: softmax on brackets at T = {T} under each reading of "
+                  "the generator", "accuracy", "brackets", T, readings, f"{PAPER_BRACKETS[T][0]:g}%", BRACKET_NOTE,
+                  seeds=1)
 
 
 EPOCHS = {"an epoch of 200 steps": BRACKET_PROTOCOL, "an epoch of one pass": ONE_PASS}
@@ -132,12 +137,10 @@ EPOCHS = {"an epoch of 200 steps": BRACKET_PROTOCOL, "an epoch of one pass": ONE
 def epoch_calibration(T: int) -> Experiment:
     """Softmax without the FFN under both readings of an epoch, at every seed of the tier's bracket experiments: the
     first is the brackets-noffn softmax arm (the same models, measured again)."""
-    arms = [Arm(label, "brackets", [*window(T), "model.mixer=softmax", *NO_FFN, *protocol])
-            for label, protocol in EPOCHS.items()]
-    paper = {label: f"{PAPER_BRACKETS_NO_FFN[T][0]:g}%" for label in EPOCHS}
-    return Experiment(f"calibration-epoch-T{T}", f"Calibration: softmax on brackets without the feed-forward block at "
-                      f"T = {T} under each reading of an epoch", "accuracy", arms, arms[0].label, paper,
-                      note=EPOCH_NOTE, seeds=5)
+    readings = {label: [*NO_FFN, *protocol] for label, protocol in EPOCHS.items()}
+    return survey(f"calibration-epoch-T{T}", f"Calibration: softmax on brackets without the feed-forward block at "
+                  f"T = {T} under each reading of an epoch", "accuracy", "brackets", T, readings,
+                  f"{PAPER_BRACKETS_NO_FFN[T][0]:g}%", EPOCH_NOTE, seeds=5)
 
 
 EPOCH_NOTE = (
