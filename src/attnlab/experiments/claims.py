@@ -321,8 +321,8 @@ def engagement_lines(claims: list[Claim], results: dict) -> list[str]:
         per_seed = ", ".join(f"{_num(move, claim)} (seed {seed})" for seed, move in moves)
         floor = ""
         if (bar := _bar(claim)) is not None and _near_floor(claim, results, bar):
-            values = _arm_values(results, claim.experiment, claim.arm, claim.metric)
-            floor = (f" (it scores {claim.scale * sum(values) / len(values):.3g}, too near 0 to fall by "
+            mean = _arm_mean(results, claim.experiment, claim.arm, claim.metric)
+            floor = (f" (it scores {claim.scale * mean:.3g}, too near 0 to fall by "
                      f"{abs(bar):g}: this cannot show whether it uses the component)")
         lines.append(f"- {where}: removing its own component at evaluation moves {claim.metric} by {per_seed}{floor}")
     return lines
@@ -331,6 +331,11 @@ def engagement_lines(claims: list[Claim], results: dict) -> list[str]:
 def _arm_values(results: dict, experiment: str, arm: str, metric: str) -> list[float]:
     return [v for seed in _seeds(results, [experiment]) if (v := _value(results, experiment, arm, seed, metric))
             is not None]
+
+
+def _arm_mean(results: dict, experiment: str, arm: str, metric: str) -> float | None:
+    values = _arm_values(results, experiment, arm, metric)
+    return sum(values) / len(values) if values else None
 
 
 def uncalibrated(claim: Claim, results: dict) -> str | None:
@@ -369,10 +374,9 @@ def untestable(claim: Claim, results: dict) -> str | None:
     if (limits is None or target is None or claim.baseline is None or claim.contrast or claim.relative
             or claim.direction == "equal"):  # an equal claim's margin lies on both sides: there is room
         return None
-    values = _arm_values(results, claim.experiment, claim.baseline, claim.metric)
-    if not values:
+    base = _arm_mean(results, claim.experiment, claim.baseline, claim.metric)
+    if base is None:
         return None
-    base = sum(values) / len(values)
     room = claim.scale * ((limits[1] if target > 0 else limits[0]) - base)  # the most Δ can be on that side
     if abs(room) >= abs(target):
         return None
@@ -408,10 +412,10 @@ def _bar(claim: Claim) -> float | None:
 
 def _near_floor(claim: Claim, results: dict, bar: float) -> bool:
     """Whether the arm's mean lies nearer its bounded metric's least value than `bar` (in the claim's units)."""
-    values = _arm_values(results, claim.experiment, claim.arm, claim.metric)
-    if claim.limits is None or claim.relative or not values:
+    mean = _arm_mean(results, claim.experiment, claim.arm, claim.metric)
+    if claim.limits is None or claim.relative or mean is None:
         return False
-    return claim.scale * (sum(values) / len(values) - claim.limits[0]) < abs(bar)
+    return claim.scale * (mean - claim.limits[0]) < abs(bar)
 
 
 def _ablation_move(claim: Claim, results: dict, seed: int) -> float | None:
@@ -427,12 +431,11 @@ def not_learned(claim: Claim, results: dict) -> str | None:
     if claim.control is None:
         return None
     arm, metric, least = claim.control
-    values = _arm_values(results, claim.experiment, arm, metric)
-    if values and sum(values) / len(values) >= least:
-        return None
-    if not values:
+    mean = _arm_mean(results, claim.experiment, arm, metric)
+    if mean is None:
         return f"no {arm} run measured yet, which must first reach {least:g} in {metric}"
-    mean = sum(values) / len(values)
+    if mean >= least:
+        return None
     return f"{arm} reached {mean:.3g} in {metric}, short of {least:g}: the task is not learned, so it tests nothing yet"
 
 
