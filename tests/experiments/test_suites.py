@@ -307,6 +307,24 @@ def test_a_record_measured_before_its_metric_changed_meaning_is_measured_again_f
     assert again["runs"]["lm/softmax/0"] == old
 
 
+def test_a_record_from_before_its_metric_measured_the_model_without_its_component_is_measured_again(tmp_path,
+                                                                                                     monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    arms = [Arm("softmax", "demo"), Arm("ccq", "demo", ["model.mixer=ccq-gla"])]
+    suite = Suite("s", "s", [Experiment("lm", "lm", "val_ppl", arms, "softmax")])
+    first = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None)
+    assert ABLATED in first["runs"]["lm/ccq/0"] and ABLATED not in first["runs"]["lm/softmax/0"]
+    old = {k: v for k, v in first["runs"]["lm/ccq/0"].items() if k != ABLATED}  # the same measured field
+    results = {**first, "runs": {**first["runs"], "lm/ccq/0": old}}
+    (tmp_path / "suite" / "results.json").write_text(json.dumps(results))
+    calls = []
+    again = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=calls.append)
+    # measured from its model, not trained again; softmax, which has no component to remove, stands
+    assert calls == ["[s] lm/ccq/0", "    the same model as lm-ccq-s0", calls[2]]
+    assert again["runs"]["lm/ccq/0"][ABLATED] == pytest.approx(first["runs"]["lm/ccq/0"][ABLATED])
+    assert again["runs"]["lm/softmax/0"] == first["runs"]["lm/softmax/0"]
+
+
 def test_a_runs_fingerprint_is_its_config_apart_from_names_folders_and_compilation():
     from attnlab.config import load_config
     from attnlab.experiments.runner import _fingerprint

@@ -35,6 +35,7 @@ class Metric:
     percent: bool = False  # measured as a fraction and quoted in %: shown in % (differences in points)
     curve: Curve | None = None  # None: one value per run, plotted as each arm's paired difference to the baseline
     revision: int | None = None  # records measured under an earlier revision (or none) are measured again
+    ablation: bool = False  # it also measures the model without its mechanism's own component (spec.ablated)
 
 
 METRICS: dict[str, Metric] = {}
@@ -156,12 +157,13 @@ def tokens_to_loss(metrics_path: Path, target: float, t, window: int = 5) -> flo
 
 CONTEXT_LENGTH = "context length (tokens)"
 for _metric in (
-    Metric("val_ppl", validation_perplexity),
-    Metric("accuracy", task_accuracy, percent=True),
+    Metric("val_ppl", validation_perplexity, ablation=True),
+    Metric("accuracy", task_accuracy, percent=True, ablation=True),
     # revision 2: a test at L tokens reads L tokens, prompt and answer (in 1 the prompt alone had L, so the
     # answer ran past the training length)
-    Metric("niah", niah_accuracy, percent=True, curve=Curve(CONTEXT_LENGTH, "S-NIAH exact match (%)"), revision=2),
-    Metric("extrapolation", extrapolation, curve=Curve(CONTEXT_LENGTH, "perplexity")),
+    Metric("niah", niah_accuracy, percent=True, curve=Curve(CONTEXT_LENGTH, "S-NIAH exact match (%)"), revision=2,
+           ablation=True),
+    Metric("extrapolation", extrapolation, curve=Curve(CONTEXT_LENGTH, "perplexity"), ablation=True),
     Metric("tokens_to_loss", sample_efficiency),
 ):
     register_metric(_metric)

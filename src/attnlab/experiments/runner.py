@@ -27,12 +27,13 @@ from .. import checkpoint
 from ..config import RunConfig, apply_overrides, load_config, load_yaml
 from ..errors import ConfigError, UserError
 from ..inference import load_run
+from ..model import Decoder
 from ..starting_point import as_fitted
 from ..train import train
 from ..typed import from_dict
 from .claims import anchors_of, failed_calibrations
 from .metrics import get_metric
-from .spec import Arm, Experiment, Suite, arm_seeds, seed_count, split_key, sweep_rates, sweep_source
+from .spec import Arm, Experiment, Suite, arm_seeds, is_ablated, seed_count, split_key, sweep_rates, sweep_source
 
 
 def measure(experiment: Experiment, run_dir: Path) -> dict:
@@ -137,6 +138,7 @@ class _SuiteRuns:
                 self.plan |= {f"{e.name}/{a.label}/{s}": (e, a, s, None) for s in range(seed_count(e, a, seeds))}
         self.rates = {}  # (the name of the experiment that sweeps, arm label) -> the rate its sweep chose
         self.fingerprints = {}
+        self.measured = set()  # the keys this attempt measured: each once, whatever its record lacks
 
     def config(self, experiment: Experiment, arm: Arm, seed: int, lr: float | None) -> RunConfig:
         return run_config(experiment, arm, seed, lr, *self.settings)
@@ -174,14 +176,15 @@ class _SuiteRuns:
         """One trained and measured model, recorded in results.json as soon as it is measured."""
         cfg = self.config(experiment, arm, seed, lr)
         fingerprint, record = _fingerprint(cfg), self.results["runs"].get(key, {})
-        if not _current(record, fingerprint, experiment):  # else measured by an earlier attempt
+        if key not in self.measured and not _current(record, fingerprint, experiment, cfg):  # else measured before
+            self.measured.add(key)
             self.log(f"[{self.suite.name}] {key}")
             record = _train_and_measure(cfg, experiment, self.results, fingerprint, self.out, self.log)
             self.results["meta"]["finished"] = datetime.now().isoformat(timespec="minutes")
             _save_record(self.out / "results.json", self.results, key, record)
         for other, (other_experiment, *_) in self.plan.items():  # the same model elsewhere: measure it now
-            unmeasured = not _current(self.results["runs"].get(other, {}), fingerprint, other_experiment)
-            if unmeasured and self.planned_fingerprint(other) == fingerprint:
+            if other not in self.measured and self.planned_fingerprint(other) == fingerprint and not _current(
+                    self.results["runs"].get(other, {}), fingerprint, other_experiment, cfg):
                 other_experiment, other_arm, other_seed, other_lr = self.planned(other)
                 self.run(other, other_arm, other_experiment, other_seed, other_lr)
         return self.results["runs"][key]
@@ -274,7 +277,7 @@ def _train_and_measure(cfg, experiment: Experiment, results: dict, fingerprint: 
     start = time.perf_counter()
     earlier = _earlier_runs(results, fingerprint, out, log)
     for run_dir, record in earlier:
-        if record.get("measured") == _measurement(experiment):  # the same model, measured the same way
+        if _measured(record, experiment, cfg):  # the same model, measured the same way
             log(f"    the same model and measurement as {record['run']}")
             return {**record, "run": os.path.relpath(run_dir, out), "seconds": 0.0, "trained": False}
     run_dir = next((d for d, _ in earlier if _holds(d, fingerprint)), None)
@@ -332,12 +335,33 @@ def unfinished_step(run_dir: Path, cfg: RunConfig, log) -> int | None:
     return json.loads((ckpt / checkpoint.MANIFEST).read_text())["step"]
 
 
-def _current(record: dict, fingerprint: str, experiment: Experiment) -> bool:
-    """Whether a record is of this model measured this way (records older than the measured field count as
-    measured this way, unless their metric has a revision since)."""
-    measurement = _measurement(experiment)
-    default = None if get_metric(experiment.metric).revision else measurement
-    return record.get("config") == fingerprint and record.get("measured", default) == measurement
+def _current(record: dict, fingerprint: str, experiment: Experiment, cfg: RunConfig) -> bool:
+    """Whether a record is of this model (cfg, whose fingerprint is given) measured as the experiment measures."""
+    return record.get("config") == fingerprint and _measured(record, experiment, cfg)
+
+
+def _measured(record: dict, experiment: Experiment, cfg: RunConfig) -> bool:
+    """Whether a record of cfg's model holds what the experiment measures: measured the same way (records older
+    than the measured field count as measured this way, unless their metric has a revision since), with the value
+    without the mechanism's own component where the metric measures one and the model has that component (records
+    from before the metric measured it lack it)."""
+    metric, measurement = get_metric(experiment.metric), _measurement(experiment)
+    if record.get("measured", None if metric.revision else measurement) != measurement:
+        return False
+    return not (metric.ablation and _ablates(cfg)) or any(is_ablated(key) for key in record)
+
+
+_ABLATES: dict[str, bool] = {}  # repr of a model config -> whether its model has a component to remove
+
+
+def _ablates(cfg: RunConfig) -> bool:
+    """Whether the run's model has a mechanism's own component to remove at evaluation (Decoder.ablates), from a
+    model built on the meta device: no memory and no weights, only the mixers."""
+    key = repr(cfg.model)
+    if key not in _ABLATES:
+        with torch.device("meta"):
+            _ABLATES[key] = Decoder(cfg.model.fitted(vocab_size=1)).ablates()
+    return _ABLATES[key]
 
 
 def training_extent(run_dir: Path) -> dict:

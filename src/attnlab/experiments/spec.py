@@ -34,6 +34,11 @@ def ablated(key: str) -> str:
     return f"ablated_{key}"
 
 
+def is_ablated(key: str) -> bool:
+    """Whether a record's key holds a value measured with the mechanism's own component removed."""
+    return key.startswith(ablated(""))
+
+
 @dataclass
 class Arm:
     label: str
