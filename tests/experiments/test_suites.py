@@ -311,18 +311,21 @@ def test_a_record_from_before_its_metric_measured_the_model_without_its_componen
                                                                                                      monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
     arms = [Arm("softmax", "demo"), Arm("ccq", "demo", ["model.mixer=ccq-gla"])]
-    suite = Suite("s", "s", [Experiment("lm", "lm", "val_ppl", arms, "softmax")])
+    suite = Suite("s", "s", [Experiment("lm", "lm", "val_ppl", arms, "softmax", lrs=[1e-3, 2e-3])])
     first = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None)
     assert ABLATED in first["runs"]["lm/ccq/0"] and ABLATED not in first["runs"]["lm/softmax/0"]
-    old = {k: v for k, v in first["runs"]["lm/ccq/0"].items() if k != ABLATED}  # the same measured field
-    results = {**first, "runs": {**first["runs"], "lm/ccq/0": old}}
-    (tmp_path / "suite" / "results.json").write_text(json.dumps(results))
+    # every ccq record as it was before the metric measured the ablation, with the same measured field
+    old = {key: {k: v for k, v in record.items() if k != ABLATED} for key, record in first["runs"].items()}
+    (tmp_path / "suite" / "results.json").write_text(json.dumps({**first, "runs": old}))
     calls = []
     again = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=calls.append)
-    # measured from its model, not trained again; softmax, which has no component to remove, stands
-    assert calls == ["[s] lm/ccq/0", "    the same model as lm-ccq-s0", calls[2]]
+    # the seed is measured from its model, not trained again; the sweep's points (only their validation loss is
+    # read) and softmax (which has no component to remove) stand
+    assert calls[0] == "[s] lm/ccq/0" and calls[1].startswith("    the same model as lm-ccq-")
+    assert [c for c in calls if c.startswith("[s]")] == ["[s] lm/ccq/0"]
     assert again["runs"]["lm/ccq/0"][ABLATED] == pytest.approx(first["runs"]["lm/ccq/0"][ABLATED])
-    assert again["runs"]["lm/softmax/0"] == first["runs"]["lm/softmax/0"]
+    assert {k: r for k, r in again["runs"].items() if k != "lm/ccq/0"} == {k: r for k, r in old.items()
+                                                                            if k != "lm/ccq/0"}
 
 
 def test_a_runs_fingerprint_is_its_config_apart_from_names_folders_and_compilation():

@@ -175,19 +175,26 @@ class _SuiteRuns:
     def run(self, key: str, arm: Arm, experiment: Experiment, seed: int, lr: float | None = None) -> dict:
         """One trained and measured model, recorded in results.json as soon as it is measured."""
         cfg = self.config(experiment, arm, seed, lr)
-        fingerprint, record = _fingerprint(cfg), self.results["runs"].get(key, {})
-        if key not in self.measured and not _current(record, fingerprint, experiment, cfg):  # else measured before
+        fingerprint = _fingerprint(cfg)
+        if not self.done(key, fingerprint, experiment, cfg):
             self.measured.add(key)
             self.log(f"[{self.suite.name}] {key}")
             record = _train_and_measure(cfg, experiment, self.results, fingerprint, self.out, self.log)
             self.results["meta"]["finished"] = datetime.now().isoformat(timespec="minutes")
             _save_record(self.out / "results.json", self.results, key, record)
         for other, (other_experiment, *_) in self.plan.items():  # the same model elsewhere: measure it now
-            if other not in self.measured and self.planned_fingerprint(other) == fingerprint and not _current(
-                    self.results["runs"].get(other, {}), fingerprint, other_experiment, cfg):
-                other_experiment, other_arm, other_seed, other_lr = self.planned(other)
-                self.run(other, other_arm, other_experiment, other_seed, other_lr)
+            if self.planned_fingerprint(other) != fingerprint or self.done(other, fingerprint, other_experiment, cfg):
+                continue
+            other_experiment, other_arm, other_seed, other_lr = self.planned(other)
+            self.run(other, other_arm, other_experiment, other_seed, other_lr)
         return self.results["runs"][key]
+
+    def done(self, key: str, fingerprint: str, experiment: Experiment, cfg: RunConfig) -> bool:
+        """Whether the run needs no measuring: this attempt measured it, or an earlier one did with this config
+        (a sweep's point, of which only the validation loss is read, needs no value without the component)."""
+        sweep = split_key(key)[2] is None
+        record = self.results["runs"].get(key, {})
+        return key in self.measured or _current(record, fingerprint, experiment, None if sweep else cfg)
 
 
 def run_config(experiment: Experiment, arm: Arm, seed: int, lr: float | None, out: Path, quick: list[str] = (),
@@ -335,20 +342,21 @@ def unfinished_step(run_dir: Path, cfg: RunConfig, log) -> int | None:
     return json.loads((ckpt / checkpoint.MANIFEST).read_text())["step"]
 
 
-def _current(record: dict, fingerprint: str, experiment: Experiment, cfg: RunConfig) -> bool:
-    """Whether a record is of this model (cfg, whose fingerprint is given) measured as the experiment measures."""
+def _current(record: dict, fingerprint: str, experiment: Experiment, cfg: RunConfig | None) -> bool:
+    """Whether a record is of this model (of this fingerprint) measured as the experiment measures (cfg: see
+    _measured)."""
     return record.get("config") == fingerprint and _measured(record, experiment, cfg)
 
 
-def _measured(record: dict, experiment: Experiment, cfg: RunConfig) -> bool:
+def _measured(record: dict, experiment: Experiment, cfg: RunConfig | None) -> bool:
     """Whether a record of cfg's model holds what the experiment measures: measured the same way (records older
     than the measured field count as measured this way, unless their metric has a revision since), with the value
     without the mechanism's own component where the metric measures one and the model has that component (records
-    from before the metric measured it lack it)."""
+    from before the metric measured it lack it; cfg None: not needed)."""
     metric, measurement = get_metric(experiment.metric), _measurement(experiment)
     if record.get("measured", None if metric.revision else measurement) != measurement:
         return False
-    return not (metric.ablation and _ablates(cfg)) or any(is_ablated(key) for key in record)
+    return cfg is None or not (metric.ablation and _ablates(cfg)) or any(is_ablated(key) for key in record)
 
 
 _ABLATES: dict[str, bool] = {}  # repr of a model config -> whether its model has a component to remove
