@@ -48,12 +48,52 @@ FACTS = {"cuda": True, "hopper": True, "fla": "0.6.0", "triton": "3.6.0", "tilel
     ({"triton": "3.8.0+git1234"}, True, True, "Triton >= 3.7.1"),
     ({"triton": "3.3.1"}, True, True, "fla 0.6.0's Triton kernels (Triton 3.3.1)"),  # before the regression
     ({"hopper": False}, True, True, "fla 0.6.0's Triton kernels (Triton 3.6.0)"),  # an A100: no such bug
+    ({"fla": "0.5.1", "triton": "3.8.0"}, False, False, "removed the block pointers fla 0.5.1's kernels use"),
+    ({"fla": "0.5.2", "triton": "3.8.0"}, False, True, "fla 0.5.2's Triton kernels (Triton 3.8.0)"),
+    ({"fla": "0.5.1", "triton": "3.7.1"}, False, True, "fla 0.5.1's Triton kernels"),  # block pointers still there
 ])
 def test_auto_takes_fla_where_its_kernels_train_correctly_and_says_why(facts, scalar_gates, uses_fla, why):
     from attnlab.ops.fla import auto_route
 
     taken, reason = auto_route(scalar_gates, **{**FACTS, **facts})
     assert taken is uses_fla and why in reason
+
+
+def test_tilelang_is_no_route_without_nvcc(monkeypatch, tmp_path):
+    from attnlab.ops import fla
+
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert fla.nvcc() is None
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nvcc").write_text("")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    assert fla.nvcc() == str(tmp_path / "bin" / "nvcc")
+    monkeypatch.setattr(fla, "nvcc", lambda: None)
+    monkeypatch.setattr(fla.importlib.util, "find_spec", lambda name: object())  # as if tilelang were installed
+    assert fla.installed()["tilelang"] is False
+
+
+@pytest.mark.parametrize("wanted, found, says", [
+    ("3.6.0", "3.6.0", "(the one this torch was built for)"),
+    ("3.6.0", "3.7.1", "NOT the Triton 3.6.0 this torch was built for (pip install triton==3.6.0)"),
+    ("3.6.0", None, "-> Triton not installed: NOT the Triton 3.6.0"),
+    (None, "3.9.0", "(this torch pins no Triton)"),
+])
+def test_the_doctor_prints_which_triton_torch_was_built_for(wanted, found, says):
+    line = doctor.pairing({"torch": "2.11.0+cu130", "triton": found, "triton_for_torch": wanted})
+    assert line.startswith("torch 2.11.0+cu130 -> Triton") and says in line
+
+
+def test_the_triton_torch_pins_is_read_from_its_requirements(monkeypatch):
+    from importlib import metadata
+
+    monkeypatch.setattr(metadata, "requires", lambda name: ['numpy; extra == "x"',
+                                                            'triton==3.6.0; platform_system == "Linux"'])
+    assert doctor.triton_for_torch() == "3.6.0"
+    monkeypatch.setattr(metadata, "requires", lambda name: ["filelock", "sympy>=1.13.3"])
+    assert doctor.triton_for_torch() is None
 
 
 def test_the_scalar_gated_mixers_ask_for_the_scalar_gated_route():
@@ -114,3 +154,27 @@ def test_the_readme_section_is_generated_from_a_doctor_run(tmp_path):
 
     update_readme(readme, new, section="doctor")
     assert readme.read_text() == f"a\n<!-- doctor: start -->\n{new}\n<!-- doctor: end -->\nb\n"
+
+
+def test_a_run_cut_short_keeps_every_mixer_it_checked(two_mixers, tmp_path, monkeypatch):
+    check = doctor.check_mixer
+
+    def interrupted_at_gla(name, options, device):
+        if name == "gla":  # as a kernel that compiles for minutes and is stopped
+            raise KeyboardInterrupt
+        return check(name, options, device)
+
+    monkeypatch.setattr(doctor, "check_mixer", interrupted_at_gla)
+    with pytest.raises(KeyboardInterrupt):
+        doctor.run_doctor(tmp_path, train_steps=0, log=lambda *a: None)
+    saved = json.loads((tmp_path / "doctor.json").read_text())
+    assert list(saved["mixers"]) == ["softmax"] and saved["mixers"]["softmax"]["fp32"]["ok"]
+
+
+def test_the_readme_says_when_fla_was_not_there_to_measure():
+    row = {p: {"forward": 1e-7, "gradient": 1e-7, "decode": 1e-7, "ok": True} for p in ("fp32", "bf16")}
+    report = {"environment": {"device": "cuda", "gpu": "NVIDIA H200", "torch": "2.11.0+cu130", "cuda_version": "13.0",
+                              "triton": "3.6.0", "fla": None}, "mixers": {"softmax": row}, "failed": []}
+    assert "fla was not installed in this run" in doctor.readme_section(report)
+    report["environment"]["fla"] = "0.6.0"
+    assert "fla was not installed" not in doctor.readme_section(report)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -51,7 +52,36 @@ def environment(device: torch.device) -> dict:
             info[package] = __import__(package).__version__
         except Exception:  # absent, or failing to import on this machine
             info[package] = None
+    info["triton_for_torch"] = triton_for_torch()
     return info
+
+
+def triton_for_torch() -> str | None:
+    """The Triton version this torch was built against (its wheel pins it exactly: `triton==3.6.0`), or None
+    where it pins none (the CPU builds)."""
+    from importlib import metadata
+
+    try:
+        requirements = metadata.requires("torch") or []
+    except metadata.PackageNotFoundError:  # torch from a source tree
+        return None
+    for requirement in requirements:
+        pinned = re.match(r"(?:pytorch-)?triton\s*==\s*([^\s;,]+)", requirement)
+        if pinned:
+            return pinned.group(1)
+    return None
+
+
+def pairing(env: dict) -> str:
+    """One line: torch -> the Triton it was built for -> the Triton installed, and whether they match (a
+    Triton installed over torch's own compiles kernels torch and fla were not tested with)."""
+    wanted, found = env["triton_for_torch"], env["triton"]
+    line = f"torch {env['torch']} -> Triton {found or 'not installed'}"
+    if wanted is None:
+        return line + " (this torch pins no Triton)"
+    if found is None or found.split("+")[0] != wanted:
+        return line + f": NOT the Triton {wanted} this torch was built for (pip install triton=={wanted})"
+    return line + " (the one this torch was built for)"
 
 
 def check_mixer(name: str, options: dict, device: torch.device, d_model: int = 64, n_heads: int = 4,
@@ -86,34 +116,47 @@ def check_mixer(name: str, options: dict, device: torch.device, d_model: int = 6
     return result
 
 
-def check_mixers(device: torch.device, log=print) -> dict:
+def check_mixers(device: torch.device, log=print, saved=lambda row: None) -> dict:
     """check_mixer for every mixer, in true fp32: TensorFloat-32 products, which PyTorch allows in
-    convolutions by default, would cost ~1e-3 of relative error on their own."""
+    convolutions by default, would cost ~1e-3 of relative error on their own. saved(results so far) is called
+    after each mixer, so that a run cut short keeps every row it measured."""
     tf32 = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     try:
-        return _check_mixers(device, log)
+        return _check_mixers(device, log, saved)
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
 
 
-def _check_mixers(device: torch.device, log) -> dict:
+def _check_mixers(device: torch.device, log, saved) -> dict:
     log(f"\ncorrectness on {device} against fp64 on the CPU (relative errors; limits fp32 {LIMITS['fp32']:g}, "
         f"bf16 {LIMITS['bf16']:g})")
     log(f"{'mixer':<34} {'fp32 fwd':>9} {'grad':>9} {'decode':>9} {'bf16 fwd':>9} {'grad':>9} {'decode':>9}  ok")
-    results = {}
+    results, warned = {}, False
+    machine = fla.machine()
     for label, name, options in contenders():
         options = options or dict(mixer_class(name).deterministic)  # one answer to compare with fp64
+        if not warned and device.type == "cuda" and _runs_fla(name, options, machine):
+            warned = True
+            log("(fla compiles and tunes its Triton kernels on first use, which can take many minutes; "
+                "each row is written to doctor.json as it is measured)")
         try:
             row = check_mixer(name, options, device)
         except Exception as err:  # a failure to run on this device is the finding, not a crash of the doctor
             results[label] = {"error": f"{type(err).__name__}: {err}"}
             log(f"{label:<34} FAILED: {results[label]['error'][:200]}")
-            continue
-        results[label] = row
-        cells = " ".join(f"{row[p][k]:>9.1e}" for p in ("fp32", "bf16") for k in ("forward", "gradient", "decode"))
-        log(f"{label:<34} {cells}  {'yes' if row['fp32']['ok'] and row['bf16']['ok'] else 'NO'}")
+        else:
+            results[label] = row
+            cells = " ".join(f"{row[p][k]:>9.1e}" for p in ("fp32", "bf16") for k in ("forward", "gradient", "decode"))
+            log(f"{label:<34} {cells}  {'yes' if row['fp32']['ok'] and row['bf16']['ok'] else 'NO'}")
+        saved(results)
     return results
+
+
+def _runs_fla(name: str, options: dict, machine: dict) -> bool:
+    """Whether backend=auto runs this mixer on fla's kernels on a machine with these facts."""
+    mixer = build_mixer(name, d_model=16, n_heads=2, **options)
+    return mixer.auto_backend(**machine)[0] == "fla"
 
 
 def time_mixers(device: torch.device, batch: int, seq_len: int, d_model: int, n_heads: int, repeats: int,
@@ -252,12 +295,17 @@ def run_doctor(out: str | Path = "runs/doctor", train_steps: int = 200, dry_run:
                " (GPU timings and the fused backends are skipped)"))
     report = {"environment": environment(device)}
     log(json.dumps(report["environment"]))
+    log(pairing(report["environment"]))
     report["backends"] = backend_routes(device, log)
 
     def save():
         (out / "doctor.json").write_text(json.dumps(report, indent=1))
 
-    report["mixers"] = check_mixers(device, log)
+    def save_rows(rows):
+        report["mixers"] = rows
+        save()
+
+    report["mixers"] = check_mixers(device, log, save_rows)
     failed = [m for m, r in report["mixers"].items() if "error" in r or not (r["fp32"]["ok"] and r["bf16"]["ok"])]
     report["failed"] = failed
     save()
@@ -327,6 +375,9 @@ def readme_section(report: dict) -> str:
                      f"{train['seconds']:.0f} s, validation loss {train['val_loss']:.2f})")
     speed = _speed_by_length(report)
     lines[0] += "." if speed else "; no timings."
+    if env.get("fla") is None:
+        lines[0] += (" fla was not installed in this run: its kernels are neither checked nor timed here, and "
+                     "`backend=auto` ran every mixer on its torch form.")
     if speed:
         lengths = list(speed)
         header = " | ".join(f"T {n} ms | × softmax" for n in lengths)

@@ -21,6 +21,8 @@ import importlib.util
 import logging
 import os
 import re
+import shutil
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -45,6 +47,8 @@ def available() -> bool:
 
 
 FIXED_TRITON = (3, 7, 1)  # the first Triton that compiles fla's scalar-gated backward correctly on Hopper GPUs
+NO_BLOCK_POINTERS = (3, 8, 0)  # the first Triton without block pointers (tl.make_block_ptr), which older fla uses
+FLA_WITHOUT_BLOCK_POINTERS = (0, 5, 2)  # the first fla whose kernels no longer use them
 
 
 def auto_route(scalar_gates: bool, *, cuda: bool, hopper: bool, fla: str | None, triton: str | None,
@@ -58,6 +62,9 @@ def auto_route(scalar_gates: bool, *, cuda: bool, hopper: bool, fla: str | None,
         return False, "no CUDA GPU: the torch forms"
     if fla is None or triton is None:
         return False, f"flash-linear-attention is not installed ({INSTALL_HINT}): the torch forms"
+    if _version(triton) >= NO_BLOCK_POINTERS and _version(fla) < FLA_WITHOUT_BLOCK_POINTERS:
+        return False, (f"the torch forms: Triton {triton} removed the block pointers fla {fla}'s kernels use; "
+                       f"fla 0.5.2 or newer ({INSTALL_HINT}) runs on it")
     kernels = f"fla {fla}'s Triton kernels (Triton {triton})"
     if not scalar_gates or not hopper or _version(triton) < (3, 4, 0):
         return True, kernels
@@ -78,7 +85,8 @@ def _version(text: str) -> tuple[int, ...]:
 
 def installed() -> dict:
     """The versions of fla and Triton installed here (None where missing) and whether fla's TileLang backend
-    can run (tilelang and a working nvcc)."""
+    can run: tilelang, and nvcc, which TileLang compiles its kernels with (without it the route fails at the
+    first backward, so it is no fix for the Hopper bug)."""
     from importlib import metadata
 
     def version(package):
@@ -89,13 +97,22 @@ def installed() -> dict:
 
     fla = version("fla-core") or version("flash-linear-attention")
     tilelang = False
-    if fla is not None and importlib.util.find_spec("tilelang") is not None and available():
+    if (fla is not None and importlib.util.find_spec("tilelang") is not None and nvcc() is not None
+            and available()):
         try:
             from fla.ops.common.backends.tilelang import CommonTileLangBackend
             tilelang = CommonTileLangBackend.can_use()
         except ImportError:
             pass
     return {"fla": fla, "triton": version("triton"), "tilelang": tilelang}
+
+
+def nvcc() -> str | None:
+    """The path of CUDA's compiler: on the PATH, or under CUDA_HOME / CUDA_PATH; None where there is none."""
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")):
+        if home and Path(home, "bin", "nvcc").is_file():
+            return str(Path(home, "bin", "nvcc"))
+    return shutil.which("nvcc")
 
 
 def machine() -> dict:
