@@ -1,0 +1,319 @@
+"""A suite's plan: every job it needs, with its dependencies and what it will cost, before anything trains.
+
+A job is one run of an experiment (a seed of an arm, or a point of its learning-rate sweep) at a config. Jobs
+depend on each other in three ways:
+- a seed trains at the rate its arm's sweep chooses, so it waits for the sweep's points (and a sweep grows past
+  an edge of its grid that wins, so its later points wait for the earlier ones: `spec.sweep_rates`);
+- calibration before comparison: an arm that a claim's Anchor holds to the paper's number trains all its seeds
+  first, and if it then misses that number, nothing is compared with it (no other arm of the experiment trains);
+- several experiments may use the same model (the same fingerprint): the first trains it, the others measure it.
+`plan` reads the results as they stand and says, for each job, whether its record stands (done), what it must do
+(train, or measure a model that exists), or what it waits for. The driver (`runner.run_suite`) asks again after
+every finished job, so a plan grows as sweeps choose and calibrations pass, and a stopped suite plans afresh.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..config import RunConfig, apply_overrides, load_config, load_yaml
+from ..model import Decoder
+from ..typed import from_dict
+from .claims import anchors_of, failed_calibrations
+from .metrics import get_metric
+from .spec import Arm, Experiment, Suite, arm_seeds, seed_count, sweep_rates, sweep_source
+from .store import Record, Results, RunKey
+
+STAGES = ("calibration", "sweep", "seed")  # the order a stage's jobs come in, within each experiment
+
+
+@dataclass
+class Job:
+    """One run to train and measure (or only measure: `model` names the job that trains its model)."""
+
+    key: RunKey
+    stage: str  # calibration (an anchored baseline's seed), sweep (a point of a learning-rate sweep) or seed
+    experiment: Experiment
+    arm: Arm
+    lr: float | None  # the rate it trains at (None: its preset's)
+    cfg: RunConfig | None  # None while it waits for its rate
+    fingerprint: str | None = None
+    status: str = "waiting"  # done | train | measure | waiting | blocked
+    why: str = ""  # what it waits for, why it is blocked, or what it replaces
+    model: RunKey | None = None  # the job whose model it measures (a model shared with another experiment)
+    supersedes: bool = False  # its key holds a record of another config, which it replaces
+
+    @property
+    def runnable(self) -> bool:
+        return self.status in ("train", "measure")
+
+
+@dataclass
+class Plan:
+    jobs: list[Job] = field(default_factory=list)
+
+    def runnable(self) -> list[Job]:
+        """The jobs that can start now: measurements of models that exist first (cheap, and as soon as the model
+        is there), then the rest in plan order."""
+        ready = [job for job in self.jobs if job.runnable]
+        return sorted(ready, key=lambda job: job.status != "measure")
+
+    def count(self, status: str) -> int:
+        return sum(job.status == status for job in self.jobs)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How this attempt trains the suite: its folder for runs, --quick's overrides, --scale, the caller's
+    overrides and the seed count."""
+
+    runs_dir: Path
+    quick: tuple = ()
+    scale: float = 1.0
+    extra: tuple = ()
+    seeds: int = 3
+
+
+def plan(suite: Suite, experiments: list[Experiment], results: Results, settings: Settings,
+         models: frozenset = frozenset(), attempted: frozenset = frozenset()) -> Plan:
+    """Every job of the selected experiments as the results stand. models: the fingerprints of trained models
+    that a folder beside this suite's holds (this suite's records count too); attempted: keys this attempt has
+    already run, which count as done whatever their record lacks, so that a measure that records nothing cannot
+    loop."""
+    jobs: list[Job] = []
+    rates: dict[tuple[str, str], float | None | str] = {}  # (sweeping experiment, arm) -> rate, or why not yet
+    for experiment in experiments:
+        anchored = {a.arm for a in anchors_of(suite.claims) if a.experiment == experiment.name}
+        gated = bool(anchored) and not settings.quick  # a smoke run's few steps calibrate nothing
+        order = sorted(experiment.arms, key=lambda arm: arm.label not in anchored) if gated else experiment.arms
+        for arm in order:  # every arm's sweep before any seed
+            jobs += _sweep_jobs(suite, experiment, arm, results, settings, rates)
+        calibrated = _calibration(suite, experiment, results, settings) if gated else True
+        for seed in range(min(settings.seeds, experiment.seeds or settings.seeds)):  # seed by seed: stays paired
+            for arm in order:
+                if seed >= seed_count(experiment, arm, settings.seeds):
+                    continue
+                stage = "calibration" if gated and arm.label in anchored else "seed"
+                job = _job(RunKey(experiment.name, arm.label, seed=seed), stage, experiment, arm,
+                           rates.get(_sweep_of(suite, experiment, arm)), settings)
+                if stage == "seed" and calibrated is not True:
+                    job.status, job.why = ("waiting", "the calibration") if calibrated is None else ("blocked",
+                                                                                                   calibrated)
+                jobs.append(job)
+    _settle(jobs, results, models, attempted)
+    return Plan(jobs)
+
+
+def _sweep_of(suite: Suite, experiment: Experiment, arm: Arm) -> tuple[str, str] | None:
+    source = sweep_source(suite, experiment)
+    return None if source is None else (source.name, arm.label)
+
+
+def _sweep_jobs(suite, experiment, arm, results, settings, rates) -> list[Job]:
+    """The points of the sweep that chooses the arm's rate, as far as they can be known (a point beyond the grid
+    is known once the grid's points stand: spec.sweep_rates); records the rate chosen, or what it waits for."""
+    which = _sweep_of(suite, experiment, arm)
+    if which is None or which in rates:
+        return []
+    source = sweep_source(suite, experiment)
+    swept = next(a for a in source.arms if a.label == arm.label)
+    jobs = {}
+
+    def loss(lr: float) -> float | None:  # the point's validation loss where its record stands
+        if lr not in jobs:
+            jobs[lr] = _job(RunKey(source.name, arm.label, lr=lr), "sweep", source, swept, lr, settings)
+        record = results.get(jobs[lr].key)
+        return sweep_loss(record) if _stands(record, jobs[lr]) else None
+
+    rates_tried = sweep_rates(source.lrs, loss, extend=not settings.quick)
+    chosen = min(rates_tried, key=lambda lr: math.inf if loss(lr) is None else loss(lr))
+    known = [loss(lr) for lr in jobs]
+    rates[which] = chosen if None not in known else f"the sweep of {source.name}/{arm.label}"
+    return list(jobs.values())
+
+
+def _calibration(suite, experiment, results, settings) -> bool | str | None:
+    """True where the experiment's anchored baselines match the paper, else why not (the paper's number they
+    miss); None while their seeds are not all measured."""
+    anchors = [a for a in anchors_of(suite.claims) if a.experiment == experiment.name]
+    current = results.without(superseded(suite, results, settings))  # an earlier protocol calibrates nothing here
+    counts = arm_seeds(suite, settings.seeds)
+    for anchor in anchors:
+        if len(current.of(experiment.name, anchor.arm)) < counts(experiment.name, anchor.arm):
+            return None
+    failed = failed_calibrations(anchors, current, counts)
+    if experiment.name not in failed:
+        return True
+    return f"the baseline is not the paper's ({failed[experiment.name]})"
+
+
+def _job(key: RunKey, stage: str, experiment: Experiment, arm: Arm, rate, settings: Settings) -> Job:
+    """A job at its rate: a sweep point's own, the rate its sweep chose, or (a str) what it waits for."""
+    lr = key.lr if key.sweep else rate
+    if isinstance(lr, str):
+        return Job(key, stage, experiment, arm, None, None, why=lr)
+    cfg = run_config(experiment, arm, key.trained_seed, lr, settings)
+    return Job(key, stage, experiment, arm, lr, cfg, fingerprint(cfg), status="")
+
+
+def _settle(jobs: list[Job], results: Results, models: frozenset, attempted: frozenset) -> None:
+    """Each job with its config: done where its record stands (or this attempt ran it); where another job of this
+    plan trains its model, measure once that job is done (until then it waits); else measure where a model of
+    its config is on disk, train where none is. A job held back by its calibration keeps waiting (or blocked)."""
+    trainer: dict[str, Job] = {}  # fingerprint -> the first job of the plan with that model
+    for job in jobs:
+        if job.cfg is None or job.status == "blocked":
+            continue
+        record = results.get(job.key)
+        first = trainer.setdefault(job.fingerprint, job)
+        if job.key in attempted or _stands(record, job):
+            job.status = "done"
+            continue
+        if job.status == "waiting":  # on its calibration
+            continue
+        job.supersedes = record is not None and record.fingerprint != job.fingerprint
+        if first is not job and first.status != "done":
+            job.model, job.status, job.why = first.key, "waiting", f"the model of {first.key}"
+        elif first is not job or job.fingerprint in models or any(r.fingerprint == job.fingerprint
+                                                                   for _, r in results.items()):
+            job.model, job.status = (None if first is job else first.key), "measure"
+        else:
+            job.status = "train"
+
+
+def _stands(record: Record | None, job: Job) -> bool:
+    """Whether a record is of this job's model measured as its experiment measures (a sweep's point, of which only
+    the validation loss is read, needs no value without the component)."""
+    if record is None:
+        return False
+    metric, measurement = get_metric(job.experiment.metric), measurement_of(job.experiment)
+    needs_ablation = not job.key.sweep and metric.ablation and ablates(job.cfg)
+    return record.stands(job.fingerprint, measurement, None if metric.revision else measurement, needs_ablation)
+
+
+def measurement_of(experiment: Experiment) -> list:
+    """What a record's measured values depend on besides the model (a metric's revision, where it has one:
+    records measured before are measured again, from the model where its folder is still there)."""
+    revision = get_metric(experiment.metric).revision
+    return [experiment.metric, experiment.lengths, experiment.target_losses, *([revision] if revision else [])]
+
+
+_ABLATES: dict[str, bool] = {}  # repr of a model config -> whether its model has a component to remove
+
+
+def ablates(cfg: RunConfig) -> bool:
+    """Whether the run's model has a mechanism's own component to remove at evaluation (Decoder.ablates), from a
+    model built on the meta device: no memory and no weights, only the mixers."""
+    key = repr(cfg.model)
+    if key not in _ABLATES:
+        with torch.device("meta"):
+            _ABLATES[key] = Decoder(cfg.model.fitted(vocab_size=1)).ablates()
+    return _ABLATES[key]
+
+
+def run_config(experiment: Experiment, arm: Arm, seed: int, lr: float | None, settings: Settings) -> RunConfig:
+    """The config of one run of the suite: the arm's preset and overrides at this seed and learning rate (None:
+    the preset's), the quick tier's overrides and the caller's, its steps multiplied by scale."""
+    name = "-".join([experiment.name, arm.label, *([f"lr{lr:g}"] if lr else []), f"s{seed}"])
+    own = [*arm.overrides, *(learning_rate(arm, lr) if lr else []), *settings.quick]
+    overrides = [*own, *_read_by_run(arm.preset, own, list(settings.extra)), f"name={name}".replace("+", "p"),
+                 f"out_dir={settings.runs_dir}", f"train.seed={1000 + seed}", "train.keep_last=1"]
+    cfg = load_config(arm.preset, overrides)
+    if settings.scale == 1.0:
+        return cfg
+    steps = max(1, round(cfg.train.steps * settings.scale))
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=steps))
+
+
+def settings_of(suite: Suite, results: Results, runs_dir: Path = Path("runs")) -> Settings:
+    """The settings a results file was made with (the folder of its runs aside)."""
+    setting = results.setting
+    return Settings(runs_dir, tuple(suite.quick) if setting["quick"] else (), setting["scale"], tuple(results.extra),
+                    results.meta.get("seeds", suite.seeds))
+
+
+def _read_by_run(preset: str, own: list[str], extra: list[str]) -> list[str]:
+    """The caller's overrides but those of data fields that this run's source does not read (which its config
+    would refuse): one list of them shrinks a suite whose arms train on text and on tasks alike."""
+    data = from_dict(RunConfig, apply_overrides(load_yaml(preset), [*own, *extra])).data
+    return [o for o in extra if not o.startswith("data.") or data.reads(o.partition("=")[0].split(".")[1])]
+
+
+def learning_rate(arm: Arm, lr: float) -> list[str]:
+    """Overrides that train the arm at peak rate lr, its schedule's floor scaled alike."""
+    base = load_config(arm.preset, arm.overrides).train
+    return [f"train.lr={lr}", f"train.min_lr={lr * base.min_lr / base.lr}"]
+
+
+def superseded(suite: Suite, results: Results, settings: Settings | None = None) -> set[RunKey]:
+    """The keys of records trained with another config than the suite now gives their run (its presets or
+    protocol changed since): `attnlab reproduce` trains them again, and until then they describe something
+    else. An arm with a learning-rate sweep is checked once its sweep is measured."""
+    settings = settings or settings_of(suite, results)
+    old = set()
+    for experiment in suite.experiments:
+        lrs, source = {}, sweep_source(suite, experiment)
+        if source is not None:
+            losses = {a.label: swept_losses(results, source, a.label, extend=not settings.quick) for a in source.arms}
+            lrs = {label: min(by_lr, key=by_lr.get) for label, by_lr in losses.items() if None not in by_lr.values()}
+        arms = {arm.label: arm for arm in experiment.arms if source is None or arm.label in lrs}
+        for key, record in results.of(experiment.name).items():
+            # a record written by hand or by a version before fingerprints has no config to compare
+            if key.arm not in arms or record.fingerprint is None:
+                continue
+            if record.fingerprint != fingerprint(run_config(experiment, arms[key.arm], key.seed, lrs.get(key.arm),
+                                                            settings)):
+                old.add(key)
+    return old
+
+
+def swept_losses(results: Results, experiment: Experiment, label: str, extend: bool | None = None
+                 ) -> dict[float, float | None]:
+    """The arm's sweep as far as the results know it: each of its rates (spec.sweep_rates) -> the validation loss
+    its first seed reached, None where it has not run yet (extend: whether the grid grows past a winning edge;
+    by default as the results' setting has it, not for a smoke run)."""
+    def loss(lr: float) -> float | None:
+        record = results.get(RunKey(experiment.name, label, lr=lr))
+        return None if record is None else sweep_loss(record)
+
+    extend = not results.setting["quick"] if extend is None else extend
+    return {lr: loss(lr) for lr in sweep_rates(experiment.lrs, loss, extend)}
+
+
+def sweep_loss(record: Record) -> float:
+    loss = record.get("best_val_loss")
+    return math.inf if loss is None else loss  # a run that never validated (it diverged) loses
+
+
+def fingerprint(cfg: RunConfig) -> str:
+    """What decides the trained weights: the config fields that differ from their defaults, except the
+    run's name and folder, train.compile (how the same arithmetic runs) and train.log_to (where its numbers
+    are also sent). A field added later at its default leaves earlier runs valid (like the code, a changed
+    default is not seen: delete results.json to train everything again)."""
+    settings = _changed(cfg.to_dict(), type(cfg)().to_dict())
+    for where in ("name", "out_dir"):
+        settings.pop(where, None)
+    for how in ("compile", "log_to"):
+        settings.get("train", {}).pop(how, None)
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _changed(values: dict, defaults: dict) -> dict:
+    """The entries of a nested dict that differ from the defaults."""
+    changed = {}
+    for key, value in values.items():
+        default = defaults.get(key)
+        if isinstance(value, dict) and isinstance(default, dict):
+            value = _changed(value, default)
+            if value:
+                changed[key] = value
+        elif key not in defaults or value != default:
+            changed[key] = value
+    return changed
