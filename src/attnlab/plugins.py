@@ -25,6 +25,7 @@ ENTRY_POINTS = "attnlab.mixers"
 HINT = f"pass --import <module or file.py> (before the command) or set {ENV_VAR}"
 
 _files: dict[Path, str] = {}  # a .py file imported by its path -> the name of its module
+IMPORTED: list[str] = []  # what import_plugin imported, as another process imports it again (a suite's workers)
 _entry_points_loaded = False
 
 
@@ -34,6 +35,8 @@ def import_plugin(spec: str, where: str) -> None:
         _import_file(Path(absolute(spec)), where)
     else:
         _import(spec, where, lambda: importlib.import_module(spec))
+    if absolute(spec) not in IMPORTED:
+        IMPORTED.append(absolute(spec))
 
 
 def import_installed() -> None:

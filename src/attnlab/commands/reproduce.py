@@ -5,7 +5,7 @@ from __future__ import annotations
 from fnmatch import fnmatch
 from pathlib import Path
 
-from ..arguments import check_folder, positive_float, seed_count
+from ..arguments import check_folder, positive_float, positive_int, seed_count
 from ..errors import UserError, unknown_name
 
 
@@ -28,13 +28,54 @@ def add_parser(sub) -> None:
     p.add_argument("--quick", action="store_true", help="the smoke version: a few steps per run")
     p.add_argument("--scale", type=positive_float, default=1.0, help="multiply every run's training steps")
     p.add_argument("--out", default="results", help="reports go to <out>/<suite>/")
-    p.set_defaults(func=main, check=lambda args: check_folder(args.out, "--out"))
+    p.add_argument("--dry-run", action="store_true", help="print the plan (what trains, what is reused, what waits, "
+                   "each job's estimated time) and stop")
+    p.add_argument("--jobs", type=positive_int, help="run this many jobs at once, each in its own process: on GPUs "
+                   "each holds one GPU (or a share: --runs-per-gpu), on a CPU its share of the cores")
+    p.add_argument("--runs-per-gpu", type=positive_int, help="pack this many small runs on each GPU")
+    p.add_argument("--executor", choices=("local", "ray"), default="local", help="local: this machine (default); "
+                   "ray: each job a Ray task on the cluster RAY_ADDRESS names, or a local one (extra [ray])")
+    p.add_argument("--runs-dir", help="where models and checkpoints go (default <out>/<suite>/runs; on a cluster, "
+                   "storage every node reaches)")
+    p.set_defaults(func=main, check=check)
+
+
+def check(args) -> None:
+    """Every option that decides where jobs run, checked before anything trains."""
+    check_folder(args.out, "--out")
+    if args.runs_dir is not None:
+        check_writable(args.runs_dir, "--runs-dir")
+    if args.executor == "local" and args.runs_per_gpu and not args.dry_run:
+        import torch
+
+        if torch.cuda.device_count() == 0:
+            raise UserError("--runs-per-gpu packs runs on GPUs, and this machine has none; leave it out (--jobs N "
+                            "shares the CPU's cores)")
+    if args.executor == "ray":
+        from ..experiments.executors import require_ray
+
+        require_ray()
+
+
+def check_writable(path: str, option: str) -> None:
+    """A folder that can be created and written (or one line saying why not)."""
+    from ..paths import user_path
+
+    folder = user_path(path)
+    check_folder(path, option)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / ".attnlab-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise UserError(f"{option} {path} cannot be written ({err.strerror or err}); give a folder you can write "
+                        "to") from None
 
 
 def main(args) -> None:
     from ..experiments import PAPERS, get_suite
-    from ..experiments.report import write_report
-    from ..experiments.runner import run_suite
+    from ..experiments.runner import dry_run, run_suite
 
     if args.suite not in (*PAPERS, "all"):
         raise UserError(unknown_name("suite", args.suite, [*PAPERS, "all"]))
@@ -46,6 +87,7 @@ def main(args) -> None:
         raise UserError(f"--only {' '.join(args.only)} matches no experiment of {', '.join(names)}")
     if args.arms and not any(_has_arm(s, args.arms) for s in suites.values()):
         raise UserError(f"--arms {' '.join(args.arms)} matches no arm of {', '.join(names)}")
+    runner = None if args.dry_run or args.estimate else executor(args)  # a cluster out of reach: said before any run
     for name, suite in suites.items():
         if suite.gpu or args.estimate:
             from ..experiments.gpu import describe_estimate
@@ -60,9 +102,33 @@ def main(args) -> None:
         # smoke and rescaled runs get folders of their own: they never mix with, or overwrite, real results
         variant = "-quick" if args.quick else (f"-scale{args.scale:g}" if args.scale != 1 else "")
         out = Path(args.out) / f"{name}{'' if args.tier == 'default' else '-' + args.tier}{variant}"
-        results = run_suite(suite, out, seeds=args.seeds, quick=args.quick, scale=args.scale, only=args.only or (),
-                            arms=args.arms or ())
+        options = dict(seeds=args.seeds, quick=args.quick, scale=args.scale, only=args.only or (), arms=args.arms or (),
+                       runs_dir=args.runs_dir and Path(args.runs_dir) / out.name)
+        if args.dry_run:
+            from ..experiments.costs import describe_plan
+
+            print(describe_plan(suite, dry_run(suite, out, **options)))
+            continue
+        results = run_suite(suite, out, executor=runner, **options)
+        from ..experiments.report import write_report
+
         print(f"report: {write_report(suite, results, out)}")
+
+
+def executor(args):
+    """Where the jobs run: this process (the default), --jobs worker processes, or Ray tasks."""
+    from .. import plugins
+    from ..experiments import executors
+
+    if args.executor == "ray":
+        return executors.connect_ray(args.jobs, args.runs_per_gpu, plugins.IMPORTED)
+    if args.jobs is None and args.runs_per_gpu is None:
+        return None
+    import torch
+
+    gpus = torch.cuda.device_count()
+    jobs = args.jobs or gpus * args.runs_per_gpu
+    return executors.LocalWorkers(jobs, args.runs_per_gpu, gpus, plugins.IMPORTED)
 
 
 def _has_experiment(suite, patterns: list[str]) -> bool:

@@ -17,8 +17,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import math
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -32,6 +34,18 @@ from .spec import Arm, Experiment, Suite, arm_seeds, seed_count, sweep_rates, sw
 from .store import Record, Results, RunKey
 
 STAGES = ("calibration", "sweep", "seed")  # the order a stage's jobs come in, within each experiment
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How this attempt trains the suite: its folder for runs, --quick's overrides, --scale, the caller's
+    overrides and the seed count."""
+
+    runs_dir: Path
+    quick: tuple = ()
+    scale: float = 1.0
+    extra: tuple = ()
+    seeds: int = 3
 
 
 @dataclass
@@ -57,7 +71,8 @@ class Job:
 
 @dataclass
 class Plan:
-    jobs: list[Job] = field(default_factory=list)
+    jobs: list[Job]
+    settings: Settings
 
     def runnable(self) -> list[Job]:
         """The jobs that can start now: measurements of models that exist first (cheap, and as soon as the model
@@ -67,18 +82,6 @@ class Plan:
 
     def count(self, status: str) -> int:
         return sum(job.status == status for job in self.jobs)
-
-
-@dataclass(frozen=True)
-class Settings:
-    """How this attempt trains the suite: its folder for runs, --quick's overrides, --scale, the caller's
-    overrides and the seed count."""
-
-    runs_dir: Path
-    quick: tuple = ()
-    scale: float = 1.0
-    extra: tuple = ()
-    seeds: int = 3
 
 
 def plan(suite: Suite, experiments: list[Experiment], results: Results, settings: Settings,
@@ -108,7 +111,26 @@ def plan(suite: Suite, experiments: list[Experiment], results: Results, settings
                                                                                                    calibrated)
                 jobs.append(job)
     _settle(jobs, results, models, attempted)
-    return Plan(jobs)
+    return Plan(jobs, settings)
+
+
+@contextmanager
+def notes_once():
+    """While it lasts, each note the configs say (a warmup capped to a short run, say) is said once: planning makes
+    every config many times."""
+    said = set()
+
+    def first_time(record: logging.LogRecord) -> bool:
+        new = record.getMessage() not in said
+        said.add(record.getMessage())
+        return new
+
+    logger = logging.getLogger("attnlab.config")
+    logger.addFilter(first_time)
+    try:
+        yield
+    finally:
+        logger.removeFilter(first_time)
 
 
 def _sweep_of(suite: Suite, experiment: Experiment, arm: Arm) -> tuple[str, str] | None:

@@ -1,0 +1,69 @@
+"""What a plan will cost, and the plan as `attnlab reproduce --dry-run` prints it.
+
+A CPU-sized suite's job is estimated by the step-cost probe: a forward+backward of one sequence through the
+job's model, on this machine, now, times the sequences of a step and the steps (an upper bound: a run that stops
+early costs less, and a GPU runs a batch's sequences in parallel). A GPU-sized suite's (`Suite.gpu`) models are
+too large to build here: its jobs are estimated from their training FLOPs at the throughput `gpu.py` assumes.
+A job that measures a model trained already costs its evaluation only, which is not estimated.
+"""
+
+from __future__ import annotations
+
+from .plan import Job, Plan, run_config
+from .spec import Suite
+
+STATUS = {"done": "done", "train": "trains", "measure": "measures", "waiting": "waits for", "blocked": "not trained:"}
+
+
+def job_seconds(suite: Suite, job: Job, settings, probes: dict) -> float | None:
+    """The job's estimated training seconds (None: it trains nothing); probes caches one probe per model shape."""
+    if job.status in ("done", "measure", "blocked") or (job.status == "waiting" and job.model is not None):
+        return None
+    cfg = job.cfg or run_config(job.experiment, job.arm, job.key.trained_seed, None, settings)  # rate: same cost
+    steps = cfg.train.steps
+    if suite.gpu:
+        from .gpu import SUSTAINED_TFLOPS, training_flops
+
+        return training_flops(cfg) / (SUSTAINED_TFLOPS * 1e12)
+    shape = repr((cfg.model, cfg.train.seq_len, cfg.data.source, cfg.data.tokenizer))
+    if shape not in probes:
+        probes[shape] = _sequence_seconds(cfg)
+    return probes[shape] * cfg.train.batch_size * steps
+
+
+def _sequence_seconds(cfg) -> float:
+    """One sequence's forward+backward through the job's model on this machine's CPU (the step-cost probe)."""
+    import torch
+
+    from ..model import Decoder
+    from ..step_cost import probe_seconds
+
+    with torch.random.fork_rng():
+        model = Decoder(cfg.sized_model())
+        vocab = model.cfg.vocab_size
+        return probe_seconds({"model": model}, cfg.train.seq_len, vocab, torch.device("cpu"))["model"]
+
+
+def describe_plan(suite: Suite, plan: Plan) -> str:
+    """The plan, a line a job: its stage, its key, what it does (or waits for) and its estimated time; then the
+    counts and the total."""
+    from ..step_cost import duration
+
+    probes: dict = {}
+    unit = "GPU time at the FLOP rate gpu.py assumes" if suite.gpu else "this machine's CPU (step-cost probe)"
+    lines = [f"{suite.name} ({suite.tier}): {len(plan.jobs)} jobs; estimated training time on {unit}"]
+    total = 0.0
+    for job in plan.jobs:
+        seconds = job_seconds(suite, job, plan.settings, probes)
+        total += seconds or 0.0
+        what = STATUS[job.status] + (f" {job.why}" if job.why and job.status in ("waiting", "blocked") else "")
+        if job.status == "measure" and job.model is not None:
+            what += f" the model of {job.model}"
+        if job.supersedes:
+            what += " (replaces a record of another config)"
+        cost = duration(seconds) if seconds is not None else ""
+        lines.append(f"  {job.stage:<12} {str(job.key):<44} {what:<60} {cost:>8}")
+    counts = ", ".join(f"{plan.count(s)} {STATUS[s].rstrip(':')}" for s in STATUS if plan.count(s))
+    lines.append(f"{counts}; about {duration(total)} of training in all (the jobs that wait counted at their "
+                 "presets' rates)")
+    return "\n".join(lines)

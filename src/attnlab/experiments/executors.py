@@ -1,0 +1,249 @@
+"""Where a suite's jobs run: in this process, in worker processes on this machine, or on a Ray cluster.
+
+An executor takes `runner.Work` (submit, while `free()`), and hands back (key, record) pairs as jobs finish
+(`next_done`); the driver alone writes them to results.json. A job's record does not depend on where it ran: it
+trains from its own seed, and a job that is stopped (a worker killed, the driver interrupted) continues from
+its last checkpoint when it runs again, and ends as if never stopped.
+- `InProcess`: one job at a time, here (the default).
+- `LocalWorkers(n)`: n processes on this machine. With CUDA GPUs each worker holds one GPU or a share of one
+  (`runs_per_gpu` small runs packed on a GPU); on a CPU each gets its share of the cores. A worker that dies
+  (killed, out of memory) has its job started again, which continues from its checkpoint.
+- `RayWorkers`: each job a Ray task asking for its share of a GPU (or its CPUs), on the cluster RAY_ADDRESS names
+  or a local one; Ray starts a task again where its worker died.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import threading
+import time
+import traceback
+from collections import deque
+from multiprocessing import connection, get_context
+
+from ..errors import UserError
+
+RETRIES = 2  # how many times a job whose worker died is started again (each time from its last checkpoint)
+RAY_EXTRA = "pip install 'attnlab[ray]'"
+
+
+class JobFailed(UserError):
+    """A job raised in its worker: the suite stops there (its finished records are kept)."""
+
+
+class InProcess:
+    """Each job in this process, one after another."""
+
+    def __init__(self, log=print):
+        self.log, self.queue = log, deque()
+
+    def free(self) -> bool:
+        return not self.queue
+
+    def submit(self, work) -> None:
+        self.queue.append(work)
+
+    def next_done(self):
+        from .runner import execute
+
+        work = self.queue.popleft()
+        return work.key, execute(work, self.log)
+
+    def close(self) -> None:
+        self.queue.clear()
+
+
+def slots(jobs: int, gpus: int, runs_per_gpu: int | None, cpus: int) -> list[dict]:
+    """What each of `jobs` workers holds: {"gpu": index or None, "threads": n}. With GPUs, worker i takes GPU
+    (i // runs_per_gpu) mod gpus; without, every worker gets an equal share of the cpus (at least one thread)."""
+    if gpus:
+        per_gpu = runs_per_gpu or max(1, -(-jobs // gpus))  # the fewest runs a GPU that holds all n at once
+        return [{"gpu": (i // per_gpu) % gpus, "threads": max(1, cpus // jobs)} for i in range(jobs)]
+    return [{"gpu": None, "threads": max(1, cpus // jobs)} for _ in range(jobs)]
+
+
+class LocalWorkers:
+    """n worker processes on this machine, a process per job (started fresh: nothing leaks from one job to the
+    next, and a worker that dies takes only its own job with it)."""
+
+    def __init__(self, jobs: int, runs_per_gpu: int | None = None, gpus: int | None = None, imports=(),
+                 log=print, retries: int = RETRIES):
+        if gpus is None:
+            import torch
+
+            gpus = torch.cuda.device_count()
+        self.slots = slots(jobs, gpus, runs_per_gpu, os.cpu_count() or 1)
+        self.imports, self.log, self.retries = list(imports), log, retries
+        self.context = get_context("spawn")  # CUDA cannot be forked; each worker starts its own interpreter
+        self.running: dict[int, tuple] = {}  # slot -> (process, receiving end, work, tries)
+
+    def free(self) -> bool:
+        return len(self.running) < len(self.slots)
+
+    def submit(self, work, tries: int = 0) -> None:
+        slot = next(i for i in range(len(self.slots)) if i not in self.running)
+        receiver, sender = self.context.Pipe(duplex=False)
+        process = self.context.Process(target=work_in_process, daemon=True,
+                                       args=(pickle.dumps(work), self.slots[slot], self.imports, sender))
+        process.start()
+        sender.close()  # the worker holds the only sending end: a dead worker closes the pipe
+        self.running[slot] = (process, receiver, work, tries)
+
+    def next_done(self):
+        while True:
+            ready = connection.wait([receiver for _, receiver, _, _ in self.running.values()])
+            slot = next(s for s, (_, receiver, _, _) in self.running.items() if receiver in ready)
+            process, receiver, work, tries = self.running.pop(slot)
+            try:
+                outcome = receiver.recv()
+            except EOFError:  # the worker died before it answered
+                outcome = None
+            process.join()
+            receiver.close()
+            if outcome is None:
+                if tries >= self.retries:
+                    raise JobFailed(f"{work.key}: its worker died {tries + 1} times (exit code {process.exitcode}); "
+                                    "its checkpoints are kept, and reproduce continues it from the last")
+                self.log(f"    {work.key}: its worker died (exit code {process.exitcode}); starting it again")
+                self.submit(work, tries + 1)
+                continue
+            kind, value = outcome
+            if kind == "error":
+                raise JobFailed(f"{work.key} failed: {value}")
+            return work.key, value
+
+    def close(self) -> None:
+        for process, receiver, _, _ in self.running.values():
+            process.terminate()
+            process.join()
+            receiver.close()
+        self.running.clear()
+
+
+def work_in_process(payload: bytes, slot: dict, imports: list[str], sender) -> None:
+    """A worker's life: hold its GPU (or its threads), import what the driver imported, run one job, send back
+    ("done", record) or ("error", one line). Its log lines are prefixed with the job's key."""
+    if slot["gpu"] is not None:  # before torch starts CUDA: the worker sees only its own GPU, as cuda:0
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(slot["gpu"])
+    _exit_with_driver()
+    import torch
+
+    torch.set_num_threads(slot["threads"])
+    try:
+        work = _unpickled(payload, imports)
+        from .runner import execute
+
+        record = execute(work, log=lambda line: print(f"[{work.key}] {line.strip()}", flush=True))
+        sender.send(("done", record))
+    except Exception as err:  # the driver stops the suite with this line; the traceback stays in the worker's log
+        traceback.print_exc()
+        sender.send(("error", f"{type(err).__name__}: {err}"))
+    finally:
+        sender.close()
+
+
+def _exit_with_driver() -> None:
+    """End this worker when its driver dies (killed, it cannot stop its workers): an orphan would go on writing
+    the run folder that the driver, started again, gives the same job."""
+    driver = os.getppid()
+
+    def watch():
+        while os.getppid() == driver:
+            time.sleep(1)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def _unpickled(payload: bytes, imports: list[str]):
+    """The job, once the modules that registered its suite, mixers and metrics are imported here too."""
+    from .. import experiments, plugins  # noqa: F401  (the built-in suites and their metrics)
+
+    plugins.import_installed()
+    for spec in imports:
+        plugins.import_plugin(spec, "the driver's --import")
+    return pickle.loads(payload)
+
+
+class RayWorkers:
+    """Each job a Ray task on the cluster RAY_ADDRESS names (or a local one): `gpu_share` of a GPU (1 / runs per
+    GPU) where the cluster has GPUs, else `cpus` CPUs. Ray starts a task again where its worker died."""
+
+    def __init__(self, jobs: int | None = None, runs_per_gpu: int | None = None, imports=(), log=print,
+                 retries: int = RETRIES, init: dict | None = None):
+        ray = require_ray()
+        if not ray.is_initialized():
+            ray.init(**(init or {}))
+        resources = ray.cluster_resources()
+        gpus = int(resources.get("GPU", 0))
+        cpus = int(resources.get("CPU", 1))
+        self.limit = jobs or (gpus * (runs_per_gpu or 1) if gpus else cpus)
+        options = ({"num_gpus": 1 / (runs_per_gpu or 1), "num_cpus": 1} if gpus else
+                   {"num_cpus": max(1, cpus // self.limit)})
+        self.threads = options["num_cpus"]
+        self.task = ray.remote(max_retries=retries, **options)(work_in_ray)
+        self.ray, self.imports, self.log = ray, list(imports), log
+        self.running: dict = {}  # object ref -> work
+
+    def free(self) -> bool:
+        return len(self.running) < self.limit
+
+    def submit(self, work) -> None:
+        self.running[self.task.remote(pickle.dumps(work), self.threads, self.imports)] = work
+
+    def next_done(self):
+        (ref,), _ = self.ray.wait(list(self.running), num_returns=1)
+        work = self.running.pop(ref)
+        try:
+            kind, value = self.ray.get(ref)
+        except self.ray.exceptions.RayError as err:  # retried and died again, or the cluster went away
+            raise JobFailed(f"{work.key}: its Ray task failed ({type(err).__name__}); its checkpoints are kept, "
+                            "and reproduce continues it from the last") from None
+        if kind == "error":
+            raise JobFailed(f"{work.key} failed: {value}")
+        return work.key, value
+
+    def close(self) -> None:
+        for ref in self.running:
+            self.ray.cancel(ref, force=True)
+        self.running.clear()
+
+
+def work_in_ray(payload: bytes, threads: int, imports: list[str]):
+    """A job in a Ray worker: its threads, the driver's imports, the record (or the error, in one line)."""
+    import torch
+
+    torch.set_num_threads(int(threads))
+    work = _unpickled(payload, imports)
+    from .runner import execute
+
+    try:
+        return "done", execute(work, log=lambda line: print(f"[{work.key}] {line.strip()}", flush=True))
+    except Exception as err:
+        traceback.print_exc()
+        return "error", f"{type(err).__name__}: {err}"
+
+
+def connect_ray(jobs: int | None, runs_per_gpu: int | None, imports) -> RayWorkers:
+    """RayWorkers on the cluster RAY_ADDRESS names (a local one without it), or one line saying why not."""
+    ray = require_ray()
+    address = os.environ.get("RAY_ADDRESS")
+    try:
+        ray.init(address=address or None, log_to_driver=True)
+    except (ConnectionError, RuntimeError, TimeoutError) as err:
+        raise UserError(f"RAY_ADDRESS={address} cannot be reached ({str(err).splitlines()[0][:160]}); start the "
+                        "cluster (ray start --head) or unset RAY_ADDRESS to start a local one") from None
+    if runs_per_gpu and not ray.cluster_resources().get("GPU"):
+        ray.shutdown()
+        raise UserError("--runs-per-gpu packs runs on GPUs, and the Ray cluster has none; leave it out")
+    return RayWorkers(jobs, runs_per_gpu, imports)
+
+
+def require_ray():
+    """Ray, or one line naming the extra that installs it."""
+    try:
+        import ray
+    except ImportError:
+        raise UserError(f"--executor ray needs Ray, which is not installed; {RAY_EXTRA}") from None
+    return ray
