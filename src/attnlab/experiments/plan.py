@@ -96,9 +96,12 @@ def plan(suite: Suite, experiments: list[Experiment], results: Results, settings
         anchored = {a.arm for a in anchors_of(suite.claims) if a.experiment == experiment.name}
         gated = bool(anchored) and not settings.quick  # a smoke run's few steps calibrate nothing
         order = sorted(experiment.arms, key=lambda arm: arm.label not in anchored) if gated else experiment.arms
-        for arm in order:  # every arm's sweep before any seed
-            jobs += _sweep_jobs(suite, experiment, arm, results, settings, rates)
         calibrated = _calibration(suite, experiment, results, settings) if gated else True
+        held = {} if calibrated is True else {"status": "waiting", "why": "the calibration"} if calibrated is None \
+            else {"status": "blocked", "why": calibrated}  # what the arms compared with the baseline wait for
+        for arm in order:  # every arm's sweep before any seed
+            for job in _sweep_jobs(suite, experiment, arm, results, settings, rates):
+                jobs.append(dataclasses.replace(job, **held) if held and arm.label not in anchored else job)
         for seed in range(min(settings.seeds, experiment.seeds or settings.seeds)):  # seed by seed: stays paired
             for arm in order:
                 if seed >= seed_count(experiment, arm, settings.seeds):
@@ -106,10 +109,7 @@ def plan(suite: Suite, experiments: list[Experiment], results: Results, settings
                 stage = "calibration" if gated and arm.label in anchored else "seed"
                 job = _job(RunKey(experiment.name, arm.label, seed=seed), stage, experiment, arm,
                            rates.get(_sweep_of(suite, experiment, arm)), settings)
-                if stage == "seed" and calibrated is not True:
-                    job.status, job.why = ("waiting", "the calibration") if calibrated is None else ("blocked",
-                                                                                                   calibrated)
-                jobs.append(job)
+                jobs.append(dataclasses.replace(job, **held) if held and stage == "seed" else job)
     _settle(jobs, results, models, attempted)
     return Plan(jobs, settings)
 

@@ -1,0 +1,24 @@
+"""Imported into a suite's worker processes by the worker-kill test: the first worker to write its checkpoint of
+step $ATTNLAB_DIE_AT_STEP kills itself with SIGKILL right after, once (the file $ATTNLAB_DIE_MARK says it did)."""
+
+import multiprocessing
+import os
+import signal
+from pathlib import Path
+
+from attnlab import checkpoint
+
+_save = checkpoint.save_checkpoint
+
+
+def save_then_die_once(run_dir, step, *args, **kwargs):
+    folder = _save(run_dir, step, *args, **kwargs)
+    mark = Path(os.environ.get("ATTNLAB_DIE_MARK", ""))
+    if str(step) == os.environ.get("ATTNLAB_DIE_AT_STEP") and not mark.exists():
+        mark.write_text(str(os.getpid()))
+        os.kill(os.getpid(), signal.SIGKILL)
+    return folder
+
+
+if multiprocessing.parent_process() is not None:  # a worker: never the test's own process
+    checkpoint.save_checkpoint = save_then_die_once

@@ -1,0 +1,204 @@
+"""A suite's plan before anything trains, and its jobs run in this process, in worker processes and on a local Ray
+cluster with the same records; a worker killed mid-run and a driver killed mid-suite lose nothing finished."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnlab import plugins
+from attnlab.cli import main
+from attnlab.data import tasks
+from attnlab.experiments import executors, get_suite, metrics, registry, runner
+from attnlab.experiments.claims import Anchor, Claim
+from attnlab.experiments.plan import Settings, measurement_of, plan
+from attnlab.experiments.spec import Arm, Experiment, Suite
+from attnlab.experiments.store import Record, Results, RunKey
+from attnlab.mixers import registry as mixer_registry
+
+HERE = Path(__file__).parent
+TOY, DIE_ONCE = HERE / "toy_paper.py", HERE / "die_once.py"
+TIMING = ("seconds", "run", "resumed_from")  # what may differ between two trainings of the same run
+
+
+def anchored_sweep(tolerance: float) -> Suite:
+    arms = [Arm("hJ", "demo", ["model.mixer=sigmoid"]), Arm("softmax", "demo")]
+    anchor = Anchor("lm", "softmax", "val_ppl", 5.0, tolerance)
+    claim = Claim("hJ beats softmax", "lm", "val_ppl", "hJ", "softmax", "lower", calibration=(anchor,))
+    return Suite("s", "s", [Experiment("lm", "lm", "val_ppl", arms, "softmax", lrs=[1e-3, 2e-3, 4e-3])],
+                 claims=[claim], seeds=2)
+
+
+def record_of(job, **values) -> dict:
+    """What a run of this job would record: its fingerprint, its measurement, these values."""
+    return {"best_val_loss": 1.0, **values, "run": f"runs/{job.cfg.name}", "config": job.fingerprint,
+            "measured": measurement_of(job.experiment)}
+
+
+@pytest.mark.parametrize("tolerance", [1e9, 0.1], ids=["calibrated", "missed"])
+def test_a_plan_puts_sweeps_then_calibration_then_the_other_arms_and_trains_nothing(tolerance, monkeypatch):
+    monkeypatch.setattr(runner, "train", lambda *a, **k: pytest.fail("a plan trains nothing"))
+    suite = anchored_sweep(tolerance)
+    settings = Settings(Path("runs"), seeds=2)
+    results = Results({"suite": "s", "runs": {}})
+    first = plan(suite, suite.experiments, results, settings)
+    assert [(j.stage, str(j.key), j.status) for j in first.jobs] == [
+        ("sweep", "lm/softmax/lr=0.001", "train"), ("sweep", "lm/softmax/lr=0.002", "train"),
+        ("sweep", "lm/softmax/lr=0.004", "train"),  # the anchored baseline's sweep first
+        ("sweep", "lm/hJ/lr=0.001", "waiting"), ("sweep", "lm/hJ/lr=0.002", "waiting"),
+        ("sweep", "lm/hJ/lr=0.004", "waiting"),  # the compared arm's, once the baseline is calibrated
+        ("calibration", "lm/softmax/0", "waiting"), ("seed", "lm/hJ/0", "waiting"),
+        ("calibration", "lm/softmax/1", "waiting"), ("seed", "lm/hJ/1", "waiting")]
+    assert first.jobs[3].why == "the calibration" and first.jobs[6].why == "the sweep of lm/softmax"
+
+    for job in first.jobs[:3]:  # the baseline's sweep measured: 0.002 wins inside the grid
+        results.records[job.key] = Record(record_of(job, best_val_loss=1.0 if job.key.lr == 2e-3 else 2.0))
+    second = plan(suite, suite.experiments, results, settings)
+    by_key = {str(j.key): j for j in second.jobs}
+    assert by_key["lm/softmax/0"].status == "measure" and by_key["lm/softmax/0"].model == RunKey("lm", "softmax",
+                                                                                                 lr=2e-3)
+    assert by_key["lm/softmax/1"].status == "train" and by_key["lm/softmax/1"].lr == 2e-3
+    assert (by_key["lm/hJ/1"].status, by_key["lm/hJ/1"].why) == ("waiting", "the calibration")
+
+    for key in ("lm/softmax/0", "lm/softmax/1"):  # the baseline's seeds measured, 1 away from the paper's 5
+        job = by_key[key]
+        results.records[job.key] = Record(record_of(job, val_ppl=6.0))
+    third = {str(j.key): j for j in plan(suite, suite.experiments, results, settings).jobs}
+    if tolerance > 1:  # calibrated: the compared arm's sweep, then its seeds
+        assert third["lm/hJ/lr=0.001"].status == "train" and third["lm/hJ/1"].why == "the sweep of lm/hJ"
+    else:
+        assert {third[k].status for k in ("lm/hJ/lr=0.001", "lm/hJ/0", "lm/hJ/1")} == {"blocked"}
+        assert "the baseline is not the paper's" in third["lm/hJ/1"].why
+
+
+def test_a_dry_run_lists_the_jobs_and_their_stages_without_training(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(runner, "train", lambda *a, **k: pytest.fail("a dry run trains nothing"))
+    assert main(["reproduce", "coupled-qk", "--quick", "--dry-run", "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "coupled-qk (default): 60 jobs; estimated training time on this machine's CPU" in printed
+    assert "lm/softmax/0" in printed and "waits for the model of lm/coupled-euler/0" in printed
+    assert "36 trains, 24 waits for; about" in printed
+    assert not (tmp_path / "coupled-qk-quick").exists()  # nothing written
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch):
+    """The toy paper imported (as --import does) for this test only, one thread per process, its own cache."""
+    saved = [(table, dict(table)) for table in (registry.SUITES, registry.PAPERS, registry.BENCH_CASES,
+                                                 metrics.METRICS, tasks.TASKS, mixer_registry._REGISTRY)]
+    imported = list(plugins.IMPORTED)
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each of the workers below: the same arithmetic, to the bit
+    plugins.import_plugin(str(TOY), "test")
+    yield get_suite("toy")
+    torch.set_num_threads(threads)
+    plugins.IMPORTED[:] = imported
+    for table, before in saved:
+        table.clear()
+        table.update(before)
+
+
+def untimed(results: Results) -> dict:
+    return {str(k): {f: v for f, v in r.items() if f not in TIMING} for k, r in results.items()}
+
+
+def test_the_toy_paper_gives_the_same_records_in_process_in_workers_and_on_ray(toy, tmp_path):
+    quiet = lambda *_: None  # noqa: E731
+    here = runner.run_suite(toy, tmp_path / "here" / "toy", log=quiet)
+    workers = runner.run_suite(toy, tmp_path / "workers" / "toy", log=quiet,
+                               executor=executors.LocalWorkers(2, gpus=0, imports=plugins.IMPORTED, log=quiet))
+    assert len(here) == 6 and untimed(workers) == untimed(here)
+    ray = pytest.importorskip("ray")
+    try:
+        cluster = executors.RayWorkers(2, imports=plugins.IMPORTED, log=quiet,
+                                       init={"num_cpus": 2, "include_dashboard": False})
+        on_ray = runner.run_suite(toy, tmp_path / "ray" / "toy", log=quiet, executor=cluster)
+    finally:
+        ray.shutdown()
+    assert untimed(on_ray) == untimed(here)
+
+
+def test_a_worker_killed_mid_run_continues_from_its_checkpoint_and_ends_as_if_never_killed(toy, tmp_path,
+                                                                                           monkeypatch):
+    only_lm = [toy.experiments[0]]
+    only_lm[0].arms = only_lm[0].arms[:1]
+    toy.experiments = only_lm
+    quiet, said = (lambda *_: None), []
+    every_2 = ["train.ckpt_every=2"]  # of its 4 steps
+    never = runner.run_suite(toy, tmp_path / "never" / "toy", log=quiet, extra=every_2)
+    monkeypatch.setenv("ATTNLAB_DIE_AT_STEP", "2")  # the worker SIGKILLs itself after its checkpoint of step 2
+    monkeypatch.setenv("ATTNLAB_DIE_MARK", str(tmp_path / "died"))  # once
+    plugins.import_plugin(str(DIE_ONCE), "test")
+    killed = runner.run_suite(toy, tmp_path / "killed" / "toy", log=said.append, extra=every_2,
+                              executor=executors.LocalWorkers(1, gpus=0, imports=plugins.IMPORTED, log=said.append))
+    assert (tmp_path / "died").is_file() and any("its worker died (exit code -9)" in line for line in said)
+    assert killed.get(RunKey("lm", "softmax", seed=0))["resumed_from"] == 2
+    assert untimed(killed) == untimed(never)
+
+
+def test_a_driver_killed_mid_suite_and_started_again_loses_no_finished_record(tmp_path):
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "attnlab.cli", "--import", str(TOY), "reproduce", "toy", "--quick", "--jobs",
+               "2", "--out", str(out)]
+    env = {**os.environ, "ATTNLAB_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    driver = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    path = out / "toy-quick" / "results.json"
+    deadline = time.monotonic() + 120
+    while not (path.is_file() and json.loads(path.read_text())["runs"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    first = json.loads(path.read_text())["runs"]
+    assert first, "the driver finished no job in two minutes"
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    again = json.loads(path.read_text())["runs"]
+    assert len(again) == 6 and all(again[key] == record for key, record in first.items())
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--jobs", "0"], "--jobs: 0 is out of range; give 1 or more"),
+    (["--runs-per-gpu", "2"], "--runs-per-gpu packs runs on GPUs, and this machine has none"),
+    (["--runs-dir", "{file}"], "is a file; give a folder"),
+    (["--runs-dir", "{file}/runs"], "cannot be written"),  # a folder inside a file: not even root makes it
+])
+def test_bad_options_of_where_jobs_run_are_one_line_before_anything_trains(argv, says, tmp_path, capsys,
+                                                                         monkeypatch):
+    monkeypatch.setattr(runner, "train", lambda *a, **k: pytest.fail("nothing trains"))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    (tmp_path / "file").write_text("")
+    argv = [a.format(file=tmp_path / "file") for a in argv]
+    assert main(["reproduce", "coupled-qk", "--quick", "--out", str(tmp_path / "out"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_ray_without_ray_names_the_extra(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
+    assert main(["reproduce", "coupled-qk", "--quick", "--executor", "ray", "--out", str(tmp_path)]) == 2
+    assert "pip install 'attnlab[ray]'" in capsys.readouterr().err
+
+
+def test_an_unreachable_ray_address_is_one_line(monkeypatch, capsys, tmp_path):
+    pytest.importorskip("ray")
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:9")  # nothing listens there
+    monkeypatch.setattr(runner, "train", lambda *a, **k: pytest.fail("nothing trains"))
+    assert main(["reproduce", "coupled-qk", "--quick", "--executor", "ray", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "RAY_ADDRESS=127.0.0.1:9 cannot be reached" in err and "Traceback" not in err
+
+
+def test_workers_share_the_gpus_and_the_cores():
+    assert executors.slots(4, gpus=2, runs_per_gpu=None, cpus=16) == [
+        {"gpu": 0, "threads": 4}, {"gpu": 0, "threads": 4}, {"gpu": 1, "threads": 4}, {"gpu": 1, "threads": 4}]
+    assert [s["gpu"] for s in executors.slots(6, gpus=1, runs_per_gpu=6, cpus=16)] == [0] * 6
+    assert [s["gpu"] for s in executors.slots(4, gpus=4, runs_per_gpu=1, cpus=16)] == [0, 1, 2, 3]
+    assert executors.slots(2, gpus=0, runs_per_gpu=None, cpus=2) == [{"gpu": None, "threads": 1}] * 2
+    assert executors.slots(3, gpus=0, runs_per_gpu=None, cpus=2) == [{"gpu": None, "threads": 1}] * 3
