@@ -13,6 +13,7 @@ import torch
 
 from attnlab import checkpoint
 from attnlab.experiments.claims import Claim
+from attnlab.experiments.store import Record, Results, RunKey
 from attnlab.mixers import list_mixers
 
 
@@ -104,17 +105,22 @@ def centred_noise(seed: int, n: int, sd: float) -> list[float]:
     return [d - sum(draws) / n for d in draws]
 
 
-def add_runs(results: dict, experiment: str, arm: str, values: list, key: str = "val_ppl") -> dict:
+def toy_results() -> Results:
+    return Results({"suite": "toy", "runs": {}})
+
+
+def add_runs(results: Results, experiment: str, arm: str, values: list, key: str = "val_ppl") -> Results:
+    """Sets key to values[s] in the record of seed s of the arm, adding the records it lacks."""
     for seed, value in enumerate(values):
-        results.setdefault("runs", {}).setdefault(f"{experiment}/{arm}/{seed}", {"seconds": 1.0})[key] = value
+        results.records.setdefault(RunKey(experiment, arm, seed=seed), Record(seconds=1.0))[key] = value
     return results
 
 
-def two_arms(delta: float, sd: float, n: int = 5, seed: int = 0, experiment: str = "lm") -> dict:
+def two_arms(delta: float, sd: float, n: int = 5, seed: int = 0, experiment: str = "lm") -> Results:
     """Baseline perplexities around 10 and an arm whose per-seed difference is delta + centred noise."""
     base = [10 + x for x in centred_noise(seed + 100, n, 0.5)]
     arm = [b + delta + x for b, x in zip(base, centred_noise(seed, n, sd), strict=True)]
-    return add_runs(add_runs({"suite": "toy"}, experiment, "softmax", base), experiment, "hJ", arm)
+    return add_runs(add_runs(toy_results(), experiment, "softmax", base), experiment, "hJ", arm)
 
 
 def lower(paper: float | None = None, **kwargs) -> Claim:

@@ -30,7 +30,8 @@ from attnlab.experiments.stats import (
     seeds_needed,
     t_quantile,
 )
-from helpers import add_runs, centred_noise, lower, two_arms
+from attnlab.experiments.store import Results, RunKey
+from helpers import add_runs, centred_noise, lower, toy_results, two_arms
 
 
 def equal(margin: float = 0.5) -> Claim:
@@ -93,7 +94,7 @@ def test_a_claim_is_checked_when_declared():
 
 
 def test_ratio_metrics_are_formed_per_run():
-    results = add_runs({}, "ext", "softmax", [20.0, 30.0], "ppl@448")
+    results = add_runs(toy_results(), "ext", "softmax", [20.0, 30.0], "ppl@448")
     add_runs(results, "ext", "softmax", [10.0, 10.0], "ppl@128")
     add_runs(results, "ext", "hJ", [11.0, 12.0], "ppl@448")
     add_runs(results, "ext", "hJ", [10.0, 10.0], "ppl@128")
@@ -102,7 +103,7 @@ def test_ratio_metrics_are_formed_per_run():
 
 
 def test_relative_deltas_are_in_percent_of_the_baseline():
-    results = add_runs(add_runs({}, "lm", "softmax", [10.0, 20.0, 40.0]), "lm", "hJ", [9.5, 19.0, 38.4])
+    results = add_runs(add_runs(toy_results(), "lm", "softmax", [10.0, 20.0, 40.0]), "lm", "hJ", [9.5, 19.0, 38.4])
     claim = lower(paper=-3.0, relative=True)
     assert paired_deltas(claim, results) == pytest.approx([-5.0, -5.0, -4.0])
     with pytest.raises(ValueError, match="relative"):
@@ -110,7 +111,7 @@ def test_relative_deltas_are_in_percent_of_the_baseline():
 
 
 def test_scale_puts_accuracies_in_percentage_points():
-    results = add_runs({}, "task", "softmax", [0.90, 0.92], "accuracy")
+    results = add_runs(toy_results(), "task", "softmax", [0.90, 0.92], "accuracy")
     add_runs(results, "task", "hJ", [0.93, 0.94], "accuracy")
     claim = Claim("h+J is more accurate", "task", "accuracy", "hJ", "softmax", "higher", paper=2.0, scale=100)
     assert paired_deltas(claim, results) == pytest.approx([3.0, 2.0])
@@ -118,18 +119,21 @@ def test_scale_puts_accuracies_in_percentage_points():
 
 def test_a_contrast_is_the_difference_of_the_gaps_in_two_experiments():
     results = two_arms(-0.1, 0.05, experiment="small")
-    results["runs"].update(two_arms(-0.5, 0.05, seed=7, experiment="large")["runs"])
+    results.records.update(two_arms(-0.5, 0.05, seed=7, experiment="large").records)
     claim = Claim("the gap grows with scale", "large", "val_ppl", "hJ", "softmax", "lower", contrast="small")
     deltas = paired_deltas(claim, results)
     assert len(deltas) == 5 and sum(deltas) / 5 == pytest.approx(-0.4)
-    runs = results["runs"]
-    assert deltas[2] == pytest.approx(runs["large/hJ/2"]["val_ppl"] - runs["large/softmax/2"]["val_ppl"]
-                                      - runs["small/hJ/2"]["val_ppl"] + runs["small/softmax/2"]["val_ppl"])
+
+    def ppl(experiment: str, arm: str) -> float:
+        return results.get(RunKey(experiment, arm, seed=2))["val_ppl"]
+
+    assert deltas[2] == pytest.approx(ppl("large", "hJ") - ppl("large", "softmax") - ppl("small", "hJ")
+                                      + ppl("small", "softmax"))
     assert judge(deltas, claim).verdict == "agrees"
 
 
 def test_without_a_baseline_the_arms_value_is_compared_with_zero():
-    results = add_runs({}, "couplings", "hJ", [0.3 + x for x in centred_noise(1, 4, 0.02)], "J@3")
+    results = add_runs(toy_results(), "couplings", "hJ", [0.3 + x for x in centred_noise(1, 4, 0.02)], "J@3")
     claim = Claim("J is positive at distance 3", "couplings", "J@3", "hJ", None, "higher")
     v = judge(paired_deltas(claim, results), claim)
     assert v.n == 4 and v.delta == pytest.approx(0.3) and v.verdict == "agrees"
@@ -137,11 +141,11 @@ def test_without_a_baseline_the_arms_value_is_compared_with_zero():
 
 def test_seeds_with_a_missing_value_are_left_out():
     results = two_arms(-1.0, 0.05, n=5)
-    runs = results["runs"]
-    runs["lm/hJ/1"]["val_ppl"] = None  # never reached
-    del runs["lm/softmax/3"]  # never run
-    kept = [runs[f"lm/hJ/{s}"]["val_ppl"] - runs[f"lm/softmax/{s}"]["val_ppl"] for s in (0, 2, 4)]
-    assert paired_deltas(lower(), results) == pytest.approx(kept)
+    results.get(RunKey("lm", "hJ", seed=1))["val_ppl"] = None  # never reached
+    results = results.without({RunKey("lm", "softmax", seed=3)})  # never run
+    arm, base = results.by_seed("lm", "hJ", "val_ppl"), results.by_seed("lm", "softmax", "val_ppl")
+    assert sorted(base) == [0, 1, 2, 4]
+    assert paired_deltas(lower(), results) == pytest.approx([arm[s] - base[s] for s in (0, 2, 4)])
 
 
 def test_one_seed_is_inconclusive():
@@ -199,7 +203,7 @@ def test_t_quantiles_replace_the_table():
 # the table and the figure
 
 
-def suite_claims_and_results() -> tuple[list[Claim], dict]:
+def suite_claims_and_results() -> tuple[list[Claim], Results]:
     results = two_arms(-1.0, 0.05, n=3)
     add_runs(results, "task", "softmax", [0.90, 0.92, 0.91], "accuracy")
     add_runs(results, "task", "hJ", [0.905, 0.921, 0.915], "accuracy")
@@ -226,7 +230,7 @@ def test_verdict_table_rows_hold_the_computed_numbers():
     assert "within ±1" in lines[3] and "the margin needs" in lines[3]
     assert f"the paper's effect needs more than {MAX_SEEDS:,} seeds" in lines[4]
     one_seed = Claim("J is positive", "couplings", "J@3", "hJ", None, "higher")
-    row = verdict_table([one_seed], add_runs({}, "couplings", "hJ", [1.0], "J@3"))[2]
+    row = verdict_table([one_seed], add_runs(toy_results(), "couplings", "hJ", [1.0], "J@3"))[2]
     assert row.endswith("| – | +1 (1 seed) | **inconclusive**: 1 seed(s) with values: no interval | – |")
 
 
@@ -249,19 +253,19 @@ def test_a_claim_whose_control_arm_did_not_learn_the_task_is_inconclusive():
             for arm, acc in [("softmax", 0.40), ("gla", 0.10), ("ccq-gla", 0.30)] for seed in range(3)}
     claim = Claim("CCQ-GLA beats GLA", "mqar", "accuracy", "ccq-gla", "gla", "higher", scale=100,
                   control=("softmax", "accuracy", 0.99))
-    [(_, v)] = evaluate([claim], {"runs": runs})
+    [(_, v)] = evaluate([claim], Results({"runs": runs}))
     assert v.verdict == "inconclusive" and "softmax reached 0.41" in v.reason and v.delta == pytest.approx(21)
     for seed in range(3):
         runs[f"mqar/softmax/{seed}"]["accuracy"] = 0.995
-    assert evaluate([claim], {"runs": runs})[0][1].verdict == "agrees"
+    assert evaluate([claim], Results({"runs": runs}))[0][1].verdict == "agrees"
 
 
 def test_arms_that_score_alike_in_every_seed_are_inconclusive_not_a_disagreement():
     runs = {f"niah/{arm}/{seed}": {"niah@256": 0.0} for arm in ("gla", "ccq-gla") for seed in range(3)}
     claim = Claim("CCQ helps", "niah", "niah@256", "ccq-gla", "gla", "higher", 29.6, scale=100)
-    [(_, v)] = evaluate([claim], {"runs": runs})
+    [(_, v)] = evaluate([claim], Results({"runs": runs}))
     assert v.verdict == "inconclusive" and "no spread" in v.reason
-    row = verdict_table([claim], {"runs": runs})[2]
+    row = verdict_table([claim], Results({"runs": runs}))[2]
     assert row.endswith("| unknown: no spread (n = 3) |")  # not "detects ≥ 0": no spread sizes nothing
 
 
@@ -270,10 +274,10 @@ def test_power_beyond_what_an_accuracy_can_show_says_so():
             "niah/ccq-gla/0": {"niah@128": 1.0}, "niah/ccq-gla/1": {"niah@128": 0.68},
             "niah/ccq-gla/2": {"niah@128": 0.45}}  # Δ = +2, +68 and -5 points
     claim = Claim("CCQ helps", "niah", "niah@128", "ccq-gla", "gla", "higher", 49, scale=100)
-    row = verdict_table([claim], {"runs": runs})[2]
+    row = verdict_table([claim], Results({"runs": runs}))[2]
     assert re.search(r"\| no effect the metric can show \(≥ [\d.e+]+ needed, n = 3\); the paper's effect needs", row)
     wider = [{**r, "niah@128": r["niah@128"] / 10} for r in runs.values()]  # a tenth of the spread: sizable
-    row = verdict_table([claim], {"runs": dict(zip(runs, wider, strict=True))})[2]
+    row = verdict_table([claim], Results({"runs": dict(zip(runs, wider, strict=True))}))[2]
     assert re.search(r"\| detects ≥ [\d.]+ \(n = 3\)", row)
 
 
@@ -303,7 +307,7 @@ def test_a_per_token_effect_is_judged_per_character():
 
 
 def test_an_accuracy_gain_past_the_ceiling_is_untestable_here():
-    results = add_runs(add_runs({}, "b", "softmax", [0.995, 0.994, 0.996]), "b", "hJ", [0.996, 0.993, 0.997],
+    results = add_runs(add_runs(toy_results(), "b", "softmax", [0.995, 0.994, 0.996]), "b", "hJ", [0.996, 0.993, 0.997],
                        "accuracy")
     add_runs(results, "b", "softmax", [0.995, 0.994, 0.996], "accuracy")
     claim = Claim("h+J beats softmax", "b", "accuracy", "hJ", "softmax", "higher", 1.55, scale=100)
@@ -327,7 +331,7 @@ def test_a_baseline_off_the_papers_number_is_not_calibrated():
 
 
 def test_a_missed_calibration_decides_whatever_the_claims_seeds():
-    results = add_runs({}, "lm", "softmax", [10.0, 10.1, 9.9])  # the baseline is in; the arm has no run
+    results = add_runs(toy_results(), "lm", "softmax", [10.0, 10.1, 9.9])  # the baseline is in; the arm has no run
     missed = lower(paper=-1.0, calibration=(Anchor("lm", "softmax", "val_ppl", 9.0, 0.2),))
     v = evaluate([missed], results)[0][1]
     assert v.n == 0 and v.verdict == "not calibrated" and "off by +1" in v.reason
@@ -353,7 +357,7 @@ def test_a_gap_claim_needs_both_experiments_calibrated():
 
 
 def test_a_calibration_fails_for_training_only_once_the_baseline_has_its_planned_seeds():
-    results = add_runs({}, "lm", "softmax", [12.0, 12.1])
+    results = add_runs(toy_results(), "lm", "softmax", [12.0, 12.1])
     anchor = Anchor("lm", "softmax", "val_ppl", 10.0, 0.2)
     assert failed_calibrations([anchor], results, lambda experiment, arm: 3) == {}  # a third seed may still come
     add_runs(results, "lm", "softmax", [12.0, 12.1, 11.9])
@@ -368,18 +372,18 @@ def test_a_calibration_fails_for_training_only_once_the_baseline_has_its_planned
 
 def test_a_mechanism_whose_ablation_moves_less_than_the_effect_is_not_engaged():
     results = two_arms(-0.1, 0.01)  # hJ about 1% below softmax
-    ablated = [r["val_ppl"] * 1.0002 for k, r in sorted(results["runs"].items()) if k.startswith("lm/hJ/")]
+    ablated = [v * 1.0002 for v in results.by_seed("lm", "hJ", "val_ppl").values()]
     add_runs(results, "lm", "hJ", ablated, "ablated_ppl")
     claim = lower(paper=-1.0, relative=True, ablation="ablated_ppl")
     v = evaluate([claim], results)[0][1]
     assert v.verdict == "mechanism not engaged" and "moves val_ppl by +0.02%" in v.reason
-    engaged = [r["val_ppl"] * 1.6 for k, r in sorted(results["runs"].items()) if k.startswith("lm/hJ/")]
+    engaged = [v * 1.6 for v in results.by_seed("lm", "hJ", "val_ppl").values()]
     add_runs(results, "lm", "hJ", engaged, "ablated_ppl")  # zeroing costs +60%: the model uses it
     assert evaluate([claim], results)[0][1].verdict == "agrees"
 
 
 def test_an_arm_ablated_on_two_metrics_of_one_experiment_has_a_line_for_each():
-    results = add_runs({}, "niah", "ccq", [0.9, 0.8, 0.85], "niah@128")
+    results = add_runs(toy_results(), "niah", "ccq", [0.9, 0.8, 0.85], "niah@128")
     add_runs(results, "niah", "ccq", [0.5, 0.4, 0.45], "ablated_niah@128")
     at = {length: Claim(f"ccq recalls at {length}", "niah", f"niah@{length}", "ccq", "gla", "higher", scale=100,
                         ablation=f"ablated_niah@{length}") for length in (128, 256)}
@@ -390,7 +394,7 @@ def test_an_arm_ablated_on_two_metrics_of_one_experiment_has_a_line_for_each():
 
 
 def test_an_arm_at_the_floor_of_its_metric_cannot_show_whether_it_uses_its_component():
-    results = add_runs({}, "niah", "gla", [0.0, 0.0, 0.0], "niah@256")
+    results = add_runs(toy_results(), "niah", "gla", [0.0, 0.0, 0.0], "niah@256")
     add_runs(results, "niah", "ccq", [0.0, 0.0, 0.0], "niah@256")
     add_runs(results, "niah", "ccq", [0.0, 0.0, 0.0], "ablated_niah@256")  # nothing below 0 to fall to
     claim = Claim("ccq recalls more", "niah", "niah@256", "ccq", "gla", "higher", paper=29.6, scale=100,
@@ -407,7 +411,7 @@ def test_an_arm_at_the_floor_of_its_metric_cannot_show_whether_it_uses_its_compo
 
 def test_parity_with_a_component_that_moves_less_than_the_margin_says_nothing_about_it():
     results = two_arms(0.0, 0.01)  # hJ at parity with softmax
-    intact = [r["val_ppl"] for k, r in sorted(results["runs"].items()) if k.startswith("lm/hJ/")]
+    intact = list(results.by_seed("lm", "hJ", "val_ppl").values())
     add_runs(results, "lm", "hJ", [v * 1.005 for v in intact], "ablated_ppl")  # removing it costs 0.5%
     claim = Claim("h+J matches softmax", "lm", "val_ppl", "hJ", "softmax", "equal", paper=0.1, margin=1.0,
                   relative=True, ablation="ablated_ppl")
@@ -427,8 +431,7 @@ def test_every_verdict_word_is_produced_and_drawn(tmp_path):
 
 def test_engagement_and_calibration_lines_give_every_seed_and_every_anchor():
     results = two_arms(-0.1, 0.01, n=3)
-    add_runs(results, "lm", "hJ", [r["val_ppl"] * 1.5 for k, r in sorted(results["runs"].items())
-                                  if k.startswith("lm/hJ/")], "ablated_ppl")
+    add_runs(results, "lm", "hJ", [v * 1.5 for v in results.by_seed("lm", "hJ", "val_ppl").values()], "ablated_ppl")
     claim = lower(paper=-1.0, relative=True, ablation="ablated_ppl",
                   calibration=(Anchor("lm", "softmax", "val_ppl", 10.0, 0.5),))
     [line] = engagement_lines([claim, claim], results)  # one line per arm, however many claims check it

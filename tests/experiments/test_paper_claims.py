@@ -11,6 +11,7 @@ from attnlab.experiments import SUITES, get_suite
 from attnlab.experiments.claims import Claim, evaluate
 from attnlab.experiments.gpu import describe_estimate, estimate
 from attnlab.experiments.spec import Arm, Experiment, Suite
+from attnlab.experiments.store import Results
 from attnlab.mixers.boltzmann import BoltzmannConfig
 
 TIERS = [(name, tier) for name in sorted(SUITES) for tier in SUITES[name].TIERS]
@@ -105,7 +106,7 @@ def moved(claim: Claim, delta: float) -> float:
     return base * (1 + delta / 100) if claim.relative else base + delta / claim.scale
 
 
-def synthetic_results(suite: Suite, claim: Claim, delta: float) -> dict:
+def synthetic_results(suite: Suite, claim: Claim, delta: float) -> Results:
     numerator, _, denominator = claim.metric.partition("/")
     spread = 1e-3 * (abs(delta) or claim.margin or 1.0)
     runs = {}
@@ -117,7 +118,7 @@ def synthetic_results(suite: Suite, claim: Claim, delta: float) -> dict:
                 if (experiment.name, arm.label) == (claim.experiment, claim.arm):  # the contrast stays at Δ = 0
                     values[numerator] = moved(claim, delta + spread * noise)
                 runs[f"{experiment.name}/{arm.label}/{seed}"] = {"seconds": 1.0, **values}
-    return {"runs": runs}
+    return Results({"runs": runs})
 
 
 def verdict(suite: Suite, claim: Claim, delta: float) -> str:

@@ -5,7 +5,8 @@ from attnlab.experiments.claims import evaluate
 from attnlab.experiments.seeds_needed import settle_lines
 from attnlab.experiments.spec import Arm, Experiment, Suite
 from attnlab.experiments.stats import MAX_SEEDS
-from helpers import add_runs, lower, two_arms
+from attnlab.experiments.store import Results
+from helpers import add_runs, lower, toy_results, two_arms
 
 ARMS = [Arm("softmax", "demo", ["train.steps=300", "train.patience=3"]), Arm("hJ", "demo", ["train.steps=500"])]
 
@@ -17,7 +18,7 @@ def toy_suite(claim, name: str = "toy", experiment: str = "lm", arms=ARMS) -> Su
 def open_claim(n: int = 3, seconds: float = 90.0) -> tuple:
     """An inconclusive headline claim (Δ half the paper's, at a spread that needs more than 3 seeds)."""
     claim, results = lower(paper=-0.6, headline=True), two_arms(-0.3, 0.5, n=n)
-    for record in results["runs"].values():
+    for _, record in results.items():
         record["seconds"] = seconds
     (_, verdict), = evaluate([claim], results)
     return claim, results, verdict
@@ -41,7 +42,7 @@ def test_an_inconclusive_headline_claim_gets_the_seeds_and_hours_its_spread_asks
 
 def test_runs_that_measured_an_earlier_model_do_not_count_as_run_time():
     claim, results, _ = open_claim()
-    first = next(iter(results["runs"].values()))
+    _, first = next(results.items())
     first |= {"seconds": 2.0, "trained": False}  # measured again from a model trained before
     assert "at the 90 s a run took here" in settle_lines(toy_suite(claim), results)[2]
 
@@ -60,11 +61,12 @@ def test_judged_secondary_and_smoke_claims_need_no_settling():
     assert settle_lines(toy_suite(lower(paper=-1.0, headline=True)), results) == []  # agrees
     claim, results, _ = open_claim()
     assert settle_lines(toy_suite(lower(paper=-0.6)), results) == []  # inconclusive, not a headline
-    assert settle_lines(toy_suite(claim), {**results, "quick": True}) == []  # a smoke run sizes nothing
+    smoke = Results({**results.to_json(), "quick": True})
+    assert settle_lines(toy_suite(claim), smoke) == []  # a smoke run sizes nothing
 
 
 def test_without_spread_a_learned_control_or_reach_no_seed_count_is_made_up():
-    flat = add_runs(add_runs({"suite": "toy"}, "lm", "softmax", [10.0, 10.0, 10.0]), "lm", "hJ", [10.0, 10.0, 10.0])
+    flat = add_runs(add_runs(toy_results(), "lm", "softmax", [10.0, 10.0, 10.0]), "lm", "hJ", [10.0, 10.0, 10.0])
     text = settle_lines(toy_suite(lower(paper=-0.6, headline=True)), flat)[2]
     assert "spread that sizes a test is unknown" in text and "seeds (" not in text
     control = lower(paper=-0.6, headline=True, control=("softmax", "accuracy", 0.99))
@@ -83,7 +85,8 @@ def test_the_paper_scale_figure_is_the_paper_tiers_estimate_for_that_many_seeds(
     text = settle_lines(toy_suite(claim, name=coupled_qk.NAME), results)[2]
     assert f"--tier paper --seeds {verdict.seeds_needed}`), about {hours:,.0f} GPU-hours" in text
     niah = dataclasses.replace(claim, experiment="niah")
-    renamed = {"suite": "toy", "runs": {k.replace("lm/", "niah/"): r for k, r in results["runs"].items()}}
+    renamed = Results({"suite": "toy", "runs": {str(dataclasses.replace(k, experiment="niah")): r
+                                                for k, r in results.items()}})
     assert "has no niah experiment" in settle_lines(toy_suite(niah, coupled_qk.NAME, "niah"), renamed)[2]
 
 

@@ -17,6 +17,7 @@ from attnlab.experiments.report import results_summary, update_readme, write_rep
 from attnlab.experiments.runner import run_suite, sweep_key, training_extent
 from attnlab.experiments.spec import ABLATED, Arm, Experiment, Suite, ablated, sweep_rates
 from attnlab.experiments.stats import mean_std, paired_difference
+from attnlab.experiments.store import Results, RunKey
 from attnlab.train import train
 from helpers import Crash, crash_after_checkpoint, two_arms
 
@@ -184,16 +185,16 @@ def test_a_sweep_goes_on_past_an_edge_that_wins_and_says_where_it_stopped_there(
     arms = [Arm("softmax", "demo"), Arm("sigmoid", "demo")]
     sweep = Experiment("lm", "lm", "val_ppl", arms, "softmax", lrs=[1e-3, 2e-3, 4e-3])
     losses = {"softmax": [1.6, 1.5, 1.55], "sigmoid": [1.6, 1.5, 1.4]}  # the middle rate; the largest
-    results = {"suite": "toy", "runs": {sweep_key("lm", label, lr): {"best_val_loss": loss}
-                                        for label, by_lr in losses.items()
-                                        for lr, loss in zip(sweep.lrs, by_lr, strict=True)}}
-    lines = report.training_table(sweep, results)
+    runs = {str(RunKey("lm", label, lr=lr)): {"best_val_loss": loss}
+            for label, by_lr in losses.items() for lr, loss in zip(sweep.lrs, by_lr, strict=True)}
+    toy = Suite("toy", "Toy", [sweep])
+    lines = report.training_table(toy, sweep, Results({"suite": "toy", "runs": runs}))
     assert "| sigmoid | 1.6 | 1.5 | **1.4** | – |" in lines and "| softmax | 1.6 | **1.5** | 1.55 | – |" in lines
     assert "The sweep goes on: sigmoid (lr 0.008), not run yet" in "\n".join(lines)
     assert not any("edge:" in line for line in lines)
-    results["runs"] |= {sweep_key("lm", "sigmoid", lr): {"best_val_loss": loss} for lr, loss in [(8e-3, 1.35),
-                                                                                                   (1.6e-2, 1.3)]}
-    lines = report.training_table(sweep, results)  # two rates added, the last still the best: it stops there
+    runs |= {str(RunKey("lm", "sigmoid", lr=lr)): {"best_val_loss": loss} for lr, loss in [(8e-3, 1.35), (1.6e-2, 1.3)]}
+    # two rates added, the last still the best: it stops there
+    lines = report.training_table(toy, sweep, Results({"suite": "toy", "runs": runs}))
     assert "| sigmoid | 1.6 | 1.5 | 1.4 | 1.35 | **1.3** |" in lines
     assert [line for line in lines if "edge:" in line] == [
         "At the sweep's edge: sigmoid (lr 0.016); a rate beyond it might train better."]
@@ -422,7 +423,7 @@ def test_accuracies_are_shown_in_percent_like_the_papers_quote_them():
                       paper={"softmax": "93.36%"})
     runs = {f"task/{arm}/{seed}": {"accuracy": acc + 0.01 * seed} for arm, acc in [("softmax", 0.9), ("hJ", 0.95)]
             for seed in range(2)}
-    softmax, hj = report.experiment_table(task, {"runs": runs})[2:]
+    softmax, hj = report.experiment_table(task, Results({"runs": runs}))[2:]
     assert softmax.startswith("| softmax | 90.5% ± 0.71 |  | 93.36% |")
     assert hj.startswith("| hJ | 95.5% ± 0.71 | +5 [+5, +5] pp |")  # percentage points
 
@@ -468,7 +469,8 @@ def test_a_claim_plans_the_fewest_seeds_of_its_arms_in_its_experiments():
     arms = [Arm("softmax", "demo"), Arm("sigmoid", "demo", seeds=2), Arm("gla", "demo")]
     experiments = [Experiment("lm", "LM", "val_ppl", arms, "softmax"),
                    Experiment("long", "Long", "val_ppl", arms, "softmax", seeds=3)]
-    planned = report.planned_seeds(Suite("toy", "Toy", experiments, seeds=5), {"runs": {}, "meta": {"seeds": 10}})
+    planned = report.planned_seeds(Suite("toy", "Toy", experiments, seeds=5),
+                                   Results({"runs": {}, "meta": {"seeds": 10}}))
     assert planned(Claim("gla beats softmax", "lm", "val_ppl", "gla", "softmax", "lower")) == 10
     assert planned(Claim("sigmoid beats softmax", "lm", "val_ppl", "sigmoid", "softmax", "lower")) == 2
     assert planned(Claim("the gap grows", "lm", "val_ppl", "gla", "softmax", "lower", contrast="long")) == 3
@@ -499,17 +501,19 @@ def test_a_metric_registered_outside_the_runner_measures_and_reports_like_the_bu
 def test_runs_that_stop_early_but_end_at_their_cap_are_flagged_as_not_converged():
     arms = [Arm("softmax", "demo", ["train.steps=300", "train.patience=3"]), Arm("fixed", "demo", ["train.steps=300"])]
     experiment = Experiment("lm", "lm", "val_ppl", arms, "softmax")
+    toy = Suite("toy", "Toy", [experiment])
     runs = {"lm/softmax/0": {"steps": 300, "stopped_early": False, "seconds": 1.0},
             "lm/softmax/1": {"steps": 200, "stopped_early": True, "seconds": 1.0},
             "lm/fixed/0": {"steps": 300, "stopped_early": False, "seconds": 1.0}}  # fixed steps: by design
-    lines = report.training_table(experiment, {"suite": "toy", "runs": runs})
-    flagged = [line for line in lines if "Not converged" in line]
-    assert len(flagged) == 1 and "1 of 2 runs with early stopping reached their cap of 300 steps" in flagged[0]
+
+    def flagged(**setting) -> list[str]:
+        lines = report.training_table(toy, experiment, Results({"suite": "toy", "runs": runs, **setting}))
+        return [line for line in lines if "Not converged" in line]
+
+    assert len(flagged()) == 1 and "1 of 2 runs with early stopping reached their cap of 300 steps" in flagged()[0]
+    assert flagged(quick=True) == []  # a smoke run's steps say nothing of convergence
     runs["lm/softmax/0"] |= {"steps": 250, "stopped_early": True}
-    assert not any("Not converged" in line for line in report.training_table(experiment, {"suite": "t", "runs": runs}))
-    smoke = {"suite": "toy", "runs": {**runs, "lm/softmax/0": runs["lm/softmax/0"] | {"steps": 300,
-                                                                                       "stopped_early": False}}}
-    assert not any("Not converged" in line for line in report.training_table(experiment, smoke | {"quick": True}))
+    assert flagged() == []
 
 
 def test_a_verdict_on_runs_that_ended_at_their_cap_is_marked_not_converged():
@@ -518,24 +522,26 @@ def test_a_verdict_on_runs_that_ended_at_their_cap_is_marked_not_converged():
     suite = Suite("toy", "Toy", [Experiment("lm", "lm", "val_ppl", arms, "softmax")])
     claim = Claim("h+J beats softmax", "lm", "val_ppl", "hJ", "softmax", "lower", paper=-1.0)
     results = two_arms(-1.0, 0.05, n=3)
-    for record in results["runs"].values():
+    for _, record in results.items():
         record |= {"steps": 200, "stopped_early": True}
 
     def row() -> str:
         return claims.verdict_table([claim], results, caveats=report.caveats(suite, results))[2]
 
     assert "**agrees**: " in row()  # every run stopped early
-    results["runs"]["lm/hJ/1"] |= {"steps": 300, "stopped_early": False}
+    results.get(RunKey("lm", "hJ", seed=1)).update(steps=300, stopped_early=False)
     assert "**agrees** (*not converged*, 1 of 6 runs at their cap of 300 steps): " in row()
 
 
 def test_a_sweep_not_run_yet_says_the_seeds_had_the_presets_rate():
     sweep = Experiment("lm", "lm", "val_ppl", [Arm("softmax", "demo")], "softmax", lrs=[1e-3, 2e-3, 4e-3])
-    lines = report.training_table(sweep, {"suite": "toy", "runs": {"lm/softmax/0": {"val_ppl": 5.0}}})
+    toy = Suite("toy", "Toy", [sweep])
+    lines = report.training_table(toy, sweep, Results({"suite": "toy", "runs": {"lm/softmax/0": {"val_ppl": 5.0}}}))
     assert lines[0].startswith("Learning-rate sweep (0.001, 0.002, 0.004): not run yet.")
     assert not any(line.startswith("| arm |") for line in lines)  # no table of dashes
     assert "preset's rate" in lines[0]
-    assert report.training_table(sweep, {"suite": "toy", "runs": {}})[0].endswith("not run yet.")  # nor any seed
+    empty = Results({"suite": "toy", "runs": {}})
+    assert report.training_table(toy, sweep, empty)[0].endswith("not run yet.")  # nor any seed
 
 
 def test_extrapolation_also_scores_the_training_length_without_the_mechanism(tmp_path, monkeypatch):

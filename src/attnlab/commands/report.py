@@ -16,10 +16,10 @@ def add_parser(sub) -> None:
 def main(args) -> None:
     from ..experiments import get_suite
     from ..experiments.report import write_report
-    from ..experiments.runner import load_results
+    from ..experiments.store import Results
 
     path = Path(args.folder) / "results.json"
     if not path.is_file():
         raise UserError(f"{path} does not exist; give a folder that attnlab reproduce wrote (results/<suite>)")
-    results = load_results(path)
-    print(f"report: {write_report(get_suite(results['suite'], results.get('tier', 'default')), results, args.folder)}")
+    results = Results.load(path)
+    print(f"report: {write_report(get_suite(results.suite, results.tier), results, args.folder)}")

@@ -9,8 +9,8 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .spec import split_key
 from .stats import MAX_SEEDS, detectable_effect, mean_interval, mean_std, seeds_needed
+from .store import Results, RunKey
 
 DIRECTIONS = ("lower", "higher", "equal")
 
@@ -94,7 +94,7 @@ class Anchor:
     tolerance: float
     scale: float = 1.0
 
-    def check(self, results: dict) -> tuple[bool | None, str]:
+    def check(self, results: Results) -> tuple[bool | None, str]:
         """(whether it holds, None without values; the calibration line)."""
         values = _arm_values(results, self.experiment, self.arm, self.metric)
         what = f"{self.arm} on {self.experiment}"
@@ -116,7 +116,7 @@ def relative(a: float, b: float) -> float:
 @dataclass(frozen=True)
 class Claim:
     statement: str  # "h+J beats softmax on the LM at T = 12"
-    experiment: str  # the experiment's name in the results keys "<experiment>/<arm>/<seed>"
+    experiment: str  # the experiment's name, as its runs' keys have it (RunKey.experiment)
     metric: str  # a results key ("val_ppl"), or "a/b": the per-run ratio of two keys ("ppl@448/ppl@128")
     arm: str
     baseline: str | None  # another arm of the same experiment; None: the arm's own value minus `reference`
@@ -189,15 +189,15 @@ class Verdict:
     seeds_needed: int | None  # seeds for the paper's effect (the margin); None: unknown; MAX_SEEDS + 1: more
 
 
-def _value(results: dict, experiment: str, arm: str, seed: int, metric: str) -> float | None:
+def _value(results: Results, experiment: str, arm: str, seed: int, metric: str) -> float | None:
     """One run's value of a key, or of the ratio "a/b" of two keys; None if the run or a value is missing."""
-    run = results["runs"].get(f"{experiment}/{arm}/{seed}", {})
+    run = results.get(RunKey(experiment, arm, seed=seed)) or {}
     numerator, _, denominator = metric.partition("/")
     a, b = run.get(numerator), run.get(denominator) if denominator else 1.0
     return None if a is None or b is None else a / b
 
 
-def _delta(claim: Claim, experiment: str, seed: int, results: dict) -> float | None:
+def _delta(claim: Claim, experiment: str, seed: int, results: Results) -> float | None:
     arm = _value(results, experiment, claim.arm, seed, claim.metric)
     if claim.baseline is None:
         return None if arm is None else claim.scale * arm - claim.reference
@@ -207,13 +207,12 @@ def _delta(claim: Claim, experiment: str, seed: int, results: dict) -> float | N
     return 100 * (arm / base - 1) if claim.relative else claim.scale * (arm - base)
 
 
-def _seeds(results: dict, experiments: list[str]) -> list[int]:
+def _seeds(results: Results, experiments: list[str]) -> list[int]:
     """Every seed index that appears in the runs of these experiments."""
-    keys = map(split_key, results["runs"])
-    return sorted({seed for experiment, _, seed in keys if experiment in experiments and seed is not None})
+    return sorted({key.seed for experiment in experiments for key in results.of(experiment)})
 
 
-def paired_deltas(claim: Claim, results: dict) -> list[float]:
+def paired_deltas(claim: Claim, results: Results) -> list[float]:
     """The per-seed Δs, pairing seeds by index; seeds where a needed value is missing or None are left out."""
     experiments = [claim.experiment, claim.contrast] if claim.contrast else [claim.experiment]
     deltas = []
@@ -266,7 +265,7 @@ def judge(deltas: list[float], claim: Claim) -> Verdict:
                    detectable_effect(sd, n, equivalence=equivalence), needed)
 
 
-def evaluate(claims: list[Claim], results: dict) -> list[tuple[Claim, Verdict]]:
+def evaluate(claims: list[Claim], results: Results) -> list[tuple[Claim, Verdict]]:
     """Each claim's verdict: the checks RULES lists before judging, then the rule on its interval."""
     judged = []
     for claim in claims:
@@ -283,7 +282,7 @@ def evaluate(claims: list[Claim], results: dict) -> list[tuple[Claim, Verdict]]:
     return judged
 
 
-def calibration_lines(claims: list[Claim], results: dict, planned=None) -> list[str]:
+def calibration_lines(claims: list[Claim], results: Results, planned=None) -> list[str]:
     """Markdown bullets, one per number of the paper's that a baseline must reproduce: ours against it, and where
     it missed with all its planned seeds (planned(experiment, arm) -> seeds), that nothing is compared with it."""
     failed = failed_calibrations(anchors_of(claims), results, planned) if planned else {}
@@ -291,15 +290,14 @@ def calibration_lines(claims: list[Claim], results: dict, planned=None) -> list[
     for anchor in anchors_of(claims):
         held, line = anchor.check(results)
         word = {True: "calibrated", False: "**not calibrated**", None: "not yet run"}[held]
-        others = {label for key in results["runs"] for name, label, _ in [split_key(key)]
-                  if name == anchor.experiment and label != anchor.arm}
+        others = {key.arm for key in results.of(anchor.experiment, sweeps=True)} - {anchor.arm}
         after = "" if anchor.experiment not in failed else (
             "; the other arms trained before are shown, not judged" if others else "; its other arms are not trained")
         lines.append(f"- {word}: {line}{after}")
     return lines
 
 
-def engagement_lines(claims: list[Claim], results: dict) -> list[str]:
+def engagement_lines(claims: list[Claim], results: Results) -> list[str]:
     """Markdown bullets, one per arm whose claims check engagement: how much removing its mechanism's own
     component at evaluation moves the metric, seed by seed, against the least the paper's effect needs."""
     lines, checked = [], {}
@@ -328,23 +326,23 @@ def engagement_lines(claims: list[Claim], results: dict) -> list[str]:
     return lines
 
 
-def _arm_values(results: dict, experiment: str, arm: str, metric: str) -> list[float]:
+def _arm_values(results: Results, experiment: str, arm: str, metric: str) -> list[float]:
     return [v for seed in _seeds(results, [experiment]) if (v := _value(results, experiment, arm, seed, metric))
             is not None]
 
 
-def _arm_mean(results: dict, experiment: str, arm: str, metric: str) -> float | None:
+def _arm_mean(results: Results, experiment: str, arm: str, metric: str) -> float | None:
     values = _arm_values(results, experiment, arm, metric)
     return sum(values) / len(values) if values else None
 
 
-def uncalibrated(claim: Claim, results: dict) -> str | None:
+def uncalibrated(claim: Claim, results: Results) -> str | None:
     """Why it is not known yet whether the claim's baselines reproduce the paper's numbers (None if it is known)."""
     lines = [line for held, line in (anchor.check(results) for anchor in claim.calibration) if held is None]
     return f"the calibration is not measured yet: {'; '.join(lines)}" if lines else None
 
 
-def not_calibrated(claim: Claim, results: dict) -> str | None:
+def not_calibrated(claim: Claim, results: Results) -> str | None:
     """Why a baseline of the claim does not reproduce the paper's absolute number (None if all do, or it has none)."""
     lines = [line for held, line in (anchor.check(results) for anchor in claim.calibration) if held is False]
     return f"the baseline is not the paper's: {'; '.join(lines)}" if lines else None
@@ -355,7 +353,7 @@ def anchors_of(claims: list[Claim]) -> list[Anchor]:
     return list(dict.fromkeys(anchor for claim in claims for anchor in claim.calibration))
 
 
-def failed_calibrations(anchors: list[Anchor], results: dict, planned) -> dict[str, str]:
+def failed_calibrations(anchors: list[Anchor], results: Results, planned) -> dict[str, str]:
     """experiment -> the calibration line of its baseline, for each experiment whose baseline has all its planned
     seeds (planned(experiment, arm) -> seeds) and misses the paper's number: a comparison with that baseline
     would not be the paper's, so its other arms are not trained."""
@@ -368,7 +366,7 @@ def failed_calibrations(anchors: list[Anchor], results: dict, planned) -> dict[s
     return failed
 
 
-def untestable(claim: Claim, results: dict) -> str | None:
+def untestable(claim: Claim, results: Results) -> str | None:
     """Why the paper's effect cannot occur on this metric given the baseline (None if it can)."""
     limits, target = claim.limits, claim.target
     if (limits is None or target is None or claim.baseline is None or claim.contrast or claim.relative
@@ -384,7 +382,7 @@ def untestable(claim: Claim, results: dict) -> str | None:
             f"{claim.scale * limits[1 if target > 0 else 0]:g}, so no arm can show the paper's {_num(target, claim)}")
 
 
-def not_engaged(claim: Claim, results: dict) -> str | None:
+def not_engaged(claim: Claim, results: Results) -> str | None:
     """Why the trained arm does not use its mechanism enough to show the paper's effect: removing the component
     at evaluation moves the metric by less than that effect (None if it moves it more, or was not measured). For
     an equal claim the bar is its margin: a component that moves the metric less would leave the arm without it
@@ -410,7 +408,7 @@ def _bar(claim: Claim) -> float | None:
     return claim.margin if claim.direction == "equal" else claim.target
 
 
-def _near_floor(claim: Claim, results: dict, bar: float) -> bool:
+def _near_floor(claim: Claim, results: Results, bar: float) -> bool:
     """Whether the arm's mean lies nearer its bounded metric's least value than `bar` (in the claim's units)."""
     mean = _arm_mean(results, claim.experiment, claim.arm, claim.metric)
     if claim.limits is None or claim.relative or mean is None:
@@ -418,7 +416,7 @@ def _near_floor(claim: Claim, results: dict, bar: float) -> bool:
     return claim.scale * (mean - claim.limits[0]) < abs(bar)
 
 
-def _ablation_move(claim: Claim, results: dict, seed: int) -> float | None:
+def _ablation_move(claim: Claim, results: Results, seed: int) -> float | None:
     intact = _value(results, claim.experiment, claim.arm, seed, claim.metric)
     ablated = _value(results, claim.experiment, claim.arm, seed, claim.ablation)
     if intact is None or ablated is None:
@@ -426,7 +424,7 @@ def _ablation_move(claim: Claim, results: dict, seed: int) -> float | None:
     return 100 * (ablated / intact - 1) if claim.relative else claim.scale * (ablated - intact)
 
 
-def not_learned(claim: Claim, results: dict) -> str | None:
+def not_learned(claim: Claim, results: Results) -> str | None:
     """Why the claim's experiment tests nothing yet: its control arm's mean falls short (None if it does not)."""
     if claim.control is None:
         return None
@@ -469,12 +467,11 @@ def _paper_cell(claim: Claim) -> str:
             f"({claim.chars_per_token:g} characters per token)")
 
 
-def _scale_note(claim: Claim, results: dict) -> str:
+def _scale_note(claim: Claim, results: Results) -> str:
     """" (the paper: 60M; here: 0.8M)" where the claim names the paper's model size."""
     if claim.paper_scale is None:
         return ""
-    params = [r["params"] for key, r in results["runs"].items() if "params" in r
-              and split_key(key)[:2] == (claim.experiment, claim.arm)]
+    params = [r["params"] for r in results.of(claim.experiment, claim.arm, sweeps=True).values() if "params" in r]
     here = f"{params[0] / 1e6:.2g}M" if params else "not run yet"
     return f" (the paper: {claim.paper_scale}; here: {here})"
 
@@ -511,7 +508,7 @@ def _ours_cell(claim: Claim, v: Verdict) -> str:
     return f"{num(v.delta)} [{num(v.low)}, {num(v.high)}]"
 
 
-def verdict_table(claims: list[Claim], results: dict, planned_seeds=lambda claim: None,
+def verdict_table(claims: list[Claim], results: Results, planned_seeds=lambda claim: None,
                   caveats=lambda claim: []) -> list[str]:
     """Markdown lines: one row per claim with the paper's effect (and in our units), ours with its 95% interval,
     the verdict by RULES (interim while fewer seeds have values than `planned_seeds(claim)`, with `caveats(claim)`
@@ -559,7 +556,7 @@ def _plot_row(ax, claim: Claim, v: Verdict) -> None:
     ax.text(1.01, 0.5, v.verdict, transform=ax.transAxes, color=colour, fontsize=8, va="center")
 
 
-def plot_claims(claims: list[Claim], results: dict, path: str | Path) -> Path:
+def plot_claims(claims: list[Claim], results: Results, path: str | Path) -> Path:
     """One row per claim, each with its own Δ axis since claims come in different units (%, perplexity,
     percentage points): the mean Δ with its 95% interval, 0, the paper's effect and, for equal claims, the
     ±margin band, coloured by verdict. Headline claims are labelled in bold."""

@@ -16,34 +16,29 @@ from .claims import (
     verdict_table,
 )
 from .metrics import get_metric
-from .runner import describe_setting, load_results, run_config, setting_of, superseded, sweep_key, swept_losses
+from .plan import run_config, settings_of, superseded, swept_losses
 from .seeds_needed import settle_lines
-from .spec import SWEEP_EXTENSIONS, Experiment, Suite, ablated, arm_seeds, seed_count, split_key, sweep_source
+from .spec import SWEEP_EXTENSIONS, Experiment, Suite, ablated, arm_seeds, seed_count, sweep_source
 from .stats import mean_std, paired_difference
+from .store import Record, Results, RunKey, describe_setting
 
 
-def _values(results: dict, experiment: Experiment, label: str, key: str) -> list[float | None]:
+def _values(results: Results, experiment: Experiment, label: str, key: str) -> list[float | None]:
     """One value per seed, in seed order; None where the quantity was never reached (tokens to a loss)."""
-    return list(_by_seed(results, experiment, label, key).values())
+    return list(results.by_seed(experiment.name, label, key).values())
 
 
-def _by_seed(results: dict, experiment: Experiment, label: str, key: str) -> dict[int, float | None]:
-    runs = results["runs"]
-    seeds = {k: _seed_of(k, experiment.name, label) for k in runs if key in runs[k]}
-    return dict(sorted((seed, runs[k][key]) for k, seed in seeds.items() if seed is not None))
-
-
-def _paired(results: dict, experiment: Experiment, label: str, key: str) -> tuple[list[float], list[float]]:
+def _paired(results: Results, experiment: Experiment, label: str, key: str) -> tuple[list[float], list[float]]:
     """The arm's and the baseline's values of the seeds that both have."""
-    arm, base = (_by_seed(results, experiment, name, key) for name in (label, experiment.baseline))
+    arm, base = (results.by_seed(experiment.name, name, key) for name in (label, experiment.baseline))
     seeds = [s for s in arm if s in base and arm[s] is not None and base[s] is not None]
     return [arm[s] for s in seeds], [base[s] for s in seeds]
 
 
-def _seed_of(key: str, experiment: str, label: str) -> int | None:
-    """The seed of a results key "<experiment>/<label>/<seed>"; None for other keys (other arms, sweeps)."""
-    experiment_of, arm, seed = split_key(key)
-    return seed if (experiment_of, arm) == (experiment, label) else None
+def _runs(results: Results, experiment: Experiment, label: str, key: str) -> list[Record]:
+    """The arm's records that hold key, in seed order."""
+    records = results.of(experiment.name, label)
+    return [records[k] for k in sorted(records, key=lambda k: k.seed) if key in records[k]]
 
 
 def _scale(experiment: Experiment) -> tuple[float, str]:
@@ -57,17 +52,11 @@ def _cell(values: list[float | None], unit: str = "") -> str:
     return cell if len(reached) == len(values) else f"{cell} (never in {len(values) - len(reached)} of {len(values)})"
 
 
-# what every run records beside its measurements (shown in the runs table, not as measured quantities)
-RECORD_FIELDS = ("seconds", "trained", "params", "val_loss", "run", "config", "steps", "stopped_early", "best_step",
-                 "best_val_loss", "measured", "resumed_from", "val_tokens")
-
-
-def _keys(results: dict, experiment: Experiment) -> list[str]:
-    """The measured quantities of an experiment, in a stable order."""
+def _keys(results: Results, experiment: Experiment) -> list[str]:
+    """The measured quantities of an experiment (its sweeps' too), in order of appearance."""
     keys: list[str] = []
-    for k, record in results["runs"].items():
-        if k.startswith(experiment.name + "/"):
-            keys += [m for m in record if m not in RECORD_FIELDS and m not in keys]
+    for record in results.of(experiment.name, sweeps=True).values():
+        keys += [m for m in record.values if m not in keys]
     return keys
 
 
@@ -75,10 +64,10 @@ def _fmt(mean: float, std: float, unit: str = "") -> str:
     return f"{mean:.4g}{unit}" if std != std else f"{mean:.4g}{unit} ± {std:.2g}"
 
 
-def describe_run(suite: Suite, results: dict) -> str:
+def describe_run(suite: Suite, results: Results) -> str:
     """Where and when the suite ran, from what run_suite recorded; a suite still under way says how far it got."""
-    meta = results.get("meta", {})
-    seconds = sum(r["seconds"] for r in results["runs"].values())
+    meta = results.meta
+    seconds = sum(r["seconds"] for _, r in results.items())
     done, expected = _progress(suite, results)
     when = (f"finished {meta.get('finished', '?')}" if done == expected else
             f"partial: {done} of {expected} runs measured, last saved {meta.get('finished', '?')}")
@@ -87,7 +76,7 @@ def describe_run(suite: Suite, results: dict) -> str:
             f"{seconds / 60:.1f} minutes of training and evaluation")
 
 
-def experiment_table(experiment: Experiment, results: dict, columns: str = "all") -> list[str]:
+def experiment_table(experiment: Experiment, results: Results, columns: str = "all") -> list[str]:
     """Markdown table: one row per arm; columns='all' shows every measured quantity, the paper and the
     parameter count, 'main' only the first quantity and its difference to the baseline."""
     keys = _keys(results, experiment)
@@ -118,25 +107,24 @@ def experiment_table(experiment: Experiment, results: dict, columns: str = "all"
     return lines
 
 
-def seed_table(experiment: Experiment, results: dict) -> list[str]:
+def seed_table(experiment: Experiment, results: Results) -> list[str]:
     """Markdown: one row per arm and seed with every measured quantity."""
     keys = _keys(results, experiment)
     lines = ["", "| arm | seed | " + " | ".join(keys) + " |", "|---|---|" + "---|" * len(keys)]
     for arm in experiment.arms:
-        by_key = {key: _by_seed(results, experiment, arm.label, key) for key in keys}
+        by_key = {key: results.by_seed(experiment.name, arm.label, key) for key in keys}
         for seed in sorted({s for values in by_key.values() for s in values}):
             cells = [f"{by_key[k][seed]:.3g}" if by_key[k].get(seed) is not None else "–" for k in keys]
             lines.append(f"| {arm.label} | {seed} | " + " | ".join(cells) + " |")
     return lines
 
 
-def scoring_lines(experiment: Experiment, results: dict) -> list[str]:
+def scoring_lines(experiment: Experiment, results: Results) -> list[str]:
     """What a language model's perplexity was scored on: every position of the validation split, or (records
     measured before whole-split scoring) 20 random windows of it."""
     if experiment.metric != "val_ppl":
         return []
-    records = [r for k, r in results["runs"].items() if split_key(k)[0] == experiment.name and split_key(k)[2]
-               is not None and "val_ppl" in r]
+    records = [r for r in results.of(experiment.name).values() if "val_ppl" in r]
     whole = {r["val_tokens"] for r in records if "val_tokens" in r}
     sampled = sum("val_tokens" not in r for r in records)
     lines = []
@@ -150,20 +138,20 @@ def scoring_lines(experiment: Experiment, results: dict) -> list[str]:
     return ["", " ".join(lines)] if lines else []
 
 
-def current(suite: Suite, results: dict) -> tuple[dict, list[str]]:
+def current(suite: Suite, results: Results) -> tuple[Results, list[str]]:
     """The results without the records that the suite's configs have since superseded, and a line saying how many
     were left out (none: no line)."""
     old = superseded(suite, results)
     if not old:
         return results, []
-    experiments = sorted({split_key(key)[0] for key in old})
-    kept = {**results, "runs": {k: r for k, r in results["runs"].items() if k not in old}}
+    experiments = sorted({key.experiment for key in old})
     runs = f"{len(old)} run{'s' if len(old) > 1 else ''}"
-    return kept, [f"**{runs} left out**: trained under an earlier config of {', '.join(experiments)} (a protocol, "
-                  "a preset or its sweep's best rate changed since); `attnlab reproduce` trains them again.", ""]
+    return results.without(old), [
+        f"**{runs} left out**: trained under an earlier config of {', '.join(experiments)} (a protocol, a preset or "
+        "its sweep's best rate changed since); `attnlab reproduce` trains them again.", ""]
 
 
-def write_report(suite: Suite, results: dict, out_dir: str | Path) -> Path:
+def write_report(suite: Suite, results: Results, out_dir: str | Path) -> Path:
     out = Path(out_dir)
     results, left_out = current(suite, results)
     lines = [f"# {suite.title}", "", describe_tier(results), "", *left_out,
@@ -191,20 +179,20 @@ def write_report(suite: Suite, results: dict, out_dir: str | Path) -> Path:
                   "trained model (Mixer.ablated); a claim whose effect is larger than this move is *mechanism not "
                   f"engaged*.{removed}{sizes}", "", *engagement, ""]
         for experiment in components:
-            lines += experiment_section(experiment, results, out, "###")
+            lines += experiment_section(suite, experiment, results, out, "###")
     if suite.claims:
         figure = plot_claims(suite.claims, results, out / "claims.png")
         table = verdict_table(suite.claims, results, planned_seeds(suite, results), caveats(suite, results))
         lines += ["## Verdicts", "", *table, "", f"![the claims]({figure.name})", "", *settle_lines(suite, results),
                   RULES, ""]
     for experiment in suite.experiments:
-        lines += [] if experiment.component else experiment_section(experiment, results, out, "##")
+        lines += [] if experiment.component else experiment_section(suite, experiment, results, out, "##")
     path = out / "report.md"
     path.write_text("\n".join(lines))
     return path
 
 
-def experiment_section(experiment: Experiment, results: dict, out: Path, heading: str) -> list[str]:
+def experiment_section(suite: Suite, experiment: Experiment, results: Results, out: Path, heading: str) -> list[str]:
     """Markdown lines of one experiment: its table (and every seed's values for a component), plot and steps."""
     lines = [f"{heading} {experiment.title}", ""]
     if experiment.note:
@@ -216,18 +204,18 @@ def experiment_section(experiment: Experiment, results: dict, out: Path, heading
     if keys:
         figure = _plot(experiment, results, keys, out)
         lines += ["", f"![{experiment.title}]({figure.name})"]
-    return [*lines, "", *training_table(experiment, results), ""]
+    return [*lines, "", *training_table(suite, experiment, results), ""]
 
 
-def describe_tier(results: dict) -> str:
+def describe_tier(results: Results) -> str:
     """The first line of a report or summary: what made the results, and for a smoke run that it is none."""
-    setting = setting_of(results)
+    setting = results.setting
     smoke = "**Smoke run: not a result.** " if setting["quick"] else ""
     return f"{smoke}Results of {describe_setting(setting)}."
 
 
-def _command(suite: Suite, results: dict) -> str:
-    setting = setting_of(results)
+def _command(suite: Suite, results: Results) -> str:
+    setting = results.setting
     flags = " --quick" if setting["quick"] else ""
     flags += f" --scale {setting['scale']:g}" if setting["scale"] != 1 else ""
     if suite.name == "demo":
@@ -235,30 +223,29 @@ def _command(suite: Suite, results: dict) -> str:
     return f"attnlab reproduce {suite.name}" + ("" if suite.tier == "default" else f" --tier {suite.tier}") + flags
 
 
-def training_table(experiment: Experiment, results: dict) -> list[str]:
+def training_table(suite: Suite, experiment: Experiment, results: Results) -> list[str]:
     """Where each arm's runs stopped, and for a learning-rate sweep what each rate reached on validation."""
     lines = _sweep_lines(experiment, results) if experiment.lrs else []
     if experiment.sweep_of:
         lines += [f"Learning rates: each arm's as the sweep of {experiment.sweep_of} chose it (the same models).", ""]
-    stops = {arm.label: [results["runs"][f"{experiment.name}/{arm.label}/{seed}"]
-                         for seed in _by_seed(results, experiment, arm.label, "seconds")] for arm in experiment.arms}
+    stops = {arm.label: _runs(results, experiment, arm.label, "seconds") for arm in experiment.arms}
     if any("steps" in r for runs in stops.values() for r in runs):
         lines += ["Training: steps per seed (* stopped early; in brackets the step of the best checkpoint, which "
                   "early stopping keeps and which is measured; [resumed at] the checkpoint a run continued from after "
                   "an interrupt):", ""]
         lines += [f"- {label}: " + ", ".join(_extent(r) for r in runs) for label, runs in stops.items() if runs]
-        lines += _not_converged(experiment, results)
+        lines += _not_converged(suite, experiment, results)
     return lines
 
 
-def _sweep_lines(experiment: Experiment, results: dict) -> list[str]:
+def _sweep_lines(experiment: Experiment, results: Results) -> list[str]:
     """The validation loss each arm reached at each rate of its sweep (the grid, and the rates added past an edge
     that won), naming the arms whose sweep goes on and those whose best rate stays at its edge; or, before the
     sweep has run, that it has not."""
     losses = {arm.label: swept_losses(results, experiment, arm.label) for arm in experiment.arms}
     grid = ", ".join(f"{lr:g}" for lr in sorted(experiment.lrs))
     if all(v is None for by_lr in losses.values() for v in by_lr.values()):
-        seeds = any(split_key(key)[0] == experiment.name for key in results["runs"])
+        seeds = bool(results.of(experiment.name))
         return [f"Learning-rate sweep ({grid}): not run yet." + (
             " The seeds above were trained at the preset's rate, the same for every arm; `attnlab reproduce` runs "
             "the sweep and trains again each arm whose best rate differs." if seeds else ""), ""]
@@ -288,10 +275,10 @@ def _sweep_lines(experiment: Experiment, results: dict) -> list[str]:
     return [*lines, ""]
 
 
-def _not_converged(experiment: Experiment, results: dict) -> list[str]:
+def _not_converged(suite: Suite, experiment: Experiment, results: Results) -> list[str]:
     """A line when runs that stop early ended at their step cap instead: validation loss was still improving
     within the patience, so the values are those of models not trained to convergence."""
-    summary = _cap_summary(_capped(experiment, results).values())
+    summary = _cap_summary(_capped(suite, experiment, results).values())
     if summary is None:
         return []
     capped, counted, caps = summary
@@ -300,15 +287,14 @@ def _not_converged(experiment: Experiment, results: dict) -> list[str]:
                 "values of models not trained to convergence, and a longer cap may change them."]
 
 
-def _capped(experiment: Experiment, results: dict) -> dict[str, tuple[int, int, int]]:
+def _capped(suite: Suite, experiment: Experiment, results: Results) -> dict[str, tuple[int, int, int]]:
     """Arm label -> (its runs that ended at their step cap, its runs, that cap), for the arms whose runs stop
     early (none for a smoke run, or for arms trained for a fixed number of steps)."""
-    setting = setting_of(results)
+    settings = settings_of(suite, results)
     counts = {}
-    for arm in experiment.arms if not setting["quick"] else ():
-        train = run_config(experiment, arm, 0, None, Path(), scale=setting["scale"]).train
-        runs = [results["runs"][f"{experiment.name}/{arm.label}/{seed}"]
-                for seed in _by_seed(results, experiment, arm.label, "steps")]
+    for arm in experiment.arms if not results.setting["quick"] else ():
+        train = run_config(experiment, arm, 0, None, settings).train
+        runs = _runs(results, experiment, arm.label, "steps")
         if train.patience and runs:
             ended = sum(not r.get("stopped_early") and r["steps"] >= train.steps for r in runs)
             counts[arm.label] = (ended, len(runs), train.steps)
@@ -325,11 +311,11 @@ def _cap_summary(counts) -> tuple[int, int, str] | None:
     return capped, sum(runs for _, runs, _ in counts), caps
 
 
-def caveats(suite: Suite, results: dict):
+def caveats(suite: Suite, results: Results):
     """claim -> what to know about the runs behind its verdict: which of them (arm and baseline, in its
     experiments) ended at their step cap, and whose sweep is still going on."""
     experiments = {e.name: e for e in suite.experiments}
-    capped = {e.name: _capped(e, results) for e in suite.experiments}
+    capped = {e.name: _capped(suite, e, results) for e in suite.experiments}
     unfinished = {(e.name, a.label) for e in suite.experiments if e.lrs for a in e.arms
                   if None in swept_losses(results, e, a.label).values()}
 
@@ -348,7 +334,7 @@ def caveats(suite: Suite, results: dict):
     return of
 
 
-def _extent(record: dict) -> str:
+def _extent(record: Record) -> str:
     if "steps" not in record:
         return "?"
     best = f" ({record['best_step']})" if record.get("best_step") not in (None, record["steps"]) else ""
@@ -356,7 +342,7 @@ def _extent(record: dict) -> str:
     return f"{record['steps']}{'*' if record.get('stopped_early') else ''}{best}{resumed}"
 
 
-def _plot(experiment: Experiment, results: dict, keys: list[str], out: Path) -> Path:
+def _plot(experiment: Experiment, results: Results, keys: list[str], out: Path) -> Path:
     fig, ax = new_figure(figsize=(6.5, 3.8))
     labels = [arm.label for arm in experiment.arms]
     scale, _ = _scale(experiment)
@@ -377,7 +363,7 @@ def _plot(experiment: Experiment, results: dict, keys: list[str], out: Path) -> 
     return save_figure(fig, out / f"{experiment.name}.png", dpi=110)
 
 
-def _plot_differences(ax, experiment: Experiment, results: dict, key: str) -> None:
+def _plot_differences(ax, experiment: Experiment, results: Results, key: str) -> None:
     """Each arm's paired difference to the baseline with its 95% interval (one seed: a hollow point), so that
     a difference of 1% is as visible as one of 50%."""
     scale, unit = _scale(experiment)
@@ -407,8 +393,8 @@ def results_summary(root: str | Path) -> str:
 
     lines = []
     for path in sorted(Path(root).glob("*/results.json")):
-        results = load_results(path)
-        suite = get_suite(results["suite"], results.get("tier", "default"))
+        results = Results.load(path)
+        suite = get_suite(results.suite, results.tier)
         results, left_out = current(suite, results)
         lines += [f"### {suite.title}", "", describe_tier(results), "",
                   f"`{_command(suite, results)}`: {describe_run(suite, results)}. "
@@ -423,7 +409,7 @@ def results_summary(root: str | Path) -> str:
     return "\n".join(lines)
 
 
-def planned_seeds(suite: Suite, results: dict):
+def planned_seeds(suite: Suite, results: Results):
     """claim -> the seeds the tier plans for it: the fewest that its arms and baseline train in its experiments."""
     seeds = _seeds(suite, results)
     experiments = {e.name: e for e in suite.experiments}
@@ -436,22 +422,22 @@ def planned_seeds(suite: Suite, results: dict):
     return planned
 
 
-def _seeds(suite: Suite, results: dict) -> int:
+def _seeds(suite: Suite, results: Results) -> int:
     """The seeds per run the results were made with (the tier's own unless --seeds set them)."""
-    return results.get("meta", {}).get("seeds", suite.seeds)
+    return results.meta.get("seeds", suite.seeds)
 
 
-def _progress(suite: Suite, results: dict) -> tuple[int, int]:
+def _progress(suite: Suite, results: Results) -> tuple[int, int]:
     """(runs measured, runs the suite plans): every seed of every arm and every point of every sweep, but the
     arms compared with a baseline that missed its calibration (they are not trained) where they have no record."""
     seeds = _seeds(suite, results)
     anchors = anchors_of(suite.claims)
     failed = failed_calibrations(anchors, results, arm_seeds(suite, seeds))
-    trained = {split_key(key)[:2] for key in results["runs"]} | {(a.experiment, a.arm) for a in anchors}
+    trained = {(key.experiment, key.arm) for key, _ in results.items()} | {(a.experiment, a.arm) for a in anchors}
     arms = [(e, a) for e in suite.experiments for a in e.arms if e.name not in failed or (e.name, a.label) in trained]
-    expected = {f"{e.name}/{a.label}/{s}" for e, a in arms for s in range(seed_count(e, a, seeds))}
-    expected |= {sweep_key(e.name, a.label, lr) for e, a in arms for lr in swept_losses(results, e, a.label)}
-    return len(expected & set(results["runs"])), len(expected)
+    expected = {RunKey(e.name, a.label, seed=s) for e, a in arms for s in range(seed_count(e, a, seeds))}
+    expected |= {RunKey(e.name, a.label, lr=lr) for e, a in arms for lr in swept_losses(results, e, a.label)}
+    return sum(key in results for key in expected), len(expected)
 
 
 def update_readme(readme: str | Path, summary: str, section: str = "results") -> None:

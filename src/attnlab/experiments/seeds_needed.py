@@ -4,19 +4,18 @@ and at the paper's scale (the GPU-hours gpu.estimate gives the paper tier's expe
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from . import gpu
 from .claims import MIN_SEEDS, Claim, Verdict, evaluate, not_learned
-from .runner import run_config, setting_of
-from .spec import Suite, split_key
+from .plan import run_config, settings_of
+from .spec import Suite
 from .stats import MAX_SEEDS
+from .store import Results
 
 
-def settle_lines(suite: Suite, results: dict) -> list[str]:
+def settle_lines(suite: Suite, results: Results) -> list[str]:
     """Markdown lines, one bullet per inconclusive headline claim (none when every headline claim is judged,
     and none for a smoke run, whose spread sizes nothing)."""
-    if setting_of(results)["quick"]:
+    if results.setting["quick"]:
         return []
     open_claims = [(c, v) for c, v in evaluate(suite.claims, results) if c.headline and v.verdict == "inconclusive"]
     if not open_claims:
@@ -26,7 +25,7 @@ def settle_lines(suite: Suite, results: dict) -> list[str]:
     return [*lines, ""]
 
 
-def _settle(claim: Claim, verdict: Verdict, suite: Suite, results: dict) -> str:
+def _settle(claim: Claim, verdict: Verdict, suite: Suite, results: Results) -> str:
     unlearned = not_learned(claim, results)
     if unlearned is not None:
         return f"the task must be learned first: {unlearned}."
@@ -40,8 +39,8 @@ def _settle(claim: Claim, verdict: Verdict, suite: Suite, results: dict) -> str:
                 "lies between 0 and the paper's effect, so more seeds would size a smaller effect than the paper's.")
     experiments = [e for e in suite.experiments if e.name in (claim.experiment, claim.contrast)]
     arms = [(e, a) for e in experiments for a in e.arms if a.label in (claim.arm, claim.baseline)]
-    scale = setting_of(results)["scale"]  # the steps as the runner trains them at this scale
-    trains = [run_config(e, a, 0, None, Path(), scale=scale).train for e, a in arms]
+    settings = settings_of(suite, results)  # the steps as the suite trains them at its scale
+    trains = [run_config(e, a, 0, None, settings).train for e, a in arms]
     cap = max(t.steps for t in trains)
     stopping = ", each stopping early once it stops improving" if all(t.patience for t in trains) else ""
     more = (needed - verdict.n) * len(arms)
@@ -66,12 +65,11 @@ def _why_unsized(claim: Claim, verdict: Verdict) -> str:
     return f"not yet sized: {verdict.reason}."
 
 
-def _seconds_per_run(results: dict, experiments: list[str], arms: list[str]) -> float | None:
+def _seconds_per_run(results: Results, experiments: list[str], arms: list[str]) -> float | None:
     """The mean wall time of the runs of these arms that trained their model here (not those that measured a
     model trained before, or reused a record)."""
-    seconds = [record["seconds"] for key, record in results["runs"].items()
-               if split_key(key)[0] in experiments and split_key(key)[1] in arms and record.get("trained", True)
-               and record.get("seconds", 0) > 0]
+    seconds = [record["seconds"] for key, record in results.items() if key.experiment in experiments
+               and key.arm in arms and record.get("trained", True) and record.get("seconds", 0) > 0]
     return sum(seconds) / len(seconds) if seconds else None
 
 
