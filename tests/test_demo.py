@@ -33,7 +33,7 @@ def test_the_demo_writes_no_bars_into_a_redirected_stderr_and_each_note_once(tmp
     caplog.set_level(logging.INFO)
     result = attnlab.demo.run_demo(str(tmp_path / "demo"), quick=True)
 
-    assert len(result["comparison"]["runs"]) == 4
+    assert len(result["comparison"]) == 4
     err = capsys.readouterr().err  # pytest's capture is no terminal
     assert "%|" not in err and "it/s" not in err
     notes = Counter(r.getMessage() for r in caplog.records if r.getMessage().startswith("note:"))

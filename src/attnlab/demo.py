@@ -17,6 +17,7 @@ from .experiments import demo_suite
 from .experiments.report import write_report
 from .experiments.runner import run_suite
 from .experiments.stats import mean_std
+from .experiments.store import RunKey
 from .inference import load_run
 from .train import train
 
@@ -59,9 +60,9 @@ def run_demo(out_dir: str = "runs/demo", quick: bool = False) -> dict:
     report = write_report(suite, results, out)
     print(f"\n{'mixer':<14} {'val perplexity':>15} {'MQAR accuracy':>14} {'parameters':>11}")
     for arm in suite.experiments[0].arms:
-        ppl = [r["val_ppl"] for k, r in results["runs"].items() if k.startswith(f"lm/{arm.label}/")]
-        acc = [r["accuracy"] for k, r in results["runs"].items() if k.startswith(f"mqar/{arm.label}/")]
-        params = results["runs"][f"lm/{arm.label}/0"]["params"]
+        ppl = list(results.by_seed("lm", arm.label, "val_ppl").values())
+        acc = list(results.by_seed("mqar", arm.label, "accuracy").values())
+        params = results.get(RunKey("lm", arm.label, seed=0))["params"]
         print(f"{arm.label:<14} {mean_std(ppl)[0]:>15.3f} {100 * mean_std(acc)[0]:>13.1f}% {params:>11,}")
     print(f"\n{time.perf_counter() - start:.0f} s in all; report: {report}; runs: {out / 'runs'}")
     return {"shakespeare": shakespeare, "comparison": results}

@@ -92,7 +92,7 @@ def toy(tmp_path, monkeypatch):
     """The toy paper imported (as --import does) for this test only, one thread per process, its own cache."""
     saved = [(table, dict(table)) for table in (registry.SUITES, registry.PAPERS, registry.BENCH_CASES,
                                                  metrics.METRICS, tasks.TASKS, mixer_registry._REGISTRY)]
-    imported = list(plugins.IMPORTED)
+    imported, files = list(plugins.IMPORTED), dict(plugins._files)
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as each of the workers below: the same arithmetic, to the bit
@@ -100,6 +100,8 @@ def toy(tmp_path, monkeypatch):
     yield get_suite("toy")
     torch.set_num_threads(threads)
     plugins.IMPORTED[:] = imported
+    plugins._files.clear()  # so that the next test imports the toy paper again, into registries without it
+    plugins._files.update(files)
     for table, before in saved:
         table.clear()
         table.update(before)

@@ -4,6 +4,7 @@ import contextlib
 import json
 import math
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -13,13 +14,20 @@ from attnlab.evaluate import perplexity_by_length, whole_split_loss
 from attnlab.experiments import SUITES, claims, get_suite, report, runner
 from attnlab.experiments.claims import Anchor, Claim
 from attnlab.experiments.metrics import get_metric, tokens_to_loss
+from attnlab.experiments.plan import Settings, plan, superseded
 from attnlab.experiments.report import results_summary, update_readme, write_report
-from attnlab.experiments.runner import run_suite, sweep_key, training_extent
+from attnlab.experiments.runner import run_suite, training_extent
 from attnlab.experiments.spec import ABLATED, Arm, Experiment, Suite, ablated, sweep_rates
 from attnlab.experiments.stats import mean_std, paired_difference
-from attnlab.experiments.store import Results, RunKey
+from attnlab.experiments.store import Record, Results, RunKey
 from attnlab.train import train
 from helpers import Crash, crash_after_checkpoint, two_arms
+
+
+def runs_of(results: Results) -> dict[str, Record]:
+    """The records by their keys as results.json writes them."""
+    return {str(key): record for key, record in results.items()}
+
 
 README_START, README_END = "<!-- results: start -->", "<!-- results: end -->"
 TINY = ["train.steps=2", "train.batch_size=2", "train.eval_batches=1", "train.eval_every=2", "train.ckpt_every=2",
@@ -37,8 +45,8 @@ def test_suite_runs_and_reports(name, tier, tmp_path, monkeypatch):
     suite = get_suite(name, tier)
     results = run_suite(suite, tmp_path / "suite", seeds=1, quick=True, extra=TINY, log=lambda *_: None)
     expected = {f"{e.name}/{a.label}/0" for e in suite.experiments for a in e.arms}
-    expected |= {sweep_key(e.name, a.label, lr) for e in suite.experiments for a in e.arms for lr in e.lrs}
-    assert set(results["runs"]) == expected
+    expected |= {str(RunKey(e.name, a.label, lr=lr)) for e in suite.experiments for a in e.arms for lr in e.lrs}
+    assert set(runs_of(results)) == expected
     assert json.loads((tmp_path / "suite" / "results.json").read_text()) == results
     report = write_report(suite, results, tmp_path / "suite").read_text()
     assert "1 seed(s) on " in report and "torch " in report
@@ -66,11 +74,11 @@ def test_an_interrupted_suite_resumes_without_rerunning(tmp_path, monkeypatch):
     first = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None)
     calls = []
     second = run_suite(suite, tmp_path / "suite", seeds=2, extra=TINY, log=calls.append)
-    assert all(first["runs"][k] == second["runs"][k] for k in first["runs"])
-    assert len(second["runs"]) == 4 and sum(c.endswith("/1") for c in calls) == 2
+    assert all(runs_of(first)[k] == runs_of(second)[k] for k in runs_of(first))
+    assert len(runs_of(second)) == 4 and sum(c.endswith("/1") for c in calls) == 2
     assert not any(c.endswith("/0") for c in calls)
     changed = run_suite(suite, tmp_path / "suite", seeds=2, extra=[*TINY, "train.steps=3"], log=lambda *_: None)
-    assert all(changed["runs"][k]["config"] != second["runs"][k]["config"] for k in second["runs"])  # trained again
+    assert all(runs_of(changed)[k]["config"] != runs_of(second)[k]["config"] for k in runs_of(second))  # trained again
 
 
 def test_a_run_cut_short_continues_from_its_checkpoint_and_ends_as_if_never_stopped(tmp_path, monkeypatch):
@@ -87,7 +95,7 @@ def test_a_run_cut_short_continues_from_its_checkpoint_and_ends_as_if_never_stop
                                   "train_state.pt")["train_seconds"]
     calls = []
     resumed = run_suite(suite, tmp_path / "suite", seeds=1, extra=four_steps, log=calls.append)
-    record, uninterrupted = resumed["runs"]["lm/softmax/0"], straight["runs"]["lm/softmax/0"]
+    record, uninterrupted = runs_of(resumed)["lm/softmax/0"], runs_of(straight)["lm/softmax/0"]
     assert "    continuing from the checkpoint at step 2" in calls and record["resumed_from"] == 2
     assert record["val_ppl"] == uninterrupted["val_ppl"] and record["steps"] == 4
     assert "resumed_from" not in uninterrupted and record["seconds"] > spent > 0  # the earlier attempt counts
@@ -130,7 +138,7 @@ def test_an_arm_shared_by_two_experiments_is_trained_once_and_measured_by_each(t
     ])
     calls = []
     results = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=calls.append)
-    runs = results["runs"]
+    runs = runs_of(results)
     assert runs["speed/again/0"]["run"] == runs["ppl/softmax/0"]["run"] != runs["ppl/sigmoid/0"]["run"]
     assert sum("the same model as" in c for c in calls) == 1
     assert runs["speed/again/0"]["tokens to 100.0"] > 0 and runs["speed/again/0"]["tokens to 0.0"] is None
@@ -171,11 +179,11 @@ def test_a_learning_rate_sweep_trains_every_seed_at_the_rate_with_the_lowest_val
     sweep = Experiment("mqar", "recall", "accuracy", [Arm("softmax", "mqar")], "softmax", lrs=[1e-5, 3e-3], seeds=2)
     results = run_suite(Suite("s", "s", [sweep], seeds=3), tmp_path / "suite", extra=[*TINY, "train.steps=6"],
                         log=lambda *_: None)
-    runs = results["runs"]
-    losses = {lr: runs[sweep_key("mqar", "softmax", lr)]["best_val_loss"] for lr in (1e-5, 3e-3)}
+    runs = runs_of(results)
+    losses = {lr: runs[str(RunKey("mqar", "softmax", lr=lr))]["best_val_loss"] for lr in (1e-5, 3e-3)}
     best = min(losses, key=losses.get)
     assert set(runs) == {"mqar/softmax/lr=1e-05", "mqar/softmax/lr=0.003", "mqar/softmax/0", "mqar/softmax/1"}
-    assert runs["mqar/softmax/0"]["run"] == runs[sweep_key("mqar", "softmax", best)]["run"]  # trained once
+    assert runs["mqar/softmax/0"]["run"] == runs[str(RunKey("mqar", "softmax", lr=best))]["run"]  # trained once
     assert f"-lr{best:g}-s1" in runs["mqar/softmax/1"]["run"] and runs["mqar/softmax/1"]["steps"] == 6
     report = write_report(Suite("s", "s", [sweep]), results, tmp_path / "suite").read_text()
     assert "| softmax |" in report
@@ -211,16 +219,21 @@ def test_sweep_rates_extend_the_grid_past_a_winning_edge_and_no_further_than_the
     assert sweep_rates(grid, lambda lr: lr, extend=False) == grid  # a smoke run's losses choose nothing
 
 
-def test_the_runner_trains_the_rates_a_sweep_adds_and_chooses_among_all():
+def test_the_plan_trains_the_rates_a_sweep_adds_and_chooses_among_all():
     sweep = Experiment("lm", "lm", "val_ppl", [Arm("softmax", "demo")], "softmax", lrs=[1e-3, 2e-3, 4e-3])
-    trained = []
-
-    def run(key, arm, experiment, seed, lr):  # the validation loss is least near lr = 0.01
-        trained.append(key)
-        return {"best_val_loss": math.log(lr / 1e-2) ** 2}
-
-    assert runner._sweep(sweep, sweep.arms[0], run, extend=True) == 8e-3
-    assert trained == [sweep_key("lm", "softmax", lr) for lr in (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2)]
+    suite, settings = Suite("s", "s", [sweep], seeds=1), Settings(Path("runs"), seeds=1)
+    results, trained = Results({"suite": "s", "runs": {}}), []
+    while True:  # each sweep point "trained" as the plan asks: the validation loss is least near lr = 0.01
+        jobs = [job for job in plan(suite, [sweep], results, settings).jobs if job.status == "train"]
+        if not jobs:
+            break
+        for job in jobs:
+            trained.append(str(job.key))
+            results.records[job.key] = Record(best_val_loss=math.log(job.cfg.train.lr / 1e-2) ** 2,
+                                              config=job.fingerprint, measured=["val_ppl", [1, 2, 3.5, 5], []])
+    assert trained == [str(RunKey("lm", "softmax", lr=lr)) for lr in (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2)]
+    seed = plan(suite, [sweep], results, settings).jobs[-1]
+    assert (str(seed.key), seed.status, seed.lr) == ("lm/softmax/0", "measure", 8e-3)  # the sweep's model
 
 
 def test_training_extent_reads_where_a_run_stopped_and_which_checkpoint_is_measured(tmp_path):
@@ -241,13 +254,13 @@ def test_a_suite_measures_what_a_suite_beside_it_trained_with_the_same_config(tm
     first = run_suite(Suite("a", "a", [shared]), tmp_path / "results" / "a", seeds=1, extra=TINY, log=lambda *_: None)
     calls = []
     second = run_suite(Suite("b", "b", [shared]), tmp_path / "results" / "b", seeds=1, extra=TINY, log=calls.append)
-    assert second["runs"]["lm/softmax/0"]["run"] == "../a/runs/lm-softmax-s0"
-    assert second["runs"]["lm/softmax/0"]["val_ppl"] == first["runs"]["lm/softmax/0"]["val_ppl"]
+    assert runs_of(second)["lm/softmax/0"]["run"] == "../a/runs/lm-softmax-s0"
+    assert runs_of(second)["lm/softmax/0"]["val_ppl"] == runs_of(first)["lm/softmax/0"]["val_ppl"]
     assert any("the same model and measurement as" in c for c in calls)
     shutil.rmtree(tmp_path / "results" / "a" / "runs")  # a later session: the models are gone, the records stay
     (tmp_path / "results" / "b" / "results.json").unlink()
     again = run_suite(Suite("b", "b", [shared]), tmp_path / "results" / "b", seeds=1, extra=TINY, log=calls.append)
-    assert again["runs"]["lm/softmax/0"]["val_ppl"] == first["runs"]["lm/softmax/0"]["val_ppl"]
+    assert runs_of(again)["lm/softmax/0"]["val_ppl"] == runs_of(first)["lm/softmax/0"]["val_ppl"]
     assert not (tmp_path / "results" / "b" / "runs").exists()  # nothing trained again
 
 
@@ -292,20 +305,20 @@ def test_a_record_measured_before_its_metric_changed_meaning_is_measured_again_f
     lm = Experiment("lm", "perplexity", "val_ppl", [Arm("softmax", "demo")], "softmax")
     suite = Suite("s", "s", [niah, lm])
     first = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None)
-    assert first["runs"]["niah/softmax/0"]["measured"] == ["niah", [1], [], get_metric("niah").revision]
-    stale = {**first["runs"]["niah/softmax/0"], "measured": old_measured, "niah@136": 0.5}  # the old meaning
+    assert runs_of(first)["niah/softmax/0"]["measured"] == ["niah", [1], [], get_metric("niah").revision]
+    stale = {**runs_of(first)["niah/softmax/0"], "measured": old_measured, "niah@136": 0.5}  # the old meaning
     if old_measured is None:
         del stale["measured"]
-    old = {**first["runs"]["lm/softmax/0"]}
+    old = {**runs_of(first)["lm/softmax/0"]}
     del old["measured"]  # a record from before the field: its metric has no revision, so it stands
     results = {**first, "runs": {"niah/softmax/0": stale, "lm/softmax/0": old}}
     (tmp_path / "suite" / "results.json").write_text(json.dumps(results))
     calls = []
     again = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=calls.append)
     assert calls == ["[s] niah/softmax/0", "    the same model as niah-softmax-s0", calls[2]]  # measured, not trained
-    assert again["runs"]["niah/softmax/0"]["measured"] == first["runs"]["niah/softmax/0"]["measured"]
-    assert "niah@136" not in again["runs"]["niah/softmax/0"]
-    assert again["runs"]["lm/softmax/0"] == old
+    assert runs_of(again)["niah/softmax/0"]["measured"] == runs_of(first)["niah/softmax/0"]["measured"]
+    assert "niah@136" not in runs_of(again)["niah/softmax/0"]
+    assert runs_of(again)["lm/softmax/0"] == old
 
 
 def test_a_record_from_before_its_metric_measured_the_model_without_its_component_is_measured_again(tmp_path,
@@ -314,9 +327,9 @@ def test_a_record_from_before_its_metric_measured_the_model_without_its_componen
     arms = [Arm("softmax", "demo"), Arm("ccq", "demo", ["model.mixer=ccq-gla"])]
     suite = Suite("s", "s", [Experiment("lm", "lm", "val_ppl", arms, "softmax", lrs=[1e-3, 2e-3])])
     first = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None)
-    assert ABLATED in first["runs"]["lm/ccq/0"] and ABLATED not in first["runs"]["lm/softmax/0"]
+    assert ABLATED in runs_of(first)["lm/ccq/0"] and ABLATED not in runs_of(first)["lm/softmax/0"]
     # every ccq record as it was before the metric measured the ablation, with the same measured field
-    old = {key: {k: v for k, v in record.items() if k != ABLATED} for key, record in first["runs"].items()}
+    old = {key: {k: v for k, v in record.items() if k != ABLATED} for key, record in runs_of(first).items()}
     (tmp_path / "suite" / "results.json").write_text(json.dumps({**first, "runs": old}))
     calls = []
     again = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=calls.append)
@@ -324,8 +337,8 @@ def test_a_record_from_before_its_metric_measured_the_model_without_its_componen
     # read) and softmax (which has no component to remove) stand
     assert calls[0] == "[s] lm/ccq/0" and calls[1].startswith("    the same model as lm-ccq-")
     assert [c for c in calls if c.startswith("[s]")] == ["[s] lm/ccq/0"]
-    assert again["runs"]["lm/ccq/0"][ABLATED] == pytest.approx(first["runs"]["lm/ccq/0"][ABLATED])
-    assert {k: r for k, r in again["runs"].items() if k != "lm/ccq/0"} == {k: r for k, r in old.items()
+    assert runs_of(again)["lm/ccq/0"][ABLATED] == pytest.approx(runs_of(first)["lm/ccq/0"][ABLATED])
+    assert {k: r for k, r in runs_of(again).items() if k != "lm/ccq/0"} == {k: r for k, r in old.items()
                                                                             if k != "lm/ccq/0"}
 
 
@@ -344,7 +357,7 @@ def test_only_runs_the_experiments_that_match(tmp_path, monkeypatch):
     suite = Suite("s", "s", [Experiment("lm", "lm", "val_ppl", [arm], "softmax"),
                              Experiment("lm-long", "lm", "val_ppl", [arm], "softmax")])
     results = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None, only=["*-long"])
-    assert set(results["runs"]) == {"lm-long/softmax/0"}
+    assert set(runs_of(results)) == {"lm-long/softmax/0"}
     assert results["meta"]["seeds"] == suite.seeds  # the report counts the suite's runs, not this part's
     with pytest.raises(UserError, match="matches no experiment of s; its experiments: lm, lm-long"):
         run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, only=["mqar*"])
@@ -355,7 +368,7 @@ def test_arms_trains_only_the_arms_that_match(tmp_path, monkeypatch):
     arms = [Arm("softmax", "demo"), Arm("wd", "demo", ["train.weight_decay=0.2"])]
     suite = Suite("s", "s", [Experiment("lm", "lm", "val_ppl", arms, "softmax", lrs=[1e-3, 3e-3])])
     results = run_suite(suite, tmp_path / "suite", seeds=2, extra=TINY, log=lambda *_: None, arms=["w*"])
-    assert set(results["runs"]) == {"lm/wd/lr=0.001", "lm/wd/lr=0.003", "lm/wd/0", "lm/wd/1"}
+    assert set(runs_of(results)) == {"lm/wd/lr=0.001", "lm/wd/lr=0.003", "lm/wd/0", "lm/wd/1"}
     with pytest.raises(UserError, match="--arms soft matches no arm of s's experiments; its arms: softmax, wd"):
         run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, arms=["soft"])
 
@@ -373,7 +386,7 @@ def test_a_record_written_meanwhile_by_another_process_is_kept(tmp_path, monkeyp
 
     results = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=another_process_finishes_a_run)
     assert json.loads(path.read_text())["runs"]["lm-long/softmax/0"] == other
-    assert set(results["runs"]) == {"lm/softmax/0", "lm-long/softmax/0"}
+    assert set(runs_of(results)) == {"lm/softmax/0", "lm-long/softmax/0"}
 
 
 def test_a_run_folder_trained_again_under_another_config_is_not_taken_for_the_old_model(tmp_path, monkeypatch):
@@ -384,7 +397,7 @@ def test_a_run_folder_trained_again_under_another_config_is_not_taken_for_the_ol
               log=lambda *_: None)  # the same folder now holds another model
     calls = []
     speed = Experiment("speed", "tokens", "tokens_to_loss", [Arm("softmax", "demo")], "softmax", target_losses=[9.0])
-    old = {**first["runs"]["lm/softmax/0"], "run": "../suite/runs/lm-softmax-s0"}  # a sibling's record of it
+    old = {**runs_of(first)["lm/softmax/0"], "run": "../suite/runs/lm-softmax-s0"}  # a sibling's record of it
     other = {"suite": "t", "runs": {"lm/softmax/0": old}}
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "results.json").write_text(json.dumps(other))
@@ -433,7 +446,7 @@ def test_a_language_model_is_scored_on_the_whole_split_and_without_its_mechanism
     arms = [Arm("softmax", "demo", ["model.mixer=softmax"]), Arm("coupled", "demo", ["model.mixer=coupled-qk"])]
     suite = Suite("toy", "Toy", [Experiment("lm", "LM", "val_ppl", arms, "softmax")])
     results = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None)
-    softmax, coupled = results["runs"]["lm/softmax/0"], results["runs"]["lm/coupled/0"]
+    softmax, coupled = runs_of(results)["lm/softmax/0"], runs_of(results)["lm/coupled/0"]
     run = runner.load_run(tmp_path / "suite" / coupled["run"])
     corpus = run.corpus()
     assert coupled["val_tokens"] == len(corpus.split("val")) - 1 == softmax["val_tokens"]
@@ -448,9 +461,9 @@ def test_records_of_a_superseded_config_are_left_out_of_the_report_until_retrain
     arms = [Arm("softmax", "demo", ["model.mixer=softmax"]), Arm("sigmoid", "demo", ["model.mixer=sigmoid"])]
     suite = Suite("toy", "Toy", [Experiment("lm", "LM", "val_ppl", arms, "softmax")])
     results = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None)
-    assert runner.superseded(suite, results) == set()
+    assert superseded(suite, results) == set()
     suite.experiments[0].arms[1] = Arm("sigmoid", "demo", ["model.mixer=sigmoid", "model.dropout=0.1"])
-    assert runner.superseded(suite, results) == {"lm/sigmoid/0"}
+    assert superseded(suite, results) == {RunKey("lm", "sigmoid", seed=0)}
     text = write_report(suite, results, tmp_path / "suite").read_text()
     assert "**1 run left out**: trained under an earlier config of lm" in text
     assert "| sigmoid | – |" in text  # its old number is not shown as the new protocol's
@@ -461,7 +474,7 @@ def test_an_arm_with_fewer_seeds_trains_only_those(tmp_path, monkeypatch):
     arms = [Arm("softmax", "demo", ["model.mixer=softmax"]), Arm("sigmoid", "demo", ["model.mixer=sigmoid"], seeds=1)]
     suite = Suite("toy", "Toy", [Experiment("lm", "LM", "val_ppl", arms, "softmax")])
     results = run_suite(suite, tmp_path / "suite", seeds=2, extra=TINY, log=lambda *_: None)
-    assert set(results["runs"]) == {"lm/softmax/0", "lm/softmax/1", "lm/sigmoid/0"}
+    assert set(runs_of(results)) == {"lm/softmax/0", "lm/softmax/1", "lm/sigmoid/0"}
     assert "partial" not in write_report(suite, results, tmp_path / "suite").read_text()
 
 
@@ -490,7 +503,7 @@ def test_a_metric_registered_outside_the_runner_measures_and_reports_like_the_bu
     register_metric(Metric("width", width, curve=Curve("n", "width", log_x=False)))
     suite = Suite("s", "s", [Experiment("w", "widths", "width", [Arm("softmax", "demo")], "softmax")])
     results = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None)
-    assert results["runs"]["w/softmax/0"]["width@2"] == 32.0
+    assert runs_of(results)["w/softmax/0"]["width@2"] == 32.0
     report = write_report(suite, results, tmp_path / "suite").read_text()
     assert "width@1" in report and (tmp_path / "suite" / "w.png").is_file()
     unknown = Suite("s", "s", [Experiment("w", "widths", "widht", [Arm("softmax", "demo")], "softmax")])
@@ -549,7 +562,7 @@ def test_extrapolation_also_scores_the_training_length_without_the_mechanism(tmp
     arms = [Arm("gla", "demo", ["model.mixer=gla"]), Arm("ccq-gla", "demo", ["model.mixer=ccq-gla"])]
     suite = Suite("toy", "Toy", [Experiment("extrapolation", "x", "extrapolation", arms, "gla", lengths=[1, 2])])
     results = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None)
-    gla, ccq = results["runs"]["extrapolation/gla/0"], results["runs"]["extrapolation/ccq-gla/0"]
+    gla, ccq = runs_of(results)["extrapolation/gla/0"], runs_of(results)["extrapolation/ccq-gla/0"]
     assert ABLATED not in gla  # nothing of its own to remove
     run = runner.load_run(tmp_path / "suite" / ccq["run"])
     seq_len = run.config.train.seq_len
@@ -565,7 +578,7 @@ def test_task_metrics_also_score_the_model_without_the_mechanism(tmp_path, monke
     arms = [Arm("gla", preset, ["model.mixer=gla", *extra]), Arm("ccq-gla", preset, ["model.mixer=ccq-gla", *extra])]
     suite = Suite("toy", "Toy", [Experiment("task", "x", metric, arms, "gla", lengths=[1])])
     results = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None)
-    gla, ccq = results["runs"]["task/gla/0"], results["runs"]["task/ccq-gla/0"]
+    gla, ccq = runs_of(results)["task/gla/0"], runs_of(results)["task/ccq-gla/0"]
     key = "accuracy" if metric == "accuracy" else next(k for k in ccq if k.startswith("niah@"))
     assert not any(k.startswith("ablated") for k in gla)  # nothing of its own to remove
     run = runner.load_run(tmp_path / "suite" / ccq["run"])
@@ -587,24 +600,25 @@ def test_an_experiment_on_anothers_sweep_measures_its_models_as_they_are_trained
     monkeypatch.setattr(runner, "train", lambda cfg, **kw: trained.append(cfg.name) or train(cfg, **kw))
     logged = []
     results = run_suite(suite, tmp_path / "suite", extra=[*TINY, "train.steps=6"], log=logged.append)
-    runs, order = results["runs"], [line for line in logged if line.startswith("[s] ")]
+    runs, order = runs_of(results), [line for line in logged if line.startswith("[s] ")]
     assert order.index("[s] again/sigmoid/1") == order.index("[s] mqar/sigmoid/1") + 1  # at once, not later
     assert len(trained) == len(set(trained)) == 6 and all(name.startswith("mqar-") for name in trained)
     assert not any(key.startswith("again/") and "lr=" in key for key in runs)  # no sweep of its own
     for label in ("softmax", "sigmoid"):
-        losses = {lr: runs[sweep_key("mqar", label, lr)]["best_val_loss"] for lr in swept.lrs}
+        losses = {lr: runs[str(RunKey("mqar", label, lr=lr))]["best_val_loss"] for lr in swept.lrs}
         best = min(losses, key=losses.get)
         for seed in (0, 1):  # the sweep's choice, measured on the model trained once
             assert runs[f"again/{label}/{seed}"]["config"] == runs[f"mqar/{label}/{seed}"]["config"]
             assert f"-lr{best:g}-s{seed}" in runs[f"again/{label}/{seed}"]["run"]
-    assert runner.superseded(suite, results) == set()
-    losing = max(swept.lrs, key=lambda lr: runs[sweep_key("mqar", "softmax", lr)]["best_val_loss"])
-    key = sweep_key("mqar", "softmax", losing)
-    wrong = {**results, "runs": {**runs, key: {**runs[key], "best_val_loss": -1.0}}}  # now the other rate wins
-    assert {"again/softmax/0", "again/softmax/1"} <= runner.superseded(suite, wrong)
+    assert superseded(suite, results) == set()
+    losing = max(swept.lrs, key=lambda lr: runs[str(RunKey("mqar", "softmax", lr=lr))]["best_val_loss"])
+    key = RunKey("mqar", "softmax", lr=losing)
+    wrong = Results(results.to_json())
+    wrong.records[key] = Record({**runs[str(key)], "best_val_loss": -1.0})  # now the other rate wins
+    again_softmax = {RunKey("again", "softmax", seed=0), RunKey("again", "softmax", seed=1)}
+    assert again_softmax <= superseded(suite, wrong)
     # while another arm's sweep is unfinished, an arm whose sweep is done is still checked; the other is not
-    unfinished = {k: r for k, r in wrong["runs"].items() if k != sweep_key("mqar", "sigmoid", swept.lrs[0])}
-    old = runner.superseded(suite, {**wrong, "runs": unfinished})
-    assert {"again/softmax/0", "again/softmax/1"} <= old and not any("/sigmoid/" in k for k in old)
+    old = superseded(suite, wrong.without({RunKey("mqar", "sigmoid", lr=swept.lrs[0])}))
+    assert again_softmax <= old and not any(k.arm == "sigmoid" for k in old)
     lines = write_report(suite, results, tmp_path / "suite").read_text()
     assert "Learning rates: each arm's as the sweep of mqar chose it" in lines

@@ -21,7 +21,7 @@ def job_seconds(suite: Suite, job: Job, settings, probes: dict) -> float | None:
         return None
     cfg = job.cfg or run_config(job.experiment, job.arm, job.key.trained_seed, None, settings)  # rate: same cost
     steps = cfg.train.steps
-    if suite.gpu and not settings.quick:  # a smoke run's models are CPU-sized
+    if suite.gpu and not settings.smoke:  # a smoke run's models are CPU-sized
         from .gpu import SUSTAINED_TFLOPS, training_flops
 
         return training_flops(cfg) / (SUSTAINED_TFLOPS * 1e12)
@@ -50,7 +50,7 @@ def describe_plan(suite: Suite, plan: Plan) -> str:
     from ..step_cost import duration
 
     probes: dict = {}
-    by_flops = suite.gpu and not plan.settings.quick
+    by_flops = suite.gpu and not plan.settings.smoke
     unit = "GPU time at the FLOP rate gpu.py assumes" if by_flops else "this machine's CPU (step-cost probe)"
     lines = [f"{suite.name} ({suite.tier}): {len(plan.jobs)} jobs; estimated training time on {unit}"]
     total = 0.0

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import socket
 import threading
 import time
 import traceback
@@ -229,6 +230,9 @@ def connect_ray(jobs: int | None, runs_per_gpu: int | None, imports) -> RayWorke
     """RayWorkers on the cluster RAY_ADDRESS names (a local one without it), or one line saying why not."""
     ray = require_ray()
     address = os.environ.get("RAY_ADDRESS")
+    if address and not reachable(address):  # Ray itself would retry for minutes before it says so
+        raise UserError(f"RAY_ADDRESS={address} cannot be reached (nothing answers there); start the cluster (ray "
+                        "start --head) or unset RAY_ADDRESS to start a local one")
     try:
         ray.init(address=address or None, log_to_driver=True)
     except (ConnectionError, RuntimeError, TimeoutError) as err:
@@ -238,6 +242,19 @@ def connect_ray(jobs: int | None, runs_per_gpu: int | None, imports) -> RayWorke
         ray.shutdown()
         raise UserError("--runs-per-gpu packs runs on GPUs, and the Ray cluster has none; leave it out")
     return RayWorkers(jobs, runs_per_gpu, imports)
+
+
+def reachable(address: str, seconds: float = 5.0) -> bool:
+    """Whether something listens at a Ray address ("host:port" or "ray://host:port"; "auto" and "local" are
+    Ray's own words for a cluster on this machine, left to Ray)."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return True
+    try:
+        socket.create_connection((host, int(port)), timeout=seconds).close()
+    except OSError:
+        return False
+    return True
 
 
 def require_ray():

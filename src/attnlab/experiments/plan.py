@@ -38,14 +38,19 @@ STAGES = ("calibration", "sweep", "seed")  # the order a stage's jobs come in, w
 
 @dataclass(frozen=True)
 class Settings:
-    """How this attempt trains the suite: its folder for runs, --quick's overrides, --scale, the caller's
-    overrides and the seed count."""
+    """How this attempt trains the suite: its folder for runs, whether it is a smoke run (--quick) and the suite's
+    overrides for one, --scale, the caller's overrides and the seed count."""
 
     runs_dir: Path
+    smoke: bool = False  # a smoke run's few steps calibrate nothing and choose no rate beyond the sweep's grid
     quick: tuple = ()
     scale: float = 1.0
     extra: tuple = ()
     seeds: int = 3
+
+    @classmethod
+    def of(cls, suite: Suite, runs_dir: Path, smoke: bool, scale: float, extra, seeds: int) -> Settings:
+        return cls(Path(runs_dir), smoke, tuple(suite.quick) if smoke else (), scale, tuple(extra), seeds)
 
 
 @dataclass
@@ -94,7 +99,7 @@ def plan(suite: Suite, experiments: list[Experiment], results: Results, settings
     rates: dict[tuple[str, str], float | None | str] = {}  # (sweeping experiment, arm) -> rate, or why not yet
     for experiment in experiments:
         anchored = {a.arm for a in anchors_of(suite.claims) if a.experiment == experiment.name}
-        gated = bool(anchored) and not settings.quick  # a smoke run's few steps calibrate nothing
+        gated = bool(anchored) and not settings.smoke  # a smoke run's few steps calibrate nothing
         order = sorted(experiment.arms, key=lambda arm: arm.label not in anchored) if gated else experiment.arms
         calibrated = _calibration(suite, experiment, results, settings) if gated else True
         held = {} if calibrated is True else {"status": "waiting", "why": "the calibration"} if calibrated is None \
@@ -154,7 +159,7 @@ def _sweep_jobs(suite, experiment, arm, results, settings, rates) -> list[Job]:
         record = results.get(jobs[lr].key)
         return sweep_loss(record) if _stands(record, jobs[lr]) else None
 
-    rates_tried = sweep_rates(source.lrs, loss, extend=not settings.quick)
+    rates_tried = sweep_rates(source.lrs, loss, extend=not settings.smoke)
     chosen = min(rates_tried, key=lambda lr: math.inf if loss(lr) is None else loss(lr))
     known = [loss(lr) for lr in jobs]
     rates[which] = chosen if None not in known else f"the sweep of {source.name}/{arm.label}"
@@ -257,8 +262,8 @@ def run_config(experiment: Experiment, arm: Arm, seed: int, lr: float | None, se
 def settings_of(suite: Suite, results: Results, runs_dir: Path = Path("runs")) -> Settings:
     """The settings a results file was made with (the folder of its runs aside)."""
     setting = results.setting
-    return Settings(runs_dir, tuple(suite.quick) if setting["quick"] else (), setting["scale"], tuple(results.extra),
-                    results.meta.get("seeds", suite.seeds))
+    return Settings.of(suite, runs_dir, setting["quick"], setting["scale"], results.extra,
+                       results.meta.get("seeds", suite.seeds))
 
 
 def _read_by_run(preset: str, own: list[str], extra: list[str]) -> list[str]:
@@ -283,7 +288,7 @@ def superseded(suite: Suite, results: Results, settings: Settings | None = None)
     for experiment in suite.experiments:
         lrs, source = {}, sweep_source(suite, experiment)
         if source is not None:
-            losses = {a.label: swept_losses(results, source, a.label, extend=not settings.quick) for a in source.arms}
+            losses = {a.label: swept_losses(results, source, a.label, extend=not settings.smoke) for a in source.arms}
             lrs = {label: min(by_lr, key=by_lr.get) for label, by_lr in losses.items() if None not in by_lr.values()}
         arms = {arm.label: arm for arm in experiment.arms if source is None or arm.label in lrs}
         for key, record in results.of(experiment.name).items():

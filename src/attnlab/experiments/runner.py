@@ -101,8 +101,7 @@ def dry_run(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick: 
 
 
 def _settings(suite, out, seeds, quick, scale, extra, runs_dir) -> Settings:
-    return Settings(Path(runs_dir) if runs_dir else out / "runs", tuple(suite.quick) if quick else (), scale,
-                    tuple(extra), seeds)
+    return Settings.of(suite, runs_dir or out / "runs", quick, scale, extra, seeds)
 
 
 def _say_blocked(suite: Suite, jobs: Plan, log) -> None:

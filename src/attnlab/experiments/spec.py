@@ -134,11 +134,3 @@ def sweep_source(suite: Suite, experiment: Experiment) -> Experiment | None:
     if experiment.sweep_of is None:
         return experiment if experiment.lrs else None
     return next(e for e in suite.experiments if e.name == experiment.sweep_of)
-
-
-def split_key(key: str) -> tuple[str, str, int | None]:
-    """A results key "<experiment>/<arm>/<seed>" as (experiment, arm, seed); seed is None for a learning-rate
-    sweep's "<experiment>/<arm>/lr=<lr>"."""
-    prefix, _, last = key.rpartition("/")
-    experiment, _, arm = prefix.partition("/")
-    return experiment, arm, int(last) if last.isdigit() else None

@@ -57,9 +57,9 @@ def bench_inference(exact_lengths=(8, 12, 16), banded_lengths=(256, 1024, 4096),
     return results
 
 
-def linear_growth(results: dict) -> list[tuple]:
+def linear_growth(timings: dict) -> list[tuple]:
     """Banded inference's time grows no faster than the length (within 12.5%) from the first to the last."""
-    banded = {int(key[len("banded T="):]): s for key, s in results.items() if key.startswith("banded")}
+    banded = {int(key[len("banded T="):]): s for key, s in timings.items() if key.startswith("banded")}
     if len(banded) < 2:
         return []
     first, last = min(banded), max(banded)

@@ -43,8 +43,8 @@ def bench_backbones(seq_len: int = 4096, batch: int = 2, heads: int = 4, d_model
     return {"seconds": seconds, "ratios": ratios}
 
 
-def overhead(results: dict) -> list[tuple]:
-    return [(f"{name.upper()} mixer fwd+bwd (x)", ratio, "<=", OVERHEAD) for name, ratio in results["ratios"].items()]
+def overhead(timings: dict) -> list[tuple]:
+    return [(f"{name.upper()} mixer fwd+bwd (x)", ratio, "<=", OVERHEAD) for name, ratio in timings["ratios"].items()]
 
 
 register_bench_case(BenchCase(

@@ -17,8 +17,8 @@ def training_step(preset: str = "coupled-qk-char", repeats: int = 10, overrides=
     return bench_training_step(preset, ["coupled-qk"], repeats, overrides, log=log)
 
 
-def overhead(results: dict) -> list[tuple]:
-    return [("coupled-qk / softmax training step (x)", results["coupled-qk"]["x_softmax"], "<=", OVERHEAD)]
+def overhead(timings: dict) -> list[tuple]:
+    return [("coupled-qk / softmax training step (x)", timings["coupled-qk"]["x_softmax"], "<=", OVERHEAD)]
 
 
 register_bench_case(BenchCase(
