@@ -204,3 +204,19 @@ def test_workers_share_the_gpus_and_the_cores():
     assert [s["gpu"] for s in executors.slots(4, gpus=4, runs_per_gpu=1, cpus=16)] == [0, 1, 2, 3]
     assert executors.slots(2, gpus=0, runs_per_gpu=None, cpus=2) == [{"gpu": None, "threads": 1}] * 2
     assert executors.slots(3, gpus=0, runs_per_gpu=None, cpus=2) == [{"gpu": None, "threads": 1}] * 3
+
+
+def test_a_run_of_several_ranks_trains_under_torchrun_and_records_what_one_process_would(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    tiny = ["train.steps=4", "train.batch_size=2", "train.eval_batches=1", "train.eval_every=4",
+            "train.ckpt_every=4", "model.d_model=16", "model.n_layers=1", "data.max_chars=20000"]
+    records = {}
+    for ranks in (1, 2):
+        lm = Experiment("lm", "lm", "val_ppl", [Arm("softmax", "demo", tiny, ranks=ranks)], "softmax")
+        results = runner.run_suite(Suite("s", "s", [lm], seeds=1), tmp_path / f"ranks{ranks}" / "s",
+                                   log=lambda *_: None)
+        records[ranks] = results.get(RunKey("lm", "softmax", seed=0))
+    assert records[2]["config"] == records[1]["config"]  # the same run, trained by two processes (gloo)
+    assert records[2]["val_ppl"] == pytest.approx(records[1]["val_ppl"], rel=1e-4)
+    assert records[2]["steps"] == records[1]["steps"] == 4
+    assert (tmp_path / "ranks2" / "s" / "runs" / "lm-softmax-s0.yaml").is_file()  # the config torchrun read

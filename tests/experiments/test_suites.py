@@ -47,7 +47,7 @@ def test_suite_runs_and_reports(name, tier, tmp_path, monkeypatch):
     expected = {f"{e.name}/{a.label}/0" for e in suite.experiments for a in e.arms}
     expected |= {str(RunKey(e.name, a.label, lr=lr)) for e in suite.experiments for a in e.arms for lr in e.lrs}
     assert set(runs_of(results)) == expected
-    assert json.loads((tmp_path / "suite" / "results.json").read_text()) == results
+    assert json.loads((tmp_path / "suite" / "results.json").read_text()) == results.to_json()
     report = write_report(suite, results, tmp_path / "suite").read_text()
     assert "1 seed(s) on " in report and "torch " in report
     assert f"**Smoke run: not a result.** Results of the {tier} tier of {name}, a smoke run (--quick)." in report
@@ -118,7 +118,7 @@ def test_a_checkpoint_left_by_another_config_is_not_continued(other, tmp_path, m
     steps = 6 if other == "config" else 4
     calls = []
     record = run_suite(suite, tmp_path / "suite", seeds=1, extra=[*TINY, f"train.steps={steps}"],
-                       log=calls.append)["runs"]["lm/softmax/0"]
+                       log=calls.append).get(RunKey("lm", "softmax", seed=0))
     assert not any("continuing" in c for c in calls) and "resumed_from" not in record and record["steps"] == steps
 
 
@@ -311,7 +311,7 @@ def test_a_record_measured_before_its_metric_changed_meaning_is_measured_again_f
         del stale["measured"]
     old = {**runs_of(first)["lm/softmax/0"]}
     del old["measured"]  # a record from before the field: its metric has no revision, so it stands
-    results = {**first, "runs": {"niah/softmax/0": stale, "lm/softmax/0": old}}
+    results = {**first.to_json(), "runs": {"niah/softmax/0": stale, "lm/softmax/0": old}}
     (tmp_path / "suite" / "results.json").write_text(json.dumps(results))
     calls = []
     again = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=calls.append)
@@ -330,7 +330,7 @@ def test_a_record_from_before_its_metric_measured_the_model_without_its_componen
     assert ABLATED in runs_of(first)["lm/ccq/0"] and ABLATED not in runs_of(first)["lm/softmax/0"]
     # every ccq record as it was before the metric measured the ablation, with the same measured field
     old = {key: {k: v for k, v in record.items() if k != ABLATED} for key, record in runs_of(first).items()}
-    (tmp_path / "suite" / "results.json").write_text(json.dumps({**first, "runs": old}))
+    (tmp_path / "suite" / "results.json").write_text(json.dumps({**first.to_json(), "runs": old}))
     calls = []
     again = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=calls.append)
     # the seed is measured from its model, not trained again; the sweep's points (only their validation loss is
@@ -344,11 +344,11 @@ def test_a_record_from_before_its_metric_measured_the_model_without_its_componen
 
 def test_a_runs_fingerprint_is_its_config_apart_from_names_folders_and_compilation():
     from attnlab.config import load_config
-    from attnlab.experiments.runner import _fingerprint
+    from attnlab.experiments.plan import fingerprint
 
-    base = _fingerprint(load_config("mqar"))
-    assert _fingerprint(load_config("mqar", ["name=x", "out_dir=elsewhere", "train.compile=true"])) == base
-    assert _fingerprint(load_config("mqar", ["train.lr=0.01"])) != base
+    base = fingerprint(load_config("mqar"))
+    assert fingerprint(load_config("mqar", ["name=x", "out_dir=elsewhere", "train.compile=true"])) == base
+    assert fingerprint(load_config("mqar", ["train.lr=0.01"])) != base
 
 
 def test_only_runs_the_experiments_that_match(tmp_path, monkeypatch):
@@ -358,7 +358,7 @@ def test_only_runs_the_experiments_that_match(tmp_path, monkeypatch):
                              Experiment("lm-long", "lm", "val_ppl", [arm], "softmax")])
     results = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None, only=["*-long"])
     assert set(runs_of(results)) == {"lm-long/softmax/0"}
-    assert results["meta"]["seeds"] == suite.seeds  # the report counts the suite's runs, not this part's
+    assert results.meta["seeds"] == suite.seeds  # the report counts the suite's runs, not this part's
     with pytest.raises(UserError, match="matches no experiment of s; its experiments: lm, lm-long"):
         run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, only=["mqar*"])
 
@@ -428,7 +428,7 @@ def test_a_results_folder_refuses_runs_of_another_tier_or_setting(tmp_path, monk
     assert (tmp_path / "suite" / "results.json").read_text() == before  # nothing overwritten
     calls = []  # the same setting continues where it stopped
     again = run_suite(Suite("s", "s", [lm]), tmp_path / "suite", seeds=1, quick=True, extra=TINY, log=calls.append)
-    assert not calls and (again["tier"], again["quick"], again["scale"]) == ("default", True, 1.0)
+    assert not calls and again.setting == {"suite": "s", "tier": "default", "quick": True, "scale": 1.0}
 
 
 def test_accuracies_are_shown_in_percent_like_the_papers_quote_them():

@@ -39,7 +39,7 @@ class InProcess:
     def __init__(self, log=print):
         self.log, self.queue = log, deque()
 
-    def free(self) -> bool:
+    def free(self, work) -> bool:
         return not self.queue
 
     def submit(self, work) -> None:
@@ -74,19 +74,25 @@ class LocalWorkers:
             import torch
 
             gpus = torch.cuda.device_count()
-        self.slots = slots(jobs, gpus, runs_per_gpu, os.cpu_count() or 1)
+        self.cpus = os.cpu_count() or 1
+        self.slots = slots(jobs, gpus, runs_per_gpu, self.cpus)
         self.imports, self.log, self.retries = list(imports), log, retries
         self.context = get_context("spawn")  # CUDA cannot be forked; each worker starts its own interpreter
         self.running: dict[int, tuple] = {}  # slot -> (process, receiving end, work, tries)
 
-    def free(self) -> bool:
+    def free(self, work) -> bool:
+        """Room for the job: a free slot, or for a job of several ranks the whole machine (every GPU, or its
+        share of the cores for each rank), which it then holds alone."""
+        if work.ranks > 1 or any(running.ranks > 1 for _, _, running, _ in self.running.values()):
+            return not self.running
         return len(self.running) < len(self.slots)
 
     def submit(self, work, tries: int = 0) -> None:
         slot = next(i for i in range(len(self.slots)) if i not in self.running)
+        held = self.slots[slot] if work.ranks == 1 else {"gpu": None, "threads": max(1, self.cpus // work.ranks)}
         receiver, sender = self.context.Pipe(duplex=False)
         process = self.context.Process(target=work_in_process, daemon=True,
-                                       args=(pickle.dumps(work), self.slots[slot], self.imports, sender))
+                                       args=(pickle.dumps(work), held, self.imports, sender))
         process.start()
         sender.close()  # the worker holds the only sending end: a dead worker closes the pipe
         self.running[slot] = (process, receiver, work, tries)
@@ -180,18 +186,24 @@ class RayWorkers:
         gpus = int(resources.get("GPU", 0))
         cpus = int(resources.get("CPU", 1))
         self.limit = jobs or (gpus * (runs_per_gpu or 1) if gpus else cpus)
-        options = ({"num_gpus": 1 / (runs_per_gpu or 1), "num_cpus": 1} if gpus else
-                   {"num_cpus": max(1, cpus // self.limit)})
-        self.threads = options["num_cpus"]
-        self.task = ray.remote(max_retries=retries, **options)(work_in_ray)
+        self.gpus, self.share = bool(gpus), (1 / (runs_per_gpu or 1) if gpus else max(1, cpus // self.limit))
+        self.task = ray.remote(max_retries=retries)(work_in_ray)
         self.ray, self.imports, self.log = ray, list(imports), log
         self.running: dict = {}  # object ref -> work
 
-    def free(self) -> bool:
+    def free(self, work) -> bool:
         return len(self.running) < self.limit
 
     def submit(self, work) -> None:
-        self.running[self.task.remote(pickle.dumps(work), self.threads, self.imports)] = work
+        """A task asking for its share of a GPU (or of the CPUs); a job of several ranks asks for that many GPUs
+        (CPUs), which Ray finds on one node."""
+        if self.gpus:
+            resources = {"num_gpus": work.ranks if work.ranks > 1 else self.share, "num_cpus": work.ranks}
+        else:
+            resources = {"num_cpus": max(work.ranks, self.share)}
+        threads = max(1, int(resources["num_cpus"]) // work.ranks)
+        ref = self.task.options(**resources).remote(pickle.dumps(work), threads, self.imports)
+        self.running[ref] = work
 
     def next_done(self):
         (ref,), _ = self.ray.wait(list(self.running), num_returns=1)

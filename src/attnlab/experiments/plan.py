@@ -15,6 +15,7 @@ every finished job, so a plan grows as sweeps choose and calibrations pass, and 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -186,8 +187,8 @@ def _job(key: RunKey, stage: str, experiment: Experiment, arm: Arm, rate, settin
     lr = key.lr if key.sweep else rate
     if isinstance(lr, str):
         return Job(key, stage, experiment, arm, None, None, why=lr)
-    cfg = run_config(experiment, arm, key.trained_seed, lr, settings)
-    return Job(key, stage, experiment, arm, lr, cfg, fingerprint(cfg), status="")
+    cfg, print_ = configured(experiment, arm, key.trained_seed, lr, settings)
+    return Job(key, stage, experiment, arm, lr, cfg, print_, status="")
 
 
 def _settle(jobs: list[Job], results: Results, models: frozenset, attempted: frozenset) -> None:
@@ -248,15 +249,39 @@ def ablates(cfg: RunConfig) -> bool:
 def run_config(experiment: Experiment, arm: Arm, seed: int, lr: float | None, settings: Settings) -> RunConfig:
     """The config of one run of the suite: the arm's preset and overrides at this seed and learning rate (None:
     the preset's), the quick tier's overrides and the caller's, its steps multiplied by scale."""
-    name = "-".join([experiment.name, arm.label, *([f"lr{lr:g}"] if lr else []), f"s{seed}"])
-    own = [*arm.overrides, *(learning_rate(arm, lr) if lr else []), *settings.quick]
-    overrides = [*own, *_read_by_run(arm.preset, own, list(settings.extra)), f"name={name}".replace("+", "p"),
+    return configured(experiment, arm, seed, lr, settings)[0]
+
+
+def configured(experiment: Experiment, arm: Arm, seed: int, lr: float | None, settings: Settings
+               ) -> tuple[RunConfig, str]:
+    """run_config and its fingerprint, made once for the same inputs: a plan is made again after every job."""
+    return _configured(experiment.name, arm.label, arm.preset, tuple(arm.overrides), seed, lr, settings,
+                       _stamp(arm.preset))
+
+
+@functools.lru_cache(maxsize=4096)
+def _configured(experiment: str, label: str, preset: str, overrides: tuple, seed: int, lr: float | None,
+                settings: Settings, stamp: int) -> tuple[RunConfig, str]:
+    name = "-".join([experiment, label, *([f"lr{lr:g}"] if lr else []), f"s{seed}"])
+    own = [*overrides, *(learning_rate(Arm(label, preset, list(overrides)), lr) if lr else []), *settings.quick]
+    overrides = [*own, *_read_by_run(preset, own, list(settings.extra)), f"name={name}".replace("+", "p"),
                  f"out_dir={settings.runs_dir}", f"train.seed={1000 + seed}", "train.keep_last=1"]
-    cfg = load_config(arm.preset, overrides)
-    if settings.scale == 1.0:
-        return cfg
-    steps = max(1, round(cfg.train.steps * settings.scale))
-    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=steps))
+    cfg = load_config(preset, overrides)
+    if settings.scale != 1.0:
+        steps = max(1, round(cfg.train.steps * settings.scale))
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=steps))
+    return cfg, fingerprint(cfg)
+
+
+def _stamp(preset: str) -> int:
+    """When the preset's file last changed (a preset edited since is read again; 0 where there is no file)."""
+    from ..config import PRESET_DIR
+    from ..paths import user_path
+
+    for path in (user_path(preset), PRESET_DIR / f"{preset}.yaml"):
+        if path.is_file():
+            return path.stat().st_mtime_ns
+    return 0
 
 
 def settings_of(suite: Suite, results: Results, runs_dir: Path = Path("runs")) -> Settings:
@@ -295,8 +320,7 @@ def superseded(suite: Suite, results: Results, settings: Settings | None = None)
             # a record written by hand or by a version before fingerprints has no config to compare
             if key.arm not in arms or record.fingerprint is None:
                 continue
-            if record.fingerprint != fingerprint(run_config(experiment, arms[key.arm], key.seed, lrs.get(key.arm),
-                                                            settings)):
+            if record.fingerprint != configured(experiment, arms[key.arm], key.seed, lrs.get(key.arm), settings)[1]:
                 old.add(key)
     return old
 

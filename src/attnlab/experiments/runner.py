@@ -14,6 +14,8 @@ import json
 import os
 import platform
 import shutil
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,6 +23,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 import torch
+import yaml
 
 from .. import checkpoint
 from ..config import RunConfig
@@ -68,10 +71,11 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
                 for job in jobs.runnable():
                     if job.key in running or any(j.fingerprint == job.fingerprint for j in running.values()):
                         continue  # running, or its model is being trained: it waits for that
-                    if not executor.free():
+                    work = Work.of(job, out, [(out, results), *beside], settings.smoke)
+                    if not executor.free(work):
                         break
                     log(f"[{suite.name}] {job.key}")
-                    executor.submit(Work.of(job, out, [(out, results), *beside]))
+                    executor.submit(work)
                     running[job.key] = job
                 if not running:
                     break
@@ -161,12 +165,14 @@ class Work:
     fingerprint: str
     out: Path
     earlier: list[tuple[Path, dict]]
+    ranks: int = 1  # processes that train it together (Arm.ranks)
 
     @classmethod
-    def of(cls, job: Job, out: Path, folders: list[tuple[Path, Results]]) -> Work:
+    def of(cls, job: Job, out: Path, folders: list[tuple[Path, Results]], smoke: bool = False) -> Work:
+        """The job's work (a smoke run's CPU-sized models train in one process, whatever their arm's ranks)."""
         earlier = [(folder / r.folder, dict(r)) for folder, results in folders for _, r in results.items()
                    if r.fingerprint == job.fingerprint]
-        return cls(job.key, job.cfg, job.experiment, job.fingerprint, out, earlier)
+        return cls(job.key, job.cfg, job.experiment, job.fingerprint, out, earlier, 1 if smoke else job.arm.ranks)
 
 
 def execute(work: Work, log=print) -> dict:
@@ -189,8 +195,11 @@ def execute(work: Work, log=print) -> dict:
             shutil.rmtree(run_dir, ignore_errors=True)  # anything else there is not this run's
         else:
             log(f"    continuing from the checkpoint at step {resumed}")
-        summary = train(cfg, resume=None if resumed is None else "auto", progress=False, log=lambda *_: None)
-        params, earlier_seconds = summary["params"], summary["earlier_seconds"]
+        if work.ranks > 1:
+            params, earlier_seconds = train_on_ranks(cfg, work.ranks, run_dir, resumed)
+        else:
+            summary = train(cfg, resume=None if resumed is None else "auto", progress=False, log=lambda *_: None)
+            params, earlier_seconds = summary["params"], summary["earlier_seconds"]
         (run_dir / FINGERPRINT).write_text(work.fingerprint)
     else:  # an arm of another experiment trained this very model: measure it again
         log(f"    the same model as {run_dir.name}")
@@ -203,6 +212,26 @@ def execute(work: Work, log=print) -> dict:
         record["resumed_from"] = resumed
     log("    " + ", ".join(f"{k} {v:.4g}" for k, v in record.items() if isinstance(v, float | int)))
     return record
+
+
+def train_on_ranks(cfg: RunConfig, ranks: int, run_dir: Path, resumed: int | None) -> tuple[int, float]:
+    """cfg trained by `ranks` processes under torchrun, as `attnlab train` runs there (NCCL across this machine's
+    GPUs, gloo on its CPU), continued from its checkpoint where resumed; (its parameters, the training seconds of
+    earlier attempts up to that checkpoint)."""
+    earlier = 0.0
+    if resumed is not None:
+        state = checkpoint.load_state(checkpoint.latest_checkpoint(run_dir) / "train_state.pt")
+        earlier = state.get("train_seconds", 0.0)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    config = run_dir.parent / f"{cfg.name}.yaml"
+    config.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", "-m",
+               "attnlab.cli", "train", str(config), "--quiet", *(["--resume", "auto"] if resumed is not None else [])]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"{cfg.name}: training on {ranks} ranks failed (exit code {done.returncode}): {last}")
+    return load_run(run_dir).model.num_params(), earlier
 
 
 def _legacy(experiment: Experiment) -> list | None:

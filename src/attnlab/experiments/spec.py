@@ -45,6 +45,9 @@ class Arm:
     preset: str
     overrides: list[str] = field(default_factory=list)
     seeds: int | None = None  # at most this many seeds (a secondary arm of a costly experiment)
+    # processes that train one run together under torchrun (attnlab's DDP, or FSDP where the preset sets
+    # train.fsdp): the GPUs of one machine for a model too large or too slow for one
+    ranks: int = 1
 
 
 @dataclass

@@ -172,8 +172,8 @@ def paper() -> Suite:
         "extrapolation",
         "FineWeb-Edu validation perplexity from the training length (4K) to 5x, 1.3B, 40B tokens",
         "extrapolation",
-        [Arm(m, "interdomain-1.3b", [f"model.mixer={m}", f"model.n_heads={heads[m]}", *shape])
-         for pair in PAIRS for m in pair],
+        [Arm(m, "interdomain-1.3b", [f"model.mixer={m}", f"model.n_heads={heads[m]}", *shape], ranks=8)
+         for pair in PAIRS for m in pair],  # a 1.3B run takes one machine's 8 GPUs (DDP)
         "gla",
         {m: f"WikiText {PAPER_WIKI[m]:g}" for m in PAPER_WIKI},
         lengths=[1, 2, 3, 4, 5],

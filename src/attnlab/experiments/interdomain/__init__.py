@@ -191,12 +191,15 @@ def scale_claims(size: str) -> list[Claim]:
                   effect[baseline], relative=True) for baseline, name in [("s4d", "S4D-only"), ("softmax", "softmax")]]
 
 
+RANKS = {"760m": 8, "1.3b": 8}  # the sizes whose runs take one machine's 8 GPUs (DDP) rather than one GPU
+
+
 def arm(label: str, size: str, *overrides: str) -> Arm:
     """One mixer at one of the paper's scales, trained on the paper's token budget."""
     steps = round(PAPER_TOKENS[size] / PAPER_BATCH_TOKENS)
     return Arm(label, f"interdomain-{size}", [*overrides, "data.source=hf:HuggingFaceFW/fineweb-edu/sample-100BT",
                                               "data.tokenizer=bpe", "data.bpe_vocab=32000", f"train.steps={steps}",
-                                              "train.precision=bf16"])
+                                              "train.precision=bf16"], ranks=RANKS.get(size, 1))
 
 
 def cube_claims(experiment: str, corners: bool = True, characters: bool = True) -> list[Claim]:
