@@ -129,9 +129,15 @@ def test_the_readme_section_is_generated_from_a_doctor_run(tmp_path):
     from pathlib import Path
 
     committed = json.loads((Path(__file__).parents[1] / "results" / "doctor" / "doctor.json").read_text())
-    old = doctor.readme_section(committed)  # written before timings were kept per length: T 2048
-    assert "15 of 15 mixers within the limits" in old and "| softmax | 3.64 | 1.00 |" in old
-    assert "no timings of them" in old and "none judged" in old  # its fla section did not finish
+    text = doctor.readme_section(committed)
+    within = len(committed["mixers"]) - len(committed["failed"])
+    assert f"{within} of {len(committed['mixers'])} mixers within the limits" in text
+    assert all(f"| {label} | {row['ms']:.2f} |" in text for label, row in committed["speed"]["2048"].items())
+    legacy = {key: value for key, value in committed.items() if key not in ("fused", "goals")}
+    legacy["speed"] = {"softmax": {"ms": 3.64, "x_softmax": 1.0}}  # written before timings were kept per length
+    old = doctor.readme_section(legacy)
+    assert "| T 2048 ms |" in old and "| softmax | 3.64 | 1.00 |" in old
+    assert "no timings of them" in old and "none judged" in old  # a run whose fla section did not finish
     row = {"fp32": {"forward": 1e-7, "gradient": 2e-7, "decode": 3e-7}, "bf16": {"forward": 4e-3, "gradient": 5e-3,
                                                                                  "decode": 6e-3}}
     report = {"environment": {"device": "cuda", "gpu": "NVIDIA H100", "torch": "2.11.0+cu130", "cuda_version": "13.0",

@@ -34,8 +34,6 @@ from .metrics import get_metric
 from .spec import Arm, Experiment, Suite, arm_seeds, seed_count, sweep_rates, sweep_source
 from .store import Record, Results, RunKey
 
-STAGES = ("calibration", "sweep", "seed")  # the order a stage's jobs come in, within each experiment
-
 
 @dataclass(frozen=True)
 class Settings:
@@ -102,9 +100,7 @@ def plan(suite: Suite, experiments: list[Experiment], results: Results, settings
         anchored = {a.arm for a in anchors_of(suite.claims) if a.experiment == experiment.name}
         gated = bool(anchored) and not settings.smoke  # a smoke run's few steps calibrate nothing
         order = sorted(experiment.arms, key=lambda arm: arm.label not in anchored) if gated else experiment.arms
-        calibrated = _calibration(suite, experiment, results, settings) if gated else True
-        held = {} if calibrated is True else {"status": "waiting", "why": "the calibration"} if calibrated is None \
-            else {"status": "blocked", "why": calibrated}  # what the arms compared with the baseline wait for
+        held = _held(_calibration(suite, experiment, results, settings) if gated else True)
         for arm in order:  # every arm's sweep before any seed
             for job in _sweep_jobs(suite, experiment, arm, results, settings, rates):
                 jobs.append(dataclasses.replace(job, **held) if held and arm.label not in anchored else job)
@@ -118,6 +114,15 @@ def plan(suite: Suite, experiments: list[Experiment], results: Results, settings
                 jobs.append(dataclasses.replace(job, **held) if held and stage == "seed" else job)
     _settle(jobs, results, models, attempted)
     return Plan(jobs, settings)
+
+
+def _held(calibrated: bool | str | None) -> dict:
+    """What holds back the arms compared with a baseline: nothing once it is calibrated, the calibration while
+    its seeds are not all measured, for good where it missed the paper's number."""
+    if calibrated is True:
+        return {}
+    return {"status": "waiting", "why": "the calibration"} if calibrated is None else {"status": "blocked",
+                                                                                      "why": calibrated}
 
 
 @contextmanager

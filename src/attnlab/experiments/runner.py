@@ -97,6 +97,7 @@ def dry_run(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick: 
     out = Path(out_dir)
     path = out / "results.json"
     results = Results.load(path) if path.exists() else Results.empty()
+    _same_setting(out, results, {"suite": suite.name, "tier": suite.tier, "quick": quick, "scale": scale})
     settings = _settings(suite, out, seeds, quick, scale, extra, runs_dir)
     beside = _results_beside(out, log=lambda *_: None)
     models = frozenset(r.fingerprint for _, other in beside for _, r in other.items())
@@ -140,9 +141,7 @@ def _open_results(out: Path, suite: Suite, setting: dict, extra: list[str], seed
     count as it was, or starts a folder at the suite's own."""
     path = out / "results.json"
     results = Results.load(path) if path.exists() else Results.empty()
-    if len(results) and results.setting != setting:  # a smoke run must never mix with, or replace, results
-        raise UserError(f"{out} holds results of {describe_setting(results.setting)}, not of "
-                        f"{describe_setting(setting)}; give another --out, or move {out} away to start afresh")
+    _same_setting(out, results, setting)
     results.data |= setting
     results.data["extra"] = list(extra)  # the caller's overrides: what `superseded` needs to know the configs
     results.data["meta"] = {**results.meta, "cpu": _cpu_name(),  # the newest attempt's
@@ -152,6 +151,13 @@ def _open_results(out: Path, suite: Suite, setting: dict, extra: list[str], seed
     else:
         results.meta["seeds"] = seeds
     return results
+
+
+def _same_setting(out: Path, results: Results, setting: dict) -> None:
+    """A folder of another setting is refused: a smoke run must never mix with, or replace, results."""
+    if len(results) and results.setting != setting:
+        raise UserError(f"{out} holds results of {describe_setting(results.setting)}, not of "
+                        f"{describe_setting(setting)}; give another --out, or move {out} away to start afresh")
 
 
 @dataclass
