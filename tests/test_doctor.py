@@ -184,3 +184,19 @@ def test_the_readme_says_when_fla_was_not_there_to_measure():
     assert "fla was not installed in this run" in doctor.readme_section(report)
     report["environment"]["fla"] = "0.6.0"
     assert "fla was not installed" not in doctor.readme_section(report)
+
+
+def test_packing_trains_the_demo_model_in_several_processes_at_once_and_sums_their_throughput(two_mixers):
+    packed = doctor.pack_demo(torch.device("cpu"), (1, 2), steps=20, log=lambda *a: None)
+    assert set(packed) == {"1", "2"} and packed["1"]["x_one"] == 1.0
+    assert all(row["tokens_per_s"] > 0 for row in packed.values())
+    assert packed["2"]["x_one"] == pytest.approx(packed["2"]["tokens_per_s"] / packed["1"]["tokens_per_s"])
+    report = {"environment": {"device": "cuda", "gpu": "NVIDIA H200", "torch": "2.11.0", "cuda_version": "13.0",
+                              "triton": "3.6.0", "fla": "0.6.0"}, "failed": [], "packing": packed,
+              "mixers": {"softmax": {p: {"forward": 1e-7, "gradient": 1e-7, "decode": 1e-7} for p in ("fp32", "bf16")}}}
+    assert f"2 at once {packed['2']['tokens_per_s'] / 1e3:.0f}K tokens/s in all" in doctor.readme_section(report)
+
+
+def test_a_copy_that_fails_ends_the_packing_section_at_once_with_its_error(two_mixers):
+    with pytest.raises(RuntimeError, match="train.device=meta is not one of"):
+        doctor.pack_demo(torch.device("meta"), (2,), steps=4, log=lambda *a: None)

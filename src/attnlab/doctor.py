@@ -15,7 +15,9 @@ keeps what it measured.
 from __future__ import annotations
 
 import json
+import os
 import platform
+import queue
 import re
 import tempfile
 import time
@@ -33,6 +35,8 @@ from .timing import round_robin
 # relative error limits against fp64: fp32 kernels differ in summation order only; bf16 rounds the
 # projections (the states stay fp32), as the CPU tests allow
 LIMITS = {"fp32": 1e-4, "bf16": 3e-2}
+# how many demo models train at once in the packing section: on a GPU, and in a dry run
+PACKING = {"gpu": (1, 4, 16), "dry run": (1, 2)}
 # the timed sections' sizes: on a GPU, and in a dry run (the same code paths at sizes a CPU runs in seconds)
 SIZES = {"gpu": {"batch": 8, "lengths": (2048, 8192), "d_model": 512, "n_heads": 8, "repeats": 5},
          "dry run": {"batch": 1, "lengths": (16, 32), "d_model": 32, "n_heads": 2, "repeats": 1}}
@@ -265,21 +269,90 @@ def compare_backends(device: torch.device, batch: int, seq_len: int, d_model: in
 def train_demo(device: torch.device, steps: int, log=print) -> dict:
     """The demo preset (a softmax decoder on character-level Shakespeare) trained for `steps` steps; its
     checkpoints go to a temporary folder."""
-    from .config import load_config
     from .train import train
 
     log(f"\nthe demo model on {device}: {steps} steps")
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as runs:
-        cfg = load_config("demo", [f"train.steps={steps}", f"train.device={device}", f"out_dir={runs}",
-                                   "name=doctor-demo", f"train.eval_every={steps}", f"train.ckpt_every={steps}",
-                                   f"train.warmup_steps={max(1, steps // 10)}"])
+        cfg = _demo_config(device, steps, runs)
         summary = train(cfg, resume=None, progress=False, log=log)
     result = {"steps": summary["steps"], "train_loss": summary.get("train_loss"), "val_loss": summary["val_loss"],
               "tokens_per_s": summary.get("tokens_per_s"), "seconds": time.perf_counter() - start}
     log(f"val loss {result['val_loss']:.3f} after {result['steps']} steps; {result['tokens_per_s'] or 0:,.0f} "
         f"tokens/s; {result['seconds']:.0f} s")
     return result
+
+
+def _demo_config(device: torch.device, steps: int, runs: str):
+    """The demo preset for `steps` steps on `device`, its checkpoints in `runs`, validated once at the end."""
+    from .config import load_config
+
+    return load_config("demo", [f"train.steps={steps}", f"train.device={device}", f"out_dir={runs}",
+                                "name=doctor-demo", f"train.eval_every={steps}", f"train.ckpt_every={steps}",
+                                f"train.warmup_steps={max(1, steps // 10)}"])
+
+
+def pack_demo(device: torch.device, copies: tuple[int, ...], steps: int, log=print) -> dict:
+    """The demo model trained in k processes at once, for each k in copies: their summed tokens/s (each process's
+    median over the second half of its training, when all of them run), against one alone. A small model's step
+    leaves a GPU idle between kernel launches; this measures how much of that k runs on one device take back."""
+    log(f"\nthe demo model in k processes at once on {device}, {steps} steps each: summed tokens/s")
+    results = {}
+    for k in copies:
+        total = sum(_train_copies(device, k, steps))
+        one = results["1"]["tokens_per_s"] if "1" in results else total
+        results[str(k)] = {"tokens_per_s": total, "x_one": total / one}
+        log(f"{k:>3} at once: {total:>12,.0f} tokens/s in all, {total / k:>10,.0f} each, {total / one:.2f}x one alone")
+    return results
+
+
+def _train_copies(device: torch.device, copies: int, steps: int) -> list[float]:
+    """Each copy's tokens/s: `copies` processes (started fresh; on a CPU each with its share of the cores) that
+    begin training together."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    barrier, answers = context.Barrier(copies), context.Queue()
+    threads = max(1, (os.cpu_count() or 1) // copies)
+    processes = [context.Process(target=_train_copy, args=(str(device), steps, threads, barrier, answers))
+                 for _ in range(copies)]
+    for process in processes:
+        process.start()
+    rates = []
+    try:
+        for _ in processes:
+            kind, value = answers.get(timeout=PACK_TIMEOUT)
+            if kind == "error":
+                raise RuntimeError(value)
+            rates.append(value)
+    finally:
+        for process in processes:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.terminate()
+    return rates
+
+
+PACK_TIMEOUT = 900  # seconds a packed copy may take before the section gives up
+
+
+def _train_copy(device: str, steps: int, threads: int, barrier, answers) -> None:
+    import statistics
+
+    from .train import train
+
+    torch.set_num_threads(threads)
+    try:
+        with tempfile.TemporaryDirectory() as runs:
+            cfg = _demo_config(torch.device(device), steps, runs)
+            barrier.wait(timeout=PACK_TIMEOUT)
+            train(cfg, resume=None, progress=False, log=lambda *_: None)
+            lines = (Path(runs) / cfg.name / "metrics.jsonl").read_text().splitlines()
+            rates = [record["tokens_per_s"] for record in map(json.loads, lines) if "tokens_per_s" in record]
+        answers.put(("done", statistics.median(rates[len(rates) // 2:])))
+    except Exception as err:  # the section says so, and the copies still waiting do not wait for this one
+        barrier.abort()
+        answers.put(("error", f"{type(err).__name__}: {err}"))
 
 
 def run_doctor(out: str | Path = "runs/doctor", train_steps: int = 200, dry_run: bool = False, log=print) -> dict:
@@ -311,6 +384,13 @@ def run_doctor(out: str | Path = "runs/doctor", train_steps: int = 200, dry_run:
     save()
     if train_steps > 0:
         report["train"] = train_demo(device, train_steps, log)
+        save()
+    if train_steps > 0 and (cuda or dry_run):
+        try:
+            report["packing"] = pack_demo(device, PACKING["dry run" if dry_run else "gpu"], train_steps, log)
+        except (RuntimeError, OSError, queue.Empty) as err:  # a failure to pack is the finding, not a crash
+            report["packing"] = {"error": f"{type(err).__name__}: {err}"}
+            log(f"packing FAILED: {report['packing']['error'][:200]}")
         save()
     if cuda or dry_run:  # last, the slowest to start: fla compiles and tunes its kernels on first use
         sizes = dict(SIZES["dry run" if dry_run else "gpu"])
@@ -373,6 +453,10 @@ def readme_section(report: dict) -> str:
         train = report["train"]
         lines[0] += (f", the demo model at {train['tokens_per_s'] / 1e3:.0f}K tokens/s ({train['steps']} steps in "
                      f"{train['seconds']:.0f} s, validation loss {train['val_loss']:.2f})")
+    packing = report.get("packing", {})
+    if packing and "error" not in packing:
+        lines[0] += (", and " + ", ".join(f"{k} at once {row['tokens_per_s'] / 1e3:.0f}K tokens/s in all "
+                                          f"({row['x_one']:.2f}x one)" for k, row in packing.items() if k != "1"))
     speed = _speed_by_length(report)
     lines[0] += "." if speed else "; no timings."
     if env.get("fla") is None:
