@@ -117,6 +117,7 @@ def test_the_toy_paper_gives_the_same_records_in_process_in_workers_and_on_ray(t
     workers = runner.run_suite(toy, tmp_path / "workers" / "toy", log=quiet,
                                executor=executors.LocalWorkers(2, gpus=0, imports=plugins.IMPORTED, log=quiet))
     assert len(here) == 6 and untimed(workers) == untimed(here)
+    assert "workers" not in here.meta and workers.meta["workers"] == "2 local worker processes of 1 thread(s) each"
     ray = pytest.importorskip("ray")
     try:
         cluster = executors.RayWorkers(2, imports=plugins.IMPORTED, log=quiet,

@@ -42,6 +42,9 @@ class InProcess:
     def free(self, work) -> bool:
         return not self.queue
 
+    def describe(self) -> None:
+        return None  # the driver's own process: its threads are the results' meta
+
     def submit(self, work) -> None:
         self.queue.append(work)
 
@@ -79,6 +82,11 @@ class LocalWorkers:
         self.imports, self.log, self.retries = list(imports), log, retries
         self.context = get_context("spawn")  # CUDA cannot be forked; each worker starts its own interpreter
         self.running: dict[int, tuple] = {}  # slot -> (process, receiving end, work, tries)
+
+    def describe(self) -> str:
+        gpus = sorted({slot["gpu"] for slot in self.slots if slot["gpu"] is not None})
+        where = f"on {len(gpus)} GPU(s)" if gpus else f"of {self.slots[0]['threads']} thread(s) each"
+        return f"{len(self.slots)} local worker processes {where}"
 
     def free(self, work) -> bool:
         """Room for the job: a free slot, or for a job of several ranks the whole machine (every GPU, or its
@@ -190,6 +198,11 @@ class RayWorkers:
         self.task = ray.remote(max_retries=retries)(work_in_ray)
         self.ray, self.imports, self.log = ray, list(imports), log
         self.running: dict = {}  # object ref -> work
+
+    def describe(self) -> str:
+        resources = self.ray.cluster_resources()
+        return (f"Ray tasks, at most {self.limit} at once, on a cluster of {resources.get('CPU', 0):g} CPUs and "
+                f"{resources.get('GPU', 0):g} GPUs")
 
     def free(self, work) -> bool:
         return len(self.running) < self.limit

@@ -71,8 +71,9 @@ def describe_run(suite: Suite, results: Results) -> str:
     done, expected = _progress(suite, results)
     when = (f"finished {meta.get('finished', '?')}" if done == expected else
             f"partial: {done} of {expected} runs measured, last saved {meta.get('finished', '?')}")
+    workers = f", its jobs run by {meta['workers']}" if meta.get("workers") else ""
     return (f"{meta.get('seeds', '?')} seed(s) on {meta.get('cpu', 'an unrecorded machine')} "
-            f"({meta.get('threads', '?')} threads, torch {meta.get('torch', '?')}), {when}, "
+            f"({meta.get('threads', '?')} threads, torch {meta.get('torch', '?')}){workers}, {when}, "
             f"{seconds / 60:.1f} minutes of training and evaluation")
 
 

@@ -62,6 +62,9 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
     beside = _results_beside(out, log)
     models = frozenset(r.fingerprint for _, other in beside for _, r in other.items())
     executor = executor or InProcess(log)
+    results.meta.pop("workers", None)  # where this attempt's jobs run, where not in this process
+    if executor.describe():
+        results.meta["workers"] = executor.describe()
     finished: set[RunKey] = set()  # this attempt's: each measured once, whatever its record lacks
     running: dict[RunKey, Job] = {}
     with notes_once():
