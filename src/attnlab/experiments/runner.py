@@ -59,17 +59,24 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
     results = _open_results(out, suite, {"suite": suite.name, "tier": suite.tier, "quick": quick, "scale": scale},
                             extra, seeds=suite.seeds if only else seeds, partial=bool(only))
     settings = _settings(suite, out, seeds, quick, scale, extra, runs_dir)
-    beside = _results_beside(out, log)
-    models = frozenset(r.fingerprint for _, other in beside for _, r in other.items())
     executor = executor or InProcess(log)
     results.meta.pop("workers", None)  # where this attempt's jobs run, where not in this process
     if executor.describe():
         results.meta["workers"] = executor.describe()
+    warned: set[str] = set()
+
+    def warn(line: str) -> None:  # a sibling's unreadable results, said once
+        if line not in warned:
+            warned.add(line)
+            log(line)
+
     finished: set[RunKey] = set()  # this attempt's: each measured once, whatever its record lacks
     running: dict[RunKey, Job] = {}
     with notes_once():
         try:
-            while True:
+            while True:  # the folders beside read again each time: a suite there may have trained a model since
+                beside = _results_beside(out, warn)
+                models = frozenset(r.fingerprint for _, other in beside for _, r in other.items())
                 jobs = plan(suite, experiments, results, settings, models, frozenset(finished))
                 for job in jobs.runnable():
                     if job.key in running or any(j.fingerprint == job.fingerprint for j in running.values()):
