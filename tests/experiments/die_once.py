@@ -1,5 +1,6 @@
-"""Imported into a suite's worker processes by the worker-kill test: the first worker to write its checkpoint of
-step $ATTNLAB_DIE_AT_STEP kills itself with SIGKILL right after, once (the file $ATTNLAB_DIE_MARK says it did)."""
+"""Imported into a suite's worker processes by the executors' tests: the first worker to write its checkpoint of
+step $ATTNLAB_DIE_AT_STEP kills itself with SIGKILL right after, once (the file $ATTNLAB_DIE_MARK says it did);
+with $ATTNLAB_FAIL_AT_STEP, every worker raises a UserError there instead."""
 
 import multiprocessing
 import os
@@ -7,12 +8,15 @@ import signal
 from pathlib import Path
 
 from attnlab import checkpoint
+from attnlab.errors import UserError
 
 _save = checkpoint.save_checkpoint
 
 
 def save_then_die_once(run_dir, step, *args, **kwargs):
     folder = _save(run_dir, step, *args, **kwargs)
+    if str(step) == os.environ.get("ATTNLAB_FAIL_AT_STEP"):
+        raise UserError(f"a planted failure at step {step}")
     mark = Path(os.environ.get("ATTNLAB_DIE_MARK", ""))
     if str(step) == os.environ.get("ATTNLAB_DIE_AT_STEP") and not mark.exists():
         mark.write_text(str(os.getpid()))

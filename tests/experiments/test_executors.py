@@ -146,6 +146,18 @@ def test_a_worker_killed_mid_run_continues_from_its_checkpoint_and_ends_as_if_ne
     assert untimed(killed) == untimed(never)
 
 
+def test_a_job_that_fails_in_its_worker_stops_the_suite_with_one_line_and_keeps_what_finished(toy, tmp_path,
+                                                                                            monkeypatch, capfd):
+    monkeypatch.setenv("ATTNLAB_FAIL_AT_STEP", "4")
+    plugins.import_plugin(str(DIE_ONCE), "test")
+    toy.experiments = toy.experiments[:1]
+    with pytest.raises(executors.JobFailed, match=r"^lm/softmax/0 failed: UserError: a planted failure at step 4$"):
+        runner.run_suite(toy, tmp_path / "toy", log=lambda *_: None,
+                         executor=executors.LocalWorkers(1, gpus=0, imports=plugins.IMPORTED, log=lambda *_: None))
+    assert "Traceback" not in capfd.readouterr().err  # a mistake, said in one line, not a bug's traceback
+    assert not (tmp_path / "toy" / "results.json").exists()  # nothing finished, nothing written
+
+
 def test_a_driver_killed_mid_suite_and_started_again_loses_no_finished_record(tmp_path):
     out = tmp_path / "out"
     command = [sys.executable, "-m", "attnlab.cli", "--import", str(TOY), "reproduce", "toy", "--quick", "--jobs",

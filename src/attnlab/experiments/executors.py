@@ -151,11 +151,17 @@ def work_in_process(payload: bytes, slot: dict, imports: list[str], sender) -> N
 
         record = execute(work, log=lambda line: print(f"[{work.key}] {line.strip()}", flush=True))
         sender.send(("done", record))
-    except Exception as err:  # the driver stops the suite with this line; the traceback stays in the worker's log
-        traceback.print_exc()
-        sender.send(("error", f"{type(err).__name__}: {err}"))
+    except Exception as err:  # the driver stops the suite with this line
+        sender.send(("error", _said(err)))
     finally:
         sender.close()
+
+
+def _said(err: Exception) -> str:
+    """A job's error in one line for the driver; a bug's traceback (not a mistake's) printed in the worker's log."""
+    if not isinstance(err, UserError):
+        traceback.print_exc()
+    return f"{type(err).__name__}: {err}"
 
 
 def _exit_with_driver() -> None:
@@ -247,8 +253,7 @@ def work_in_ray(payload: bytes, threads: int, imports: list[str]):
     try:
         return "done", execute(work, log=lambda line: print(f"[{work.key}] {line.strip()}", flush=True))
     except Exception as err:
-        traceback.print_exc()
-        return "error", f"{type(err).__name__}: {err}"
+        return "error", _said(err)
 
 
 def connect_ray(jobs: int | None, runs_per_gpu: int | None, imports) -> RayWorkers:
