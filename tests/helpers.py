@@ -123,8 +123,8 @@ def two_arms(delta: float, sd: float, n: int = 5, seed: int = 0, experiment: str
     return add_runs(add_runs(toy_results(), experiment, "softmax", base), experiment, "hJ", arm)
 
 
-def lower(paper: float | None = None, **kwargs) -> Claim:
-    return Claim("h+J beats softmax", "lm", "val_ppl", "hJ", "softmax", "lower", paper=paper, **kwargs)
+def lower(paper: float | None = None, direction: str = "lower", **kwargs) -> Claim:
+    return Claim("h+J beats softmax", "lm", "val_ppl", "hJ", "softmax", direction, paper=paper, **kwargs)
 
 
 class Crash(Exception):

@@ -46,6 +46,21 @@ def test_a_clear_effect_in_the_claimed_direction_agrees():
     assert v.verdict == "agrees" and v.n == 5 and v.delta == pytest.approx(-1.0) and v.high < 0
 
 
+@pytest.mark.parametrize("paper, delta, word, says", [
+    (-1.0, -3.0, "agrees in sign; larger than the paper's", "above the paper's -1 in size"),
+    (-1.0, -0.4, "agrees in sign; smaller than the paper's", "below the paper's -1 in size"),
+    (-1.0, -1.0, "agrees", "contains the paper's effect"),
+    (None, -3.0, "agrees", "the interval lies on the claimed side of 0"),  # no effect of the paper's to size by
+])
+def test_an_effect_on_the_claimed_side_is_sized_against_the_papers(paper, delta, word, says):
+    for direction, sign in (("lower", 1), ("higher", -1)):  # a higher claim: the same sizes, mirrored
+        claim = lower(paper=None if paper is None else sign * paper, direction=direction)
+        v = judge(paired_deltas(claim, two_arms(sign * delta, 0.05)), claim)
+        assert v.verdict == word and says.replace("-1", f"{sign * -1:+g}") in v.reason
+        if paper is not None and word != "agrees":  # the interval excludes the paper's effect, on the claimed side
+            assert not v.low <= claim.target <= v.high and sign * v.high < 0
+
+
 def test_a_clear_effect_in_the_opposite_direction_is_opposite():
     claim = lower(paper=-1.0)
     v = judge(paired_deltas(claim, two_arms(+1.0, 0.05)), claim)
@@ -423,7 +438,7 @@ def test_parity_with_a_component_that_moves_less_than_the_margin_says_nothing_ab
 
 def test_every_verdict_word_is_produced_and_drawn(tmp_path):
     produced = set()
-    for delta, sd in [(-1.0, 0.05), (1.0, 0.05), (0.0, 0.02), (-0.5, 2.0)]:
+    for delta, sd in [(-1.0, 0.05), (1.0, 0.05), (0.0, 0.02), (-0.5, 2.0), (-0.4, 0.05), (-3.0, 0.05)]:
         produced.add(judge(paired_deltas(lower(paper=-1.0), two_arms(delta, sd)), lower(paper=-1.0)).verdict)
     produced |= {"untestable here", "not calibrated", "mechanism not engaged"}  # each shown above
     assert produced == set(VERDICTS) == set(COLOURS)

@@ -48,10 +48,12 @@ character. Both are shown; the verdict uses the converted one.
   same in every seed (no spread to judge it by).
 
 **Verdicts.**
-- A claim that Δ is **lower** / **higher** than 0 *agrees* if the whole interval lies on the claimed side of 0; it is
-  *opposite* if the whole interval lies on the other side; it is *smaller than the paper's* if the interval contains
-  0 but excludes the paper's effect (the run could see an effect of the paper's size and saw none); otherwise it is
-  *inconclusive*.
+- A claim that Δ is **lower** / **higher** than 0 *agrees* if the whole interval lies on the claimed side of 0 and
+  contains the paper's effect (or the paper gives none); where it lies on the claimed side but excludes the paper's
+  effect, the word says the size too: *agrees in sign; smaller than the paper's* or *agrees in sign; larger than the
+  paper's*. It is *opposite* if the whole interval lies on the other side; it is *smaller than the paper's* if the
+  interval contains 0 but excludes the paper's effect (the run could see an effect of the paper's size and saw none);
+  otherwise it is *inconclusive*.
 - A claim that two arms are **equal** (|Δ| ≤ margin) *agrees* if the interval lies within ±margin; it is *opposite*
   if the interval lies entirely outside ±margin; otherwise it is *inconclusive*.
 
@@ -73,8 +75,8 @@ when the true Δ is 0: d = (t₀.₉₇₅,ₙ₋₁ + t₀.₉₀,ₙ₋₁) ·
 at most the paper's |effect| (the margin for equal claims).
 """
 
-VERDICTS = ("agrees", "opposite", "smaller than the paper's", "inconclusive", "untestable here", "not calibrated",
-            "mechanism not engaged")
+VERDICTS = ("agrees", "agrees in sign; smaller than the paper's", "agrees in sign; larger than the paper's", "opposite",
+            "smaller than the paper's", "inconclusive", "untestable here", "not calibrated", "mechanism not engaged")
 
 
 def per_character(effect: float, chars_per_token: float = CHARS_PER_TOKEN) -> float:
@@ -234,7 +236,13 @@ def _rule(claim: Claim, low: float, high: float) -> tuple[str, str]:
         return "inconclusive", f"the interval overlaps ±{m:.3g}{claim.units}"
     side = -1 if claim.direction == "lower" else 1  # multiply by side: the claimed side of 0 is > 0
     if side * low > 0 and side * high > 0:
-        return "agrees", "the interval lies on the claimed side of 0"
+        target = claim.target
+        if target is None or low <= target <= high:
+            return "agrees", "the interval lies on the claimed side of 0" + ("" if target is None else
+                                                                              " and contains the paper's effect")
+        size = "smaller" if side * high < side * target else "larger"
+        return (f"agrees in sign; {size} than the paper's", f"the interval lies on the claimed side of 0 and "
+                f"{'below' if size == 'smaller' else 'above'} the paper's {target:+.3g}{claim.units} in size")
     if side * low < 0 and side * high < 0:
         return "opposite", "the interval lies on the other side of 0"
     if claim.target is not None and not low <= claim.target <= high:
@@ -527,7 +535,9 @@ def verdict_table(claims: list[Claim], results: Results, planned_seeds=lambda cl
     return lines
 
 
-COLOURS = {"agrees": "tab:green", "opposite": "tab:red", "smaller than the paper's": "tab:orange",
+COLOURS = {"agrees": "tab:green", "agrees in sign; smaller than the paper's": "yellowgreen",
+           "agrees in sign; larger than the paper's": "darkgreen", "opposite": "tab:red",
+           "smaller than the paper's": "tab:orange",
            "inconclusive": "tab:gray", "untestable here": "tab:purple", "not calibrated": "tab:brown",
            "mechanism not engaged": "tab:olive"}
 
