@@ -276,7 +276,7 @@ def test_a_claim_whose_control_arm_did_not_learn_the_task_is_inconclusive():
 
 
 def test_arms_that_score_alike_in_every_seed_are_inconclusive_not_a_disagreement():
-    runs = {f"niah/{arm}/{seed}": {"niah@256": 0.0} for arm in ("gla", "ccq-gla") for seed in range(3)}
+    runs = {f"niah/{arm}/{seed}": {"niah@256": 0.5} for arm in ("gla", "ccq-gla") for seed in range(3)}
     claim = Claim("CCQ helps", "niah", "niah@256", "ccq-gla", "gla", "higher", 29.6, scale=100)
     [(_, v)] = evaluate([claim], Results({"runs": runs}))
     assert v.verdict == "inconclusive" and "no spread" in v.reason
@@ -319,6 +319,27 @@ def test_a_per_token_effect_is_judged_per_character():
     assert "-6.75% per token → **-1.73% per character**" in verdict_table([claim], results)[2]
     with pytest.raises(ValueError, match="relative perplexity"):
         lower(paper=-1.0, chars_per_token=4.0)
+
+
+@pytest.mark.parametrize("direction, paper, margin, arm, base, untestable", [
+    ("higher", 30.0, None, 0.099, 0.098, "floor"),  # both at chance: neither learned what separates them
+    ("higher", 30.0, None, 0.0, 0.0, "floor"),  # both at 0%
+    ("higher", 30.0, None, 0.5, 0.098, None),  # the arm learned: 40 points above the floor
+    ("equal", None, 5.0, 1.0, 0.999, "ceiling"),  # both at 100% under an equal claim: they agree whatever they are
+    ("equal", None, 5.0, 0.9, 0.999, None),  # 10 points below the ceiling: parity is testable
+    ("equal", None, 5.0, 0.02, 0.03, "floor"),
+])
+def test_arms_that_both_sit_at_a_bound_of_the_metric_are_untestable_here(direction, paper, margin, arm, base,
+                                                                        untestable):
+    results = add_runs(toy_results(), "t", "softmax", [base + d for d in (-1e-3, 0.0, 1e-3)], "accuracy")
+    add_runs(results, "t", "ccq", [arm + d for d in (1e-3, -1e-3, 2e-3)], "accuracy")
+    claim = Claim("ccq recalls as softmax", "t", "accuracy", "ccq", "softmax", direction, paper, margin=margin,
+                  scale=100)
+    v = evaluate([claim], results)[0][1]
+    if untestable is None:
+        assert v.verdict != "untestable here"
+    else:
+        assert v.verdict == "untestable here" and f"of the metric's {untestable}" in v.reason
 
 
 def test_an_accuracy_gain_past_the_ceiling_is_untestable_here():
@@ -415,7 +436,7 @@ def test_an_arm_at_the_floor_of_its_metric_cannot_show_whether_it_uses_its_compo
     claim = Claim("ccq recalls more", "niah", "niah@256", "ccq", "gla", "higher", paper=29.6, scale=100,
                   ablation="ablated_niah@256")
     v = evaluate([claim], results)[0][1]
-    assert v.verdict == "inconclusive" and "no spread" in v.reason
+    assert v.verdict == "untestable here" and "both score within 29.6 of the metric's floor" in v.reason
     [line] = engagement_lines([claim], results)
     assert line.endswith("(it scores 0, too near 0 to fall by 29.6: this cannot show whether it uses the component)")
     add_runs(results, "niah", "ccq", [0.6, 0.5, 0.7], "niah@256")  # learned: removing it could cost 60 points

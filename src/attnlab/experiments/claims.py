@@ -38,7 +38,10 @@ character. Both are shown; the verdict uses the converted one.
 - *inconclusive* with fewer than {MIN_SEEDS} seeds (a spread from 2 seeds has one degree of freedom), or while a
   baseline to calibrate has no run;
 - *untestable here* if the paper's effect cannot occur on the metric given the baseline: an accuracy that would have
-  to pass 100% (or fall below 0%), or a growth ratio that would have to fall below 1 (flatter than flat);
+  to pass 100% (or fall below 0%), or a growth ratio that would have to fall below 1 (flatter than flat); or if the
+  arm and its baseline both score within the paper's effect (an equal claim: its margin) of one bound of the metric:
+  both at chance or at 0%, where neither learned what would separate them, or both at 100%, where they agree
+  whatever their mechanisms;
 - *mechanism not engaged* if removing the mechanism's own component at evaluation (its couplings, its step, its
   correction, its query path) moves the metric by less than the paper's effect (an equal claim: less than its
   margin, so the arm without the component would be at parity too): the trained model does not use it enough to
@@ -375,19 +378,33 @@ def failed_calibrations(anchors: list[Anchor], results: Results, planned) -> dic
 
 
 def untestable(claim: Claim, results: Results) -> str | None:
-    """Why the paper's effect cannot occur on this metric given the baseline (None if it can)."""
-    limits, target = claim.limits, claim.target
-    if (limits is None or target is None or claim.baseline is None or claim.contrast or claim.relative
-            or claim.direction == "equal"):  # an equal claim's margin lies on both sides: there is room
+    """Why the metric cannot show the claim (None if it can): the arm and its baseline both sit at one of its
+    bounds, within the paper's effect (an equal claim: the margin) of it, so that neither learned what separates
+    them (both at chance, both at 0%) or both are at the ceiling, where they agree whatever their mechanisms; or
+    the paper's effect would carry the arm past a bound from where the baseline is."""
+    limits, bar = claim.limits, _bar(claim)
+    if limits is None or bar is None or claim.baseline is None or claim.contrast or claim.relative:
         return None
     base = _arm_mean(results, claim.experiment, claim.baseline, claim.metric)
-    if base is None:
+    arm = _arm_mean(results, claim.experiment, claim.arm, claim.metric)
+    if base is None or arm is None:
         return None
-    room = claim.scale * ((limits[1] if target > 0 else limits[0]) - base)  # the most Δ can be on that side
-    if abs(room) >= abs(target):
-        return None
-    return (f"{claim.baseline} scores {claim.scale * base:.4g} and the metric stops at "
-            f"{claim.scale * limits[1 if target > 0 else 0]:g}, so no arm can show the paper's {_num(target, claim)}")
+    target = claim.target
+    if claim.direction != "equal":  # (an equal claim's margin lies on both sides: there is room)
+        room = claim.scale * ((limits[1] if target > 0 else limits[0]) - base)  # the most Δ can be on that side
+        if abs(room) < abs(target):
+            return (f"{claim.baseline} scores {claim.scale * base:.4g} and the metric stops at "
+                    f"{claim.scale * limits[1 if target > 0 else 0]:g}, so no arm can show the paper's "
+                    f"{_num(target, claim)}")
+    for bound, name in zip(limits, ("floor", "ceiling"), strict=True):
+        if all(abs(claim.scale * (value - bound)) <= abs(bar) for value in (arm, base)):
+            size = _num(abs(bar), claim).lstrip("+")
+            shown = f"parity within ±{size}" if claim.direction == "equal" else f"the paper's {_num(bar, claim)}"
+            edge = "starts" if name == "floor" else "stops"
+            return (f"{claim.arm} and {claim.baseline} both score within {size} of the metric's {name} "
+                    f"({claim.scale * arm:.4g} and {claim.scale * base:.4g}; it {edge} at {claim.scale * bound:g}), "
+                    f"so it cannot show {shown}")
+    return None
 
 
 def not_engaged(claim: Claim, results: Results) -> str | None:
