@@ -222,13 +222,17 @@ def _settle(jobs: list[Job], results: Results, models: frozenset, attempted: fro
 
 
 def _stands(record: Record | None, job: Job) -> bool:
-    """Whether a record is of this job's model measured as its experiment measures (a sweep's point, of which only
-    the validation loss is read, needs no value without the component)."""
+    return stands(record, job.key, job.experiment, job.cfg, job.fingerprint)
+
+
+def stands(record: Record | None, key: RunKey, experiment: Experiment, cfg: RunConfig, fingerprint: str) -> bool:
+    """Whether a record is of this model (fingerprint) measured as the experiment measures (a sweep's point, of
+    which only the validation loss is read, needs no value without the component)."""
     if record is None:
         return False
-    metric, measurement = get_metric(job.experiment.metric), measurement_of(job.experiment)
-    needs_ablation = not job.key.sweep and metric.ablation and ablates(job.cfg)
-    return record.stands(job.fingerprint, measurement, None if metric.revision else measurement, needs_ablation)
+    metric, measurement = get_metric(experiment.metric), measurement_of(experiment)
+    needs_ablation = not key.sweep and metric.ablation and ablates(cfg)
+    return record.stands(fingerprint, measurement, None if metric.revision else measurement, needs_ablation)
 
 
 def measurement_of(experiment: Experiment) -> list:

@@ -33,7 +33,7 @@ from ..starting_point import as_fitted
 from ..train import train
 from ..typed import from_dict
 from .metrics import get_metric
-from .plan import Job, Plan, Settings, fingerprint, measurement_of, notes_once, plan
+from .plan import Job, Plan, Settings, fingerprint, measurement_of, notes_once, plan, stands
 from .spec import Experiment, Suite
 from .store import Record, Results, RunKey, describe_setting
 
@@ -76,7 +76,7 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
         try:
             while True:  # the folders beside read again each time: a suite there may have trained a model since
                 beside = _results_beside(out, warn)
-                models = frozenset(r.fingerprint for _, other in beside for _, r in other.items())
+                models = _models(beside)
                 jobs = plan(suite, experiments, results, settings, models, frozenset(finished))
                 for job in jobs.runnable():
                     if job.key in running or any(j.fingerprint == job.fingerprint for j in running.values()):
@@ -110,9 +110,14 @@ def dry_run(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick: 
     _same_setting(out, results, {"suite": suite.name, "tier": suite.tier, "quick": quick, "scale": scale})
     settings = _settings(suite, out, seeds, quick, scale, extra, runs_dir)
     beside = _results_beside(out, log=lambda *_: None)
-    models = frozenset(r.fingerprint for _, other in beside for _, r in other.items())
+    models = _models(beside)
     with notes_once():
         return plan(suite, _selected(suite, only, arms), results, settings, models)
+
+
+def _models(beside: list[tuple[Path, Results]]) -> frozenset:
+    """The fingerprints of the models that the folders beside this suite's trained."""
+    return frozenset(r.fingerprint for _, other in beside for _, r in other.items())
 
 
 def _settings(suite, out, seeds, quick, scale, extra, runs_dir) -> Settings:
@@ -198,8 +203,7 @@ def execute(work: Work, log=print) -> dict:
     start = time.perf_counter()
     cfg, experiment, out = work.cfg, work.experiment, work.out
     for run_dir, record in work.earlier:
-        if Record(record).stands(work.fingerprint, measurement_of(experiment), _legacy(experiment),
-                                 _needs_ablation(work)):  # the same model, measured the same way
+        if stands(Record(record), work.key, experiment, cfg, work.fingerprint):  # the same model, measured alike
             log(f"    the same model and measurement as {record['run']}")
             return {**record, "run": os.path.relpath(run_dir, out), "seconds": 0.0, "trained": False}
     run_dir = next((d for d, _ in work.earlier if _holds(d, work.fingerprint)), None)
@@ -248,18 +252,6 @@ def train_on_ranks(cfg: RunConfig, ranks: int, run_dir: Path, resumed: int | Non
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise UserError(f"{cfg.name}: training on {ranks} ranks failed (exit code {done.returncode}): {last}")
     return load_run(run_dir).model.num_params(), earlier
-
-
-def _legacy(experiment: Experiment) -> list | None:
-    """What a record older than the `measured` field counts as measured by: this way, unless the metric has a
-    revision since."""
-    return None if get_metric(experiment.metric).revision else measurement_of(experiment)
-
-
-def _needs_ablation(work: Work) -> bool:
-    from .plan import ablates
-
-    return not work.key.sweep and get_metric(work.experiment.metric).ablation and ablates(work.cfg)
 
 
 FINGERPRINT = "fingerprint"  # written into a run folder once its model is trained: the config it was trained with
