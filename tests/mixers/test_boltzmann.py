@@ -252,3 +252,50 @@ def test_the_probe_finds_long_banded_chains_expensive_and_leaves_the_run_unchang
     assert torch.equal(torch.get_rng_state(), rng) and all(p.grad is None for p in model.parameters())
     softmax_cfg, softmax_model = tiny_run(["model.mixer=softmax"])
     assert step_cost.estimate_step_cost(softmax_model, softmax_cfg, torch.device("cpu")) is None  # nothing to compare
+
+
+def test_unnormalised_fields_weigh_each_value_by_sigmoid_of_twice_its_score():
+    mixer = make(mode="h-only", normalise=False)
+    x = torch.randn(2, 7, D_MODEL, dtype=torch.float64)
+    q, k = heads(mixer, x)
+    alpha = torch.sigmoid(2 * q @ k.transpose(-1, -2) / (q.shape[-1] ** 0.5)).tril()
+    torch.testing.assert_close(attention_weights(mixer, x), alpha, rtol=0, atol=1e-12)
+    j_only = attention_weights(make(mode="j-only", j_init_std=1.0, normalise=False), x)
+    torch.testing.assert_close(j_only[0, 0], torch.full((7, 7), 0.5, dtype=torch.float64).tril(), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("inference", ["banded", "mean-field", "dqa"])
+def test_unnormalised_weights_are_the_marginals_in_every_inference(inference):
+    """Each inference's weights without the normalisation, times their sum with it, are the normalised ones: the
+    same marginals, and they are the marginals themselves (the banded chain with every pair in its band is
+    exact, so its unnormalised weights are also compared with brute-force marginals)."""
+    options = dict(couplings="distance", window=8, inference=inference, band=7, dqa_shots=0, dqa_steps=20,
+                   j_init_std=0.3)
+    normalised, raw = make(**options), make(**options, normalise=False)
+    raw.load_state_dict(normalised.state_dict())
+    x = torch.randn(2, 6, D_MODEL, dtype=torch.float64)
+    w, alpha = attention_weights(normalised, x), attention_weights(raw, x)
+    torch.testing.assert_close(alpha / alpha.sum(-1, keepdim=True), w, rtol=0, atol=1e-10)
+    assert (alpha.sum(-1) - 1).abs().max() > 0.1  # not normalised
+    if inference == "banded":
+        from attnlab.ops import ising
+
+        q, k = heads(raw, x)
+        h = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+        J = raw.coupling_matrix(6)
+        spins = ising.configurations(6, dtype=torch.float64)
+        for i in range(6):  # query i's model: spins 0..i with their fields and couplings
+            s = spins[:, : i + 1].unique(dim=0)
+            energy = (h[0, :, i, : i + 1] @ s.T) + torch.einsum("ca,hab,cb->hc", s, J[:, : i + 1, : i + 1].triu(1), s)
+            p = torch.softmax(energy, dim=-1) @ ((s + 1) / 2)
+            torch.testing.assert_close(alpha[0, :, i, : i + 1], p, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"normalise": False}, "normalise=false needs each key's own marginal"),
+    ({"normalise": False, "mode": "j-only", "bias_field": True}, "normalise=false needs each key's own marginal"),
+    ({"normalise": False, "mode": "h-only", "backend": "flex"}, "backend=flex runs a softmax"),
+])
+def test_unnormalised_weights_refuse_forms_that_give_them_up_to_a_constant(options, message):
+    with pytest.raises(ConfigError, match=message):
+        build_mixer("boltzmann", d_model=D_MODEL, n_heads=N_HEADS, **options)

@@ -66,6 +66,9 @@ class BoltzmannConfig(AttentionConfig):
     j_lr: float = 3e-5  # the paper's separate learning rate for couplings (LM; 1e-4 for brackets)
     j_weight_decay: float = 0.01
     bias_field: bool = False  # a learned field b_j per window position added to h (not in the paper)
+    # o_i = sum_j alpha_ij v_j / sum_k alpha_ik (the paper); false: o_i = sum_j alpha_ij v_j, the marginals
+    # themselves (the spec's other reading of the paper's h-only "sigmoid attention": unnormalised sigma(2h))
+    normalise: bool = True
     mean_field_iterations: int = 30
     mean_field_damping: float = 0.5
     dqa_tau: float = 2.0  # anneal time of the linear schedule (dimensionless)
@@ -98,6 +101,16 @@ class BoltzmannConfig(AttentionConfig):
                               "terms: use inference=exact, mean-field or dqa")
         if self.backend not in BACKENDS:
             raise ConfigError(unknown_name("backend", self.backend, BACKENDS))
+        # exact inference gives the marginals themselves only in its closed forms: fields alone, or pair
+        # couplings alone (every marginal 1/2)
+        closed_form = self.mode == "h-only" or (self.mode == "j-only" and not self.bias_field)
+        if not self.normalise and self.inference == "exact" and not closed_form:
+            raise ConfigError(f"normalise=false needs each key's own marginal, and exact inference with mode="
+                              f"{self.mode} gives them up to a constant per query: use inference=banded, mean-field "
+                              f"or dqa, or normalise=true")
+        if self.backend == "flex" and not self.normalise:
+            raise ConfigError("backend=flex runs a softmax, whose weights sum to 1: normalise=false needs "
+                              "backend=torch or backend=auto")
         if self.backend == "flex" and (MODES[self.mode] != MODES["h-only"] or self.bias_field):
             raise ConfigError(f"backend=flex runs fields only (mode=h-only without bias_field), where every spin "
                               f"is independent; mode={self.mode}{' with bias_field' if self.bias_field else ''} "
@@ -167,8 +180,9 @@ class BoltzmannAttention(AttentionMixer):
         return table[:, index]
 
     def fields_only(self) -> bool:
-        """Whether every spin is independent (fields, no couplings, no bias field): FlexAttention's case."""
-        return self.uses_h and not self.uses_J and not self.uses_K and self.bias is None
+        """Whether every spin is independent (fields, no couplings, no bias field) and the weights are normalised:
+        FlexAttention's case."""
+        return self.uses_h and not self.uses_J and not self.uses_K and self.bias is None and self.cfg.normalise
 
     def uses_flex(self, x: torch.Tensor) -> bool:
         """Whether attention runs on FlexAttention: backend=flex, or backend=auto with fields only on a CUDA GPU."""
@@ -244,8 +258,13 @@ class BoltzmannAttention(AttentionMixer):
             h = q @ k.transpose(-1, -2) / math.sqrt(D) if self.uses_h else q.new_zeros(B, H, Tq, S)
             if self.bias is not None:
                 h = h + self.bias[:, None, :S]
-            weights = torch.softmax(self.log_weights(h, visible).masked_fill(~visible, float("-inf")), dim=-1)
+            weights = self.weights(self.log_weights(h, visible).masked_fill(~visible, float("-inf")))
         return weights.to(v.dtype) @ v
+
+    def weights(self, log_alpha: torch.Tensor) -> torch.Tensor:
+        """The weights of the values from log alpha (-inf for keys not seen): alpha / sum alpha over the seen keys,
+        or with normalise=false alpha itself."""
+        return torch.softmax(log_alpha, dim=-1) if self.cfg.normalise else log_alpha.exp()
 
     def sliding_settings(self) -> str:
         """SLIDING as field=value pairs, with what else this configuration must drop to slide."""
@@ -298,7 +317,8 @@ class BoltzmannAttention(AttentionMixer):
             )
 
     def log_weights(self, h: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
-        """log alpha [B, H, Tq, S] (up to a per-query constant) for the visible keys."""
+        """log alpha [B, H, Tq, S] for the visible keys: exact inference with couplings up to a per-query constant
+        (BoltzmannConfig.validate keeps it to normalise=true), every other form the marginals themselves."""
         S = h.shape[-1]
         inference = self.cfg.inference
         J = self.coupling_matrix(S)
@@ -323,7 +343,7 @@ class BoltzmannAttention(AttentionMixer):
         if not self.uses_h and self.bias is None and K is None:
             # no field and pair couplings only: E(s) = E(-s), so every marginal is exactly 1/2 (uniform
             # attention, as the paper's j-only specifies)
-            return torch.zeros_like(h)
+            return torch.full_like(h, -math.log(2))
         return None
 
     def attend_banded(self, q, k, v, starts: torch.Tensor | None = None):
@@ -374,7 +394,7 @@ class BoltzmannAttention(AttentionMixer):
                 # the torch form's messages are recomputed in the backward pass rather than kept (the kernels keep none)
                 recompute = torch.is_grad_enabled() and marginals is ising.banded_log_marginals
                 log_alpha = (checkpoint(chains, use_reentrant=False) if recompute else chains()).view_as(fields)
-            weights = torch.softmax(log_alpha.masked_fill(~present, float("-inf")), dim=-1)
+            weights = self.weights(log_alpha.masked_fill(~present, float("-inf")))
         return torch.einsum("bhqn,bhqnd->bhqd", weights.to(v.dtype), v[:, :, index])
 
     def dqa_log_weights(self, h, J, K, visible):
