@@ -481,3 +481,34 @@ def test_a_claim_whose_calibration_has_no_run_yet_is_inconclusive():
     claim = lower(paper=-1.0, calibration=(Anchor("calibration", "softmax", "val_ppl", 10.0, 0.2),))
     v = evaluate([claim], two_arms(-1.0, 0.05))[0][1]
     assert v.verdict == "inconclusive" and "the calibration is not measured yet" in v.reason
+
+
+def test_engagement_is_decided_by_the_median_seed_not_the_mean():
+    results = two_arms(-1.0, 0.05, n=3)
+    intact = list(results.by_seed("lm", "hJ", "val_ppl").values())
+    # one seed's removal costs 50%, the other two 0.05% and 0.3%: the mean (+17%) would call it engaged
+    add_runs(results, "lm", "hJ", [v * f for v, f in zip(intact, (1.5, 1.0005, 1.003), strict=True)], "ablated_ppl")
+    claim = lower(paper=-10.0, relative=True, ablation="ablated_ppl")
+    v = evaluate([claim], results)[0][1]
+    assert v.verdict == "mechanism not engaged"
+    assert "by +50%, +0.05%, +0.3% (3 seeds): the median seed's 0.3% is less than the paper's -10%" in v.reason
+    add_runs(results, "lm", "hJ", [v * f for v, f in zip(intact, (1.5, 1.2, 1.003), strict=True)], "ablated_ppl")
+    assert evaluate([claim], results)[0][1].verdict != "mechanism not engaged"  # two seeds of three move 20% or more
+
+
+def test_a_missing_ablation_blocks_every_word_but_untestable():
+    claim = lower(paper=-1.0, ablation="ablated_ppl")
+    v = evaluate([claim], two_arms(-1.0, 0.05))[0][1]  # would agree; nothing says it uses its mechanism
+    assert v.verdict == "inconclusive" and "has not been measured with its own component removed" in v.reason
+    at_ceiling = Claim("ccq matches gdn", "mqar", "accuracy", "ccq", "gdn", "equal", margin=1.0, scale=100,
+                       ablation="ablated_accuracy")
+    results = add_runs(toy_results(), "mqar", "gdn", [1.0, 1.0, 0.999], "accuracy")
+    add_runs(results, "mqar", "ccq", [1.0, 0.999, 1.0], "accuracy")
+    assert evaluate([at_ceiling], results)[0][1].verdict == "untestable here"
+
+
+def test_an_arm_without_a_component_of_its_own_is_named_a_control():
+    claim = lower(paper=-1.0, control_arm="as specified, it attends uniformly")
+    [row] = verdict_table([claim], two_arms(-1.0, 0.05))[2:]
+    assert "**agrees** (hJ is a control: as specified, it attends uniformly, so it has no component" in row
+    assert "no result of the mechanism's can fail this claim" in row

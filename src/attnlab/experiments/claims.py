@@ -4,6 +4,7 @@ a verdict by fixed rules (RULES), and how many seeds the paper's effect would ne
 from __future__ import annotations
 
 import math
+import statistics
 import textwrap
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -42,11 +43,14 @@ character. Both are shown; the verdict uses the converted one.
   arm and its baseline both score within the paper's effect (an equal claim: its margin) of one bound of the metric:
   both at chance or at 0%, where neither learned what would separate them, or both at 100%, where they agree
   whatever their mechanisms;
+- *inconclusive* if the claim checks engagement (below) and the arm has not been measured with its component
+  removed: whether the trained model uses its mechanism is unknown;
 - *mechanism not engaged* if removing the mechanism's own component at evaluation (its couplings, its step, its
   correction, its query path) moves the metric by less than the paper's effect (an equal claim: less than its
-  margin, so the arm without the component would be at parity too): the trained model does not use it enough to
-  show it. Not where the arm scores so near the metric's floor (an accuracy near 0) that no removal could lower
-  it that far: a model that has not learned the task cannot show how it uses the component;
+  margin, so the arm without the component would be at parity too) in the median seed: the trained model does not
+  use it enough to show it (one seed's large move does not make it engaged while the others' are small). Not
+  where the arm scores so near the metric's floor (an accuracy near 0) that no removal could lower it that far: a
+  model that has not learned the task cannot show how it uses the component;
 - *inconclusive* if the experiment's control arm (softmax attention on recall) did not learn the task, or if Δ is the
   same in every seed (no spread to judge it by).
 
@@ -59,6 +63,9 @@ character. Both are shown; the verdict uses the converted one.
   otherwise it is *inconclusive*.
 - A claim that two arms are **equal** (|Δ| ≤ margin) *agrees* if the interval lies within ±margin; it is *opposite*
   if the interval lies entirely outside ±margin; otherwise it is *inconclusive*.
+
+**A control.** An arm with no component of its own (J-only, which as specified attends uniformly) is named as a
+control: its claim compares the baseline with it, and no result of the mechanism's can fail it.
 
 **Interim.** A verdict read while fewer seeds have values than the tier plans is marked *interim, n of N planned
 seeds*: the tier fixes its seed count before the runs, and a verdict read as they come in may still change (adding
@@ -142,6 +149,9 @@ class Claim:
     calibration: tuple[Anchor, ...] = ()
     bounds: tuple[float, float] | None = None  # the least and most the metric can be (accuracies: 0 and 1)
     ablation: str | None = None  # the results key of the metric with the mechanism's component removed
+    # why the arm has no learned component of its own ("as specified, it attends uniformly"): it is a control, and
+    # its claim tests the baseline against it, not a mechanism (no result of the mechanism's can fail it)
+    control_arm: str | None = None
 
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
@@ -285,7 +295,8 @@ def evaluate(claims: list[Claim], results: Results) -> list[tuple[Claim, Verdict
             verdict = replace(verdict, verdict="not calibrated", reason=reason)
         elif verdict.n >= MIN_SEEDS:
             for check, word in ((uncalibrated, "inconclusive"), (untestable, "untestable here"),
-                                (not_engaged, "mechanism not engaged"), (not_learned, "inconclusive")):
+                                (unmeasured, "inconclusive"), (not_engaged, "mechanism not engaged"),
+                                (not_learned, "inconclusive")):
                 if (reason := check(claim, results)) is not None:
                     verdict = replace(verdict, verdict=word, reason=reason)
                     break
@@ -415,17 +426,33 @@ def not_engaged(claim: Claim, results: Results) -> str | None:
     equal, bar = claim.direction == "equal", _bar(claim)
     if claim.ablation is None or bar is None:
         return None
-    moves = [d for seed in _seeds(results, [claim.experiment])
-             if (d := _ablation_move(claim, results, seed)) is not None]
+    moves = _ablation_moves(claim, results)
     if not moves or _near_floor(claim, results, bar):
         return None
-    move = sum(moves) / len(moves)
-    if abs(move) >= abs(bar):
+    # seed by seed: one seed's large move does not make a mechanism the other seeds leave unused engaged
+    median = statistics.median(abs(move) for move in moves)
+    if median >= abs(bar):
         return None
     than = f"the margin ±{_num(bar, claim).lstrip('+')}" if equal else f"the paper's {_num(bar, claim)}"
-    seeds = f"mean of {len(moves)} seeds" if len(moves) > 1 else "one seed"
-    return (f"removing {claim.arm}'s own component at evaluation moves {claim.metric} by {_num(move, claim)} "
-            f"({seeds}), less than {than}")
+    per_seed = ", ".join(_num(move, claim) for move in moves)
+    which = f"the median seed's {_num(median, claim).lstrip('+')}" if len(moves) > 1 else "that"
+    return (f"removing {claim.arm}'s own component at evaluation moves {claim.metric} by {per_seed} "
+            f"({len(moves)} seed{'s' if len(moves) > 1 else ''}): {which} is less than {than}")
+
+
+def unmeasured(claim: Claim, results: Results) -> str | None:
+    """Why it is unknown whether the arm uses its mechanism: the claim checks engagement and no seed has been
+    measured with the component removed (None otherwise). `attnlab reproduce` measures it."""
+    if claim.ablation is None or _bar(claim) is None or _ablation_moves(claim, results):
+        return None
+    return (f"{claim.arm} has not been measured with its own component removed, so whether it uses the mechanism "
+            f"is unknown (`attnlab reproduce` measures it)")
+
+
+def _ablation_moves(claim: Claim, results: Results) -> list[float]:
+    """Each seed's move of the metric when the arm's own component is removed at evaluation, where measured."""
+    return [move for seed in _seeds(results, [claim.experiment])
+            if (move := _ablation_move(claim, results, seed)) is not None]
 
 
 def _bar(claim: Claim) -> float | None:
@@ -546,6 +573,9 @@ def verdict_table(claims: list[Claim], results: Results, planned_seeds=lambda cl
         judged = v.n and v.verdict != "not calibrated"
         marks = [f"*interim*, {v.n} of {planned} planned seeds"] if judged and planned and v.n < planned else []
         marks += caveats(claim) if judged else []
+        if claim.control_arm is not None:
+            marks.append(f"{claim.arm} is a control: {claim.control_arm}, so it has no component of its own and "
+                         f"no result of the mechanism's can fail this claim")
         cells = [f"{statement}{_scale_note(claim, results)} ({_what(claim)})", _paper_cell(claim), _ours_cell(claim, v),
                  f"**{v.verdict}**{''.join(f' ({m})' for m in marks)}: {v.reason}", _power_cell(claim, v)]
         lines.append("| " + " | ".join(cells) + " |")
