@@ -25,10 +25,12 @@ from attnlab.experiments.claims import (
 from attnlab.experiments.stats import (
     MAX_SEEDS,
     detectable_effect,
+    holm,
     mean_interval,
     paired_difference,
     seeds_needed,
     t_quantile,
+    t_test_p,
 )
 from attnlab.experiments.store import Results, RunKey
 from helpers import add_runs, centred_noise, lower, toy_results, two_arms
@@ -512,3 +514,49 @@ def test_an_arm_without_a_component_of_its_own_is_named_a_control():
     [row] = verdict_table([claim], two_arms(-1.0, 0.05))[2:]
     assert "**agrees** (hJ is a control: as specified, it attends uniformly, so it has no component" in row
     assert "no result of the mechanism's can fail this claim" in row
+
+
+def test_holm_multiplies_the_ith_smallest_p_value_by_the_hypotheses_left():
+    assert holm([0.01, 0.04, 0.02]) == pytest.approx([0.03, 0.04, 0.04])
+    assert holm([0.5, 0.001]) == pytest.approx([0.5, 0.002])
+    assert holm([0.4, 0.3]) == pytest.approx([0.6, 0.6])  # never below the adjusted p-value before it
+    assert holm([0.9, 0.8]) == [1.0, 1.0]  # capped at 1
+
+
+def test_the_p_value_matches_the_interval_on_both_kinds_of_claim():
+    for delta, sd in [(-1.0, 0.5), (-0.3, 0.5), (0.1, 0.2)]:
+        results = two_arms(delta, sd)
+        for claim in (lower(paper=-1.0), equal(0.5)):
+            v = judge(paired_deltas(claim, results), claim)
+            inside = -0.5 <= v.low and v.high <= 0.5
+            assert (v.p < 0.05) == (inside if claim.direction == "equal" else v.low * v.high > 0)
+    x = [-1.2, -0.9, -1.1, -0.8]
+    mean, sd = np.mean(x), np.std(x, ddof=1)
+    assert t_test_p(mean, sd, 4) == pytest.approx(2 * t.sf(abs(mean) / (sd / 2), 3))
+
+
+def test_a_headline_claim_shows_its_holm_corrected_p_value_and_fails_it_where_the_family_does():
+    results = two_arms(-1.0, 0.6, n=5)  # alone it clears 0 at 5% (p = 0.019)
+    results.records.update(two_arms(-1.0, 0.05, experiment="other").records)  # p far below 0.01
+    weak = lower(paper=-1.0, headline=True)
+    strong = replace(weak, statement="h+J beats softmax elsewhere", experiment="other")
+    judged = evaluate([weak, strong], results)
+    assert judged[0][1].verdict == "agrees" and 0.01 < judged[0][1].p < 0.025
+    rows = verdict_table([weak, strong], results)[2:]
+    assert f"p = {judged[0][1].p:.2g}, Holm over 2 headlines: {judged[0][1].p:.2g}" in rows[0]  # the larger: x 1
+    assert "not significant after Holm" not in rows[0]
+    three = [weak, replace(weak, statement="again"), replace(weak, statement="and again")]  # 3 x 0.019 > 0.05
+    rows = verdict_table(three, results)[2:]
+    assert all("*not significant after Holm's correction* over the 3 headline claims: adjusted p = 0.057" in row
+               for row in rows)
+    assert "Holm" not in verdict_table([replace(weak, headline=False)], results)[2]
+
+
+def test_an_interval_that_barely_clears_zero_is_fragile():
+    fragile_results = two_arms(-1.0, 0.8, n=5)
+    v = judge(paired_deltas(lower(paper=-1.0), fragile_results), lower(paper=-1.0))
+    assert v.high < 0 and abs(v.high) < 0.2 * (v.high - v.low) / 2 and v.fragile
+    [row] = verdict_table([lower(paper=-1.0)], fragile_results)[2:]
+    assert "*fragile*: the interval clears 0 by" in row
+    [row] = verdict_table([lower(paper=-1.0)], two_arms(-1.0, 0.05))[2:]
+    assert "fragile" not in row

@@ -10,12 +10,16 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .stats import MAX_SEEDS, detectable_effect, mean_interval, mean_std, seeds_needed
+from .stats import MAX_SEEDS, detectable_effect, holm, mean_interval, mean_std, seeds_needed, t_test_p
 from .store import Results, RunKey
 
 DIRECTIONS = ("lower", "higher", "equal")
 
 MIN_SEEDS = 3  # a directional verdict needs this many seeds: with 2 the spread has one degree of freedom
+FRAGILE = 0.2  # an interval that clears 0 by less than this fraction of its half-width is marked fragile
+ALPHA = 0.05  # the level of the tests behind the 95% intervals, and of Holm's correction over the headlines
+# the words that say an interval cleared 0 (or lay within an equal claim's margin)
+CLEARED = ("agrees", "agrees in sign; smaller than the paper's", "agrees in sign; larger than the paper's", "opposite")
 # characters per token of English under GPT-2-style byte-level BPE, the common rule of thumb (4 to 4.5 is what
 # such tokenizers give on English prose): a saving per token is this many times smaller per character, in nats
 CHARS_PER_TOKEN = 4.0
@@ -76,6 +80,12 @@ ended at their step cap instead, is marked *not converged, k of n runs at their 
 improving, and a longer cap may change the verdict. One whose arm or baseline trains at the best rate so far of a
 sweep still under way (its best rate lay at an edge, and the rate beyond it has not run yet) is marked *sweep going
 on*.
+
+**Multiplicity and fragility.** Each headline claim's row gives the p-value of the test behind its interval (that
+Δ = 0; for an equal claim, that |Δ| exceeds the margin, by two one-sided tests) and the same p-value after Holm's
+correction over the suite's headline claims that have one; a verdict that cleared 0 (or the margin) is marked *not
+significant after Holm's correction* where the adjusted p-value is {ALPHA:g} or more. An interval that clears 0 by
+less than {FRAGILE:g} of its half-width is marked *fragile*: a seed more or less could move it across.
 
 **Power.** "Detects ≥ d" is the smallest |effect| that a paired t-test on these seeds finds with 80% power at
 two-sided α = 0.05, from the observed standard deviation s of the Δs (exact, from the noncentral t distribution
@@ -202,6 +212,15 @@ class Verdict:
     reason: str
     detectable: float  # smallest |effect| found with 80% power at these seeds and sd (nan: under 2 seeds, no spread)
     seeds_needed: int | None  # seeds for the paper's effect (the margin); None: unknown; MAX_SEEDS + 1: more
+    # the test behind the interval, as a p-value (nan: no test): that Δ = 0 (two-sided), or for an equal claim
+    # that |Δ| > margin (two one-sided tests, doubled: p < 0.05 exactly where the 95% interval lies within ±margin)
+    p: float = float("nan")
+
+    @property
+    def fragile(self) -> bool:
+        """Whether the interval clears 0, but by less than a fifth of its half-width."""
+        half = (self.high - self.low) / 2
+        return self.low * self.high > 0 and min(abs(self.low), abs(self.high)) < FRAGILE * half
 
 
 def _value(results: Results, experiment: str, arm: str, seed: int, metric: str) -> float | None:
@@ -282,8 +301,12 @@ def judge(deltas: list[float], claim: Claim) -> Verdict:
     target = claim.margin if equivalence else claim.target
     needed = None if target is None else seeds_needed(sd, target, equivalence=equivalence)
     verdict, reason = _rule(claim, delta - half, delta + half)
+    if equivalence:  # both one-sided tests must reject, each at 2.5%
+        p = min(1.0, 2 * max(t_test_p(delta, sd, n, -claim.margin, 1), t_test_p(delta, sd, n, claim.margin, -1)))
+    else:
+        p = t_test_p(delta, sd, n)
     return Verdict(n, delta, delta - half, delta + half, verdict, reason,
-                   detectable_effect(sd, n, equivalence=equivalence), needed)
+                   detectable_effect(sd, n, equivalence=equivalence), needed, p)
 
 
 def evaluate(claims: list[Claim], results: Results) -> list[tuple[Claim, Verdict]]:
@@ -566,20 +589,39 @@ def verdict_table(claims: list[Claim], results: Results, planned_seeds=lambda cl
     the verdict by RULES (interim while fewer seeds have values than `planned_seeds(claim)`, with `caveats(claim)`
     about the runs behind it: "*not converged*, ...") and the power of this run. Headline claims are in bold."""
     lines = ["| claim | paper | ours (Δ, 95% interval) | verdict | power |", "|---|---|---|---|---|"]
-    for claim, v in evaluate(claims, results):
+    judged = evaluate(claims, results)
+    corrected = holm_corrected(judged)
+    for i, (claim, v) in enumerate(judged):
         statement = f"**{claim.statement}**" if claim.headline else claim.statement
         planned = planned_seeds(claim)
         # a missed calibration is the baseline's, whose seeds the calibration lines give: nothing left to come
         judged = v.n and v.verdict != "not calibrated"
         marks = [f"*interim*, {v.n} of {planned} planned seeds"] if judged and planned and v.n < planned else []
         marks += caveats(claim) if judged else []
+        if judged and v.verdict in CLEARED and i in corrected and corrected[i] >= ALPHA:
+            marks.append(f"*not significant after Holm's correction* over the {len(corrected)} headline claims: "
+                         f"adjusted p = {corrected[i]:.2g}")
+        if judged and v.verdict in CLEARED and claim.direction != "equal" and v.fragile:
+            marks.append(f"*fragile*: the interval clears 0 by {min(abs(v.low), abs(v.high)):.2g}, under a fifth of "
+                         f"its half-width {(v.high - v.low) / 2:.2g}")
         if claim.control_arm is not None:
             marks.append(f"{claim.arm} is a control: {claim.control_arm}, so it has no component of its own and "
                          f"no result of the mechanism's can fail this claim")
-        cells = [f"{statement}{_scale_note(claim, results)} ({_what(claim)})", _paper_cell(claim), _ours_cell(claim, v),
+        family = f"{len(corrected)} headline{'s' if len(corrected) > 1 else ''}"
+        ours = _ours_cell(claim, v) + (f"; p = {v.p:.2g}, Holm over {family}: {corrected[i]:.2g}" if i in corrected
+                                       else "")
+        cells = [f"{statement}{_scale_note(claim, results)} ({_what(claim)})", _paper_cell(claim), ours,
                  f"**{v.verdict}**{''.join(f' ({m})' for m in marks)}: {v.reason}", _power_cell(claim, v)]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def holm_corrected(judged: list[tuple[Claim, Verdict]]) -> dict[int, float]:
+    """Index in `judged` -> the Holm-adjusted p-value, over the headline claims that have a test (a verdict from
+    MIN_SEEDS seeds with a spread): judged one at a time, some headline of a suite would clear 0 by chance more
+    often than 1 in 20."""
+    tested = [i for i, (claim, v) in enumerate(judged) if claim.headline and v.n >= MIN_SEEDS and not math.isnan(v.p)]
+    return dict(zip(tested, holm([judged[i][1].p for i in tested]), strict=True))
 
 
 COLOURS = {"agrees": "tab:green", "agrees in sign; smaller than the paper's": "yellowgreen",

@@ -78,3 +78,28 @@ def seeds_needed(sd: float, effect: float, power: float = 0.80, equivalence: boo
         mid = (low + high) // 2
         low, high = (low, mid) if enough(mid) else (mid, high)
     return high
+
+
+def t_test_p(mean: float, sd: float, n: int, null: float = 0.0, side: int = 0) -> float:
+    """The p-value of a t-test that the mean of n values (standard deviation sd) is `null`: two-sided (side 0), or
+    one-sided against the alternative mean > null (side 1) or mean < null (side -1); nan under 2 values or no spread."""
+    if n < 2 or not sd > 0:
+        return float("nan")
+    from scipy.stats import t as student_t
+
+    t = (mean - null) / (sd / math.sqrt(n))
+    if side == 0:
+        return float(2 * student_t.sf(abs(t), n - 1))
+    return float(student_t.sf(side * t, n - 1))
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjustment of m p-values, in their order: the i-th smallest is multiplied by m - i + 1,
+    capped at 1 and never below the adjusted p-value before it. A family rejected where adjusted p < α keeps the
+    chance of any false rejection under α."""
+    order = sorted(range(len(p_values)), key=p_values.__getitem__)
+    adjusted, running = [0.0] * len(p_values), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
