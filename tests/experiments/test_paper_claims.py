@@ -106,6 +106,15 @@ def moved(claim: Claim, delta: float) -> float:
     return base * (1 + delta / 100) if claim.relative else base + delta / claim.scale
 
 
+def without_component(claim: Claim, value: float) -> float:
+    """The arm's value with its component removed: worse by twice the paper's effect (an equal claim: its margin),
+    in the claim's units, so that the mechanism is engaged."""
+    bar = 2 * abs(claim.margin if claim.direction == "equal" else claim.target or CLEAR)
+    if claim.relative:
+        return value * (1 + bar / 100)
+    return value - bar / claim.scale if claim.scale == 100 else value + bar / claim.scale
+
+
 def synthetic_results(suite: Suite, claim: Claim, delta: float) -> Results:
     numerator, _, denominator = claim.metric.partition("/")
     spread = 1e-3 * (abs(delta) or claim.margin or 1.0)
@@ -117,6 +126,8 @@ def synthetic_results(suite: Suite, claim: Claim, delta: float) -> Results:
                 values = {key: 1.0 if key == denominator else base for key in metric_keys(experiment, arm)}
                 if (experiment.name, arm.label) == (claim.experiment, claim.arm):  # the contrast stays at Δ = 0
                     values[numerator] = moved(claim, delta + spread * noise)
+                    if claim.ablation is not None:  # the arm uses its component: removing it costs twice the bar
+                        values[claim.ablation] = without_component(claim, values[numerator])
                 runs[f"{experiment.name}/{arm.label}/{seed}"] = {"seconds": 1.0, **values}
     return Results({"runs": runs})
 
@@ -172,3 +183,18 @@ def test_the_gpu_estimate_is_six_n_d_plus_attention_context_over_the_throughput(
     assert dict(estimate(suite, tflops, seeds=1))["a"] == pytest.approx(hours["a"] / 2)
     line = describe_estimate(suite, tflops)
     assert "GPU-hours" in line and "sweep" in line and "2 seed(s)" in line
+
+
+def test_every_calibration_tolerance_is_two_of_the_papers_sds_or_half_the_gain_it_guards():
+    from attnlab.experiments import boltzmann
+
+    anchors = {a for claim in get_suite("boltzmann", "paper").claims for a in claim.calibration}
+    assert len(anchors) == 6
+    for anchor in anchors:
+        table, T = anchor.experiment.rsplit("-T", 1)
+        sd = boltzmann.PAPER_SOFTMAX_SD[table][int(T)]
+        numbers = {"lm": boltzmann.PAPER_LM, "brackets": boltzmann.PAPER_BRACKETS,
+                   "brackets-noffn": boltzmann.PAPER_BRACKETS_NO_FFN}[table][int(T)]
+        gain = abs(numbers[1] - numbers[0])  # h+J against softmax
+        assert anchor.tolerance == pytest.approx(min(2 * sd, gain / 2)) and anchor.tolerance < gain
+        assert f"standard deviations of {sd:g}" in anchor.basis

@@ -36,10 +36,12 @@ byte-level BPE; 4.5 would make it smaller still), since a saving of ΔL nats per
 character. Both are shown; the verdict uses the converted one.
 
 **Before judging**, in this order:
-- *not calibrated*, however many seeds the claim has, if a baseline the tier runs under the paper's own protocol
-  (the claim's, and for "the gap grows" claims the second experiment's too) misses the paper's absolute number by
-  more than the stated tolerance: the protocol differs from the paper's in something that matters. The tier then
-  trains no other arm of that experiment once the baseline's planned seeds are in (calibration before comparison);
+- *not calibrated*, however many seeds the claim has, if a baseline the tier runs under the paper's own protocol (the
+  claim's, and for "the gap grows" claims the second experiment's too) misses the paper's absolute number by more than
+  its tolerance (two of the paper's standard deviations where the paper gives them, and at most a stated fraction of
+  the effect it guards, never the effect itself): the protocol differs from the paper's in something that matters. The
+  tier then trains no other arm of that experiment once the baseline's planned seeds are in (calibration before
+  comparison);
 - *inconclusive* with fewer than {MIN_SEEDS} seeds (a spread from 2 seeds has one degree of freedom), or while a
   baseline to calibrate has no run;
 - *untestable here* if the paper's effect cannot occur on the metric given the baseline: an accuracy that would have
@@ -115,6 +117,7 @@ class Anchor:
     paper: float
     tolerance: float
     scale: float = 1.0
+    basis: str = ""  # where the tolerance comes from ("two of the paper's standard deviations of 0.019")
 
     def check(self, results: Results) -> tuple[bool | None, str]:
         """(whether it holds, None without values; the calibration line)."""
@@ -127,7 +130,8 @@ class Anchor:
         held = abs(mean - self.paper) <= self.tolerance
         return held, (f"{what}: ours {mean:.4g}{spread} ({len(values)} seed{'s' if len(values) > 1 else ''}), the "
                       f"paper {self.paper:g}: off by {mean - self.paper:+.3g}, "
-                      f"{'within' if held else 'outside'} the tolerance ±{self.tolerance:g}")
+                      f"{'within' if held else 'outside'} the tolerance ±{self.tolerance:.3g}"
+                      + (f" ({self.basis})" if self.basis else ""))
 
 
 def relative(a: float, b: float) -> float:
