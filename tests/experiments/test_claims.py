@@ -319,8 +319,41 @@ def test_a_per_token_effect_is_judged_per_character():
     assert evaluate([lower(paper=-1.6, relative=True)], two_arms(0.0, 0.002))[0][1].verdict == \
         "smaller than the paper's"
     assert "-6.75% per token → **-1.73% per character**" in verdict_table([claim], results)[2]
-    with pytest.raises(ValueError, match="relative perplexity"):
+    with pytest.raises(ValueError, match="relative perplexity or a growth factor"):
         lower(paper=-1.0, chars_per_token=4.0)
+
+
+def test_an_equal_claims_per_token_margin_is_converted_by_the_same_function():
+    claim = Claim("h+J matches softmax", "lm", "val_ppl", "hJ", "softmax", "equal", margin=1.0, relative=True,
+                  chars_per_token=4.0)
+    assert claim.threshold == pytest.approx(100 * (1.01**0.25 - 1)) == pytest.approx(per_character(1.0, 4.0))
+    results = two_arms(0.05, 0.01)  # +0.5%: inside ±1% per token, outside ±0.249% per character
+    v = evaluate([claim], results)[0][1]
+    assert v.verdict == "opposite" and "outside ±0.249%" in v.reason
+    assert "within ±1% per token → **±0.249% per character**" in verdict_table([claim], results)[2]
+    growth = Claim("flat", "x", "ppl@4/ppl@1", "ia", "softmax", "equal", 0.0, margin=0.04, chars_per_token=4.0,
+                   paper_growths=(1.2, 1.2))
+    assert growth.threshold == pytest.approx(1.04**0.25 - 1)
+    assert growth.in_our_units(0.5).margin == pytest.approx(1.04**0.5 - 1)
+
+
+def test_a_per_token_claim_is_judged_under_both_transfer_assumptions():
+    # the paper's baseline at perplexity e^3 per token (3 nats), ours about 10 per character (2.3 nats): under the
+    # same fraction of the loss e = ln 10 / 3 = 0.77, so -6.75% per token is -5.2% per character, not -1.73%
+    claim = lower(paper=-6.75, relative=True, chars_per_token=4.0, paper_ppl=math.exp(3))
+    results = two_arms(-0.17, 0.02)  # -1.7%: the first assumption's effect, well short of the second's
+    assert claim.exponent("the same fraction of the loss", results) == pytest.approx(math.log(10) / 3, abs=1e-3)
+    v = evaluate([claim], results)[0][1]
+    assert v.verdict == "agrees" and v.other[0] == "agrees in sign; smaller than the paper's"
+    assert v.other[1] == pytest.approx(100 * (0.9325 ** (math.log(10) / 3) - 1), abs=0.01)
+    row = verdict_table([claim], results)[2]
+    assert "*the transfer assumptions differ*: under the same fraction of the loss, **agrees in sign; smaller" in row
+    assert f"{v.other[1]:+.3g}% (the same fraction of the loss)" in row and f"{v.other[1]:+.2g}" == "-5.2"
+    same = verdict_table([claim], two_arms(0.3, 0.02))[2]  # +3%: the other side under both
+    assert "**opposite** (the same under both transfer assumptions)" in same
+    unknown = replace(claim, paper_ppl=None)  # the paper gives no perplexity: the first assumption alone
+    assert evaluate([unknown], results)[0][1].other is None
+    assert "transfer" not in verdict_table([unknown], results)[2].split("|")[4]
 
 
 @pytest.mark.parametrize("direction, paper, margin, arm, base, untestable", [

@@ -30,10 +30,17 @@ baseline (or the arm's value itself when there is no baseline; arm / baseline �
 difference minus the same difference in a second experiment for "the gap grows" claims). Seeds are paired by index
 and a seed missing any needed value is left out. The 95% interval is the t-interval of the mean Δ over seeds.
 
-**The paper's effect in our units.** A relative perplexity per BPE token becomes one per character:
-(1 + r)^(1/c) − 1 with c = {CHARS_PER_TOKEN:g} characters per token (the common figure for English under GPT-2-style
-byte-level BPE; 4.5 would make it smaller still), since a saving of ΔL nats per token is ΔL / c nats per
-character. Both are shown; the verdict uses the converted one.
+**The paper's effect in our units.** Where the paper's perplexities are per BPE token and ours per character, every
+perplexity ratio R of the paper's (an arm's perplexity over its baseline's: a relative effect r = R − 1 or an equal
+claim's margin; a growth factor over lengths) becomes R^e per character, under two assumptions of how an effect
+carries over:
+- *the same nats per character*: a saving of ΔL nats per token is ΔL / c nats per character, so e = 1/c, with
+  c = {CHARS_PER_TOKEN:g} characters per token (the common figure for English under GPT-2-style byte-level BPE; 4.5
+  would make effects smaller still);
+- *the same fraction of the loss*: the effect takes the same share of the baseline's loss, so e = L_ours / L_paper,
+  our baseline's loss per character over the paper's per token (the logarithms of the two perplexities).
+The first decides the verdict; the row says whether the second gives the same word, and which where it does not.
+The unconverted number is shown only as the paper's.
 
 **Before judging**, in this order:
 - *not calibrated*, however many seeds the claim has, if a baseline the tier runs under the paper's own protocol (the
@@ -101,9 +108,25 @@ VERDICTS = ("agrees", "agrees in sign; smaller than the paper's", "agrees in sig
             "smaller than the paper's", "inconclusive", "untestable here", "not calibrated", "mechanism not engaged")
 
 
+SAME_NATS, SAME_FRACTION = "the same nats per character", "the same fraction of the loss"  # the two transfers
+
+
+def transferred(ratio: float, exponent: float) -> float:
+    """A perplexity ratio of the paper's per BPE token as one per character: R^e (RULES gives e under each
+    transfer assumption). The one conversion every per-token effect and margin goes through."""
+    return ratio**exponent
+
+
+def per_token(baseline_ppl: float | None, scale: str | None = None, **growths) -> dict:
+    """A claim's options where the paper's perplexities are per BPE token and ours per character: its effect and
+    margin convert (RULES), the paper's baseline perplexity per token (None: not given) entering the second transfer
+    assumption, its model size shown beside ours; growths: paper_growths of a growth claim."""
+    return {"chars_per_token": CHARS_PER_TOKEN, "paper_ppl": baseline_ppl, "paper_scale": scale, **growths}
+
+
 def per_character(effect: float, chars_per_token: float = CHARS_PER_TOKEN) -> float:
-    """A relative perplexity change per BPE token (in %) as the same saving per character."""
-    return 100 * ((1 + effect / 100) ** (1 / chars_per_token) - 1)
+    """A relative perplexity change per BPE token (in %) as the same nats saved per character."""
+    return 100 * (transferred(1 + effect / 100, 1 / chars_per_token) - 1)
 
 
 @dataclass(frozen=True)
@@ -158,6 +181,11 @@ class Claim:
     # ("softmax", "accuracy", 0.99) on MQAR; until then the verdict is inconclusive
     control: tuple[str, str, float] | None = None
     chars_per_token: float | None = None  # the paper's effect is per BPE token of this many characters; ours per one
+    # per-token claims: the paper's baseline perplexity per token (at the training length for growth claims), which
+    # the transfer "the same fraction of the loss" divides ours by (in logarithms)
+    paper_ppl: float | None = None
+    # a claim on growth factors ppl@long / ppl@short (metric "a/b"): the paper's arm's and baseline's, per token
+    paper_growths: tuple[float, float] | None = None
     paper_scale: str | None = None  # the paper's model size ("60M"), shown beside ours
     # the paper's numbers that the baselines must first reproduce: the claim's experiment's, and its contrast's
     calibration: tuple[Anchor, ...] = ()
@@ -174,8 +202,9 @@ class Claim:
             raise ValueError(f"{self.statement!r}: an 'equal' claim needs a positive margin")
         if self.relative and (self.baseline is None or self.scale != 1.0):
             raise ValueError(f"{self.statement!r}: a relative claim needs a baseline and is in % (scale 1)")
-        if self.chars_per_token is not None and not self.relative:
-            raise ValueError(f"{self.statement!r}: only a relative perplexity converts from per token to per character")
+        if self.chars_per_token is not None and not (self.relative or self.paper_growths):
+            raise ValueError(f"{self.statement!r}: only a relative perplexity or a growth factor converts from per "
+                             "token to per character")
         sign = {"lower": -1, "higher": 1}.get(self.direction)
         if sign is not None and self.paper is not None and not sign * self.paper > 0:
             # the "excludes the paper's effect" rule reads the paper's effect as lying on the claimed side
@@ -187,10 +216,36 @@ class Claim:
 
     @property
     def target(self) -> float | None:
-        """The paper's effect in the run's units: per character where the paper's is per BPE token."""
-        if self.paper is None or self.chars_per_token is None:
-            return self.paper
-        return per_character(self.paper, self.chars_per_token)
+        """The paper's effect in the run's units: per character where the paper's is per BPE token (the same nats
+        per character)."""
+        return self.in_our_units().paper
+
+    @property
+    def threshold(self) -> float | None:
+        """An equal claim's margin in the run's units (as `target`)."""
+        return self.in_our_units().margin
+
+    def in_our_units(self, exponent: float | None = None) -> Claim:
+        """The claim with the paper's effect and margin per character: every perplexity ratio R raised to
+        `exponent` (RULES; by default 1/c, the same nats per character). Itself where the paper's units are ours."""
+        if self.chars_per_token is None:
+            return self
+        e = 1 / self.chars_per_token if exponent is None else exponent
+        if self.paper_growths is not None:  # growth factors per token -> per character; the margin an excess over 1
+            arm, base = (transferred(g, e) for g in self.paper_growths)
+            paper, margin = arm - base, None if self.margin is None else transferred(1 + self.margin, e) - 1
+        else:
+            paper, margin = (None if x is None else 100 * (transferred(1 + x / 100, e) - 1)
+                             for x in (self.paper, self.margin))
+        return replace(self, paper=paper, margin=margin, chars_per_token=None)
+
+    def exponent(self, transfer: str, results: Results) -> float | None:
+        """e of the transfer assumption (RULES), None where the results cannot give it yet."""
+        if transfer == SAME_NATS:
+            return 1 / self.chars_per_token
+        key = self.metric.partition("/")[2] or self.metric  # the loss at the training length
+        ours = _arm_mean(results, self.experiment, self.baseline, key) if self.paper_ppl else None
+        return None if ours is None or ours <= 1 else math.log(ours) / math.log(self.paper_ppl)
 
     @property
     def limits(self) -> tuple[float, float] | None:
@@ -219,6 +274,9 @@ class Verdict:
     # the test behind the interval, as a p-value (nan: no test): that Δ = 0 (two-sided), or for an equal claim
     # that |Δ| > margin (two one-sided tests, doubled: p < 0.05 exactly where the 95% interval lies within ±margin)
     p: float = float("nan")
+    # per-token claims: the verdict under the transfer "the same fraction of the loss", and the paper's effect (an
+    # equal claim: its margin) per character under it; None where it does not apply or is not known yet
+    other: tuple[str, float] | None = None
 
     @property
     def fragile(self) -> bool:
@@ -264,7 +322,7 @@ def paired_deltas(claim: Claim, results: Results) -> list[float]:
 def _rule(claim: Claim, low: float, high: float) -> tuple[str, str]:
     """The verdict for a 95% interval [low, high], exactly as RULES states it."""
     if claim.direction == "equal":
-        m = claim.margin
+        m = claim.threshold
         if -m <= low and high <= m:
             return "agrees", f"the interval lies within ±{m:.3g}{claim.units}"
         if low > m or high < -m:
@@ -302,11 +360,12 @@ def judge(deltas: list[float], claim: Claim) -> Verdict:
         return Verdict(n, delta, delta - half, delta + half, "inconclusive",
                        f"{n} seeds: a verdict needs {MIN_SEEDS}", nan, None)
     equivalence = claim.direction == "equal"
-    target = claim.margin if equivalence else claim.target
+    target = claim.threshold if equivalence else claim.target
     needed = None if target is None else seeds_needed(sd, target, equivalence=equivalence)
     verdict, reason = _rule(claim, delta - half, delta + half)
     if equivalence:  # both one-sided tests must reject, each at 2.5%
-        p = min(1.0, 2 * max(t_test_p(delta, sd, n, -claim.margin, 1), t_test_p(delta, sd, n, claim.margin, -1)))
+        m = claim.threshold
+        p = min(1.0, 2 * max(t_test_p(delta, sd, n, -m, 1), t_test_p(delta, sd, n, m, -1)))
     else:
         p = t_test_p(delta, sd, n)
     return Verdict(n, delta, delta - half, delta + half, verdict, reason,
@@ -314,21 +373,30 @@ def judge(deltas: list[float], claim: Claim) -> Verdict:
 
 
 def evaluate(claims: list[Claim], results: Results) -> list[tuple[Claim, Verdict]]:
-    """Each claim's verdict: the checks RULES lists before judging, then the rule on its interval."""
+    """Each claim's verdict: the checks RULES lists before judging, then the rule on its interval, in our units
+    (the same nats per character), with the verdict under the other transfer assumption beside it."""
     judged = []
     for claim in claims:
-        verdict = judge(paired_deltas(claim, results), claim)
-        if (reason := not_calibrated(claim, results)) is not None:  # whatever the claim's own seeds
-            verdict = replace(verdict, verdict="not calibrated", reason=reason)
-        elif verdict.n >= MIN_SEEDS:
-            for check, word in ((uncalibrated, "inconclusive"), (untestable, "untestable here"),
-                                (unmeasured, "inconclusive"), (not_engaged, "mechanism not engaged"),
-                                (not_learned, "inconclusive")):
-                if (reason := check(claim, results)) is not None:
-                    verdict = replace(verdict, verdict=word, reason=reason)
-                    break
+        verdict = _verdict(claim.in_our_units(), results)
+        if claim.chars_per_token is not None and (exponent := claim.exponent(SAME_FRACTION, results)) is not None:
+            other = claim.in_our_units(exponent)
+            verdict = replace(verdict, other=(_verdict(other, results).verdict, _bar(other)))
         judged.append((claim, verdict))
     return judged
+
+
+def _verdict(claim: Claim, results: Results) -> Verdict:
+    """The verdict of a claim in our units."""
+    verdict = judge(paired_deltas(claim, results), claim)
+    if (reason := not_calibrated(claim, results)) is not None:  # whatever the claim's own seeds
+        return replace(verdict, verdict="not calibrated", reason=reason)
+    if verdict.n >= MIN_SEEDS:
+        for check, word in ((uncalibrated, "inconclusive"), (untestable, "untestable here"),
+                            (unmeasured, "inconclusive"), (not_engaged, "mechanism not engaged"),
+                            (not_learned, "inconclusive")):
+            if (reason := check(claim, results)) is not None:
+                return replace(verdict, verdict=word, reason=reason)
+    return verdict
 
 
 def calibration_lines(claims: list[Claim], results: Results, planned=None) -> list[str]:
@@ -484,7 +552,7 @@ def _ablation_moves(claim: Claim, results: Results) -> list[float]:
 
 def _bar(claim: Claim) -> float | None:
     """The least move of the metric that removing the component must make: the paper's effect, or the margin."""
-    return claim.margin if claim.direction == "equal" else claim.target
+    return claim.threshold if claim.direction == "equal" else claim.target
 
 
 def _near_floor(claim: Claim, results: Results, bar: float) -> bool:
@@ -534,16 +602,23 @@ def _what(claim: Claim) -> str:
     return f"Δ = {delta} in {claim.metric} {where}"
 
 
-def _paper_cell(claim: Claim) -> str:
-    if claim.direction == "equal":
-        return f"within ±{claim.margin:.3g}{claim.units}" + ("" if claim.paper is None else
-                                                              f" ({_num(claim.paper, claim)})")
-    if claim.paper is None:
+def _paper_cell(claim: Claim, v: Verdict) -> str:
+    """The paper's effect (an equal claim: the margin, and the paper's own Δ) as the paper gives it and, for a
+    per-token claim, per character under each transfer assumption."""
+    equal = claim.direction == "equal"
+    if claim.paper is None and not equal:
         return "–"
+    number = (lambda x: f"±{_num(x, claim).lstrip('+')}") if equal else (lambda x: _num(x, claim))
+    given = claim.margin if equal else claim.paper
+    own = f" (the paper's Δ: {_num(claim.paper, claim)})" if equal and claim.paper is not None else ""
     if claim.chars_per_token is None:
-        return _num(claim.paper, claim)
-    return (f"{_num(claim.paper, claim)} per token → **{_num(claim.target, claim)} per character** "
-            f"({claim.chars_per_token:g} characters per token)")
+        return ("within " if equal else "") + number(given) + own
+    ours = claim.threshold if equal else claim.target
+    cell = (f"{'within ' if equal else ''}{number(given)} per token{own} → **{number(ours)} per character** "
+            f"({SAME_NATS}, {claim.chars_per_token:g} characters per token)")
+    if v.other is not None:
+        cell += f"; {number(v.other[1])} ({SAME_FRACTION})"
+    return cell
 
 
 def _scale_note(claim: Claim, results: Results) -> str:
@@ -608,13 +683,16 @@ def verdict_table(claims: list[Claim], results: Results, planned_seeds=lambda cl
         if judged and v.verdict in CLEARED and claim.direction != "equal" and v.fragile:
             marks.append(f"*fragile*: the interval clears 0 by {min(abs(v.low), abs(v.high)):.2g}, under a fifth of "
                          f"its half-width {(v.high - v.low) / 2:.2g}")
+        if judged and v.other is not None:
+            marks.append(f"*the transfer assumptions differ*: under {SAME_FRACTION}, **{v.other[0]}**"
+                         if v.other[0] != v.verdict else "the same under both transfer assumptions")
         if claim.control_arm is not None:
             marks.append(f"{claim.arm} is a control: {claim.control_arm}, so it has no component of its own and "
                          f"no result of the mechanism's can fail this claim")
         family = f"{len(corrected)} headline{'s' if len(corrected) > 1 else ''}"
         ours = _ours_cell(claim, v) + (f"; p = {v.p:.2g}, Holm over {family}: {corrected[i]:.2g}" if i in corrected
                                        else "")
-        cells = [f"{statement}{_scale_note(claim, results)} ({_what(claim)})", _paper_cell(claim), ours,
+        cells = [f"{statement}{_scale_note(claim, results)} ({_what(claim)})", _paper_cell(claim, v), ours,
                  f"**{v.verdict}**{''.join(f' ({m})' for m in marks)}: {v.reason}", _power_cell(claim, v)]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -639,7 +717,7 @@ def _plot_row(ax, claim: Claim, v: Verdict) -> None:
     colour = COLOURS[v.verdict]
     ax.axvline(0, color="black", lw=0.8)
     if claim.direction == "equal":
-        ax.axvspan(-claim.margin, claim.margin, color="tab:blue", alpha=0.12)
+        ax.axvspan(-claim.threshold, claim.threshold, color="tab:blue", alpha=0.12)
     if v.n >= 2:
         ax.errorbar(v.delta, 0, xerr=[[v.delta - v.low], [v.high - v.delta]], fmt="o", color=colour, capsize=4)
     elif v.n == 1:
@@ -647,7 +725,7 @@ def _plot_row(ax, claim: Claim, v: Verdict) -> None:
     if claim.target is not None:
         ax.plot(claim.target, 0.5, "D", color="black", mfc="none")  # just above ours, on the same Δ axis
     shown = [0.0, *([claim.target] if claim.target is not None else []),
-             *([-claim.margin, claim.margin] if claim.direction == "equal" else []),
+             *([-claim.threshold, claim.threshold] if claim.direction == "equal" else []),
              *[x for x in (v.low, v.high, v.delta) if not math.isnan(x)]]
     pad = 0.15 * (max(shown) - min(shown)) or 1.0
     ax.set(xlim=(min(shown) - pad, max(shown) + pad), ylim=(-0.8, 1.1), yticks=[])

@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 
 from .. import gpu, recall
-from ..claims import CHARS_PER_TOKEN, Claim, relative
+from ..claims import Claim, per_token, relative
 from ..registry import register_suite
 from ..spec import ABLATED, CONVERGED_LM, QUICK, Arm, Experiment, Suite, ablated, sensitivity, sweep_around
 from .bench import PAIRS
@@ -153,7 +153,7 @@ def default() -> Suite:
                 Claim(f"sensitivity, λ initialised at {SENSITIVITY_LAMBDA:g} (not the paper's 0.1): CCQ-GLA lowers "
                       "perplexity vs GLA at the training length", large_lambda.name, "ppl@128", "ccq-gla", "gla",
                       "lower", relative(PAPER_WIKI["ccq-gla"], PAPER_WIKI["gla"]), relative=True, ablation=ABLATED,
-                      chars_per_token=CHARS_PER_TOKEN, paper_scale="1.3B")],
+                      **per_token(PAPER_WIKI["gla"], "1.3B"))],
     )
 
 
@@ -226,14 +226,16 @@ def extrapolation_claims(experiment: str, train: int, longest: int, headline: bo
     """Perplexity at the training length (table 2, 1.3B, per BPE token: converted where the tier models characters)
     and at 5x (figures 3-4: each CCQ model beats its backbone by 1-2.5 perplexity, without a perplexity to divide
     that by, so no paper effect in %). Setting CCQ's λ to 0 at evaluation must move perplexity as much."""
-    units = {"chars_per_token": CHARS_PER_TOKEN, "paper_scale": "1.3B"} if characters else {}
+    def units(backbone: str) -> dict:
+        return per_token(PAPER_WIKI[backbone], "1.3B") if characters else {}
+
     return [
         Claim("CCQ-GLA lowers perplexity vs GLA at the training length", experiment, f"ppl@{train}", "ccq-gla", "gla",
               "lower", relative(PAPER_WIKI["ccq-gla"], PAPER_WIKI["gla"]), relative=True, headline=headline,
-              ablation=ABLATED, **units),
+              ablation=ABLATED, **units("gla")),
         Claim("CCQ-GDN is at parity with GDN at the training length", experiment, f"ppl@{train}", "ccq-gdn", "gdn",
               "equal", relative(PAPER_WIKI["ccq-gdn"], PAPER_WIKI["gdn"]), relative=True, margin=SAME_PPL,
-              ablation=ABLATED),
+              ablation=ABLATED, **units("gdn")),
         *(Claim(f"{ccq.upper()} beats {backbone.upper()} at 5x the training length", experiment, f"ppl@{longest}",
                 ccq, backbone, "lower", relative=True) for backbone, ccq in PAIRS),
     ]

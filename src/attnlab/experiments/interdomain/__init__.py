@@ -22,7 +22,7 @@ import math
 import sys
 
 from .. import gpu, recall
-from ..claims import CHARS_PER_TOKEN, Claim, relative
+from ..claims import Claim, per_token, relative
 from ..registry import register_suite
 from ..spec import ABLATED, CONVERGED_LM, QUICK, Arm, Experiment, Suite, ablated, sweep_around
 from . import bench  # noqa: F401  (its bench case, GPU goal and demo arms)
@@ -168,7 +168,7 @@ def paper() -> Suite:
         Claim("RoPE is mildly harmful inside S4D-only", "cube", "val_ppl", "s4d + RoPE", "s4d", "higher",
               relative(PAPER_CUBE["s4d + RoPE"], PAPER_CUBE["s4d"]), relative=True),
         *(claim for size in scales for claim in scale_claims(size)),
-        *extrapolation_claims("extrapolation", 4096, 14336),
+        *extrapolation_claims("extrapolation", 4096, 14336, characters=False),
     ]
     return Suite(NAME, "Interdomain attention at the paper's scale (GPUs)", [cube, *scales.values(), extrapolation],
                  [*QUICK, *gpu.SMOKE, "model.mixer_options.interdomain.modes=16", "model.mixer_options.s4d.modes=16"],
@@ -205,10 +205,9 @@ def arm(label: str, size: str, *overrides: str) -> Arm:
 def cube_claims(experiment: str, corners: bool = True, characters: bool = True) -> list[Claim]:
     """The cube (table 4): IA vs S4D-only and softmax, and with all corners, which ingredient matters. The paper's
     perplexities are per BPE token at 125M: converted where the tier models characters."""
-    units = {"chars_per_token": CHARS_PER_TOKEN, "paper_scale": "125M"} if characters else {}
-
     def claim(statement, label, baseline, direction, **options):
         effect = relative(PAPER_CUBE[label], PAPER_CUBE[baseline])
+        units = per_token(PAPER_CUBE[baseline], "125M") if characters else {}
         return Claim(statement, experiment, "val_ppl", label, baseline, direction, effect, relative=True,
                      **units, **options)
 
@@ -228,18 +227,29 @@ def cube_claims(experiment: str, corners: bool = True, characters: bool = True) 
     return claims
 
 
-def extrapolation_claims(experiment: str, train: int, longest: int) -> list[Claim]:
-    """Length extrapolation (table 2): the growth factor ppl@3.5x / ppl@1x, and perplexity within training."""
+def extrapolation_claims(experiment: str, train: int, longest: int, characters: bool = True) -> list[Claim]:
+    """Length extrapolation (table 2, 1.3B, per BPE token: converted where the tier models characters): the growth
+    factor ppl@3.5x / ppl@1x, and perplexity within training."""
     growth_key = f"ppl@{longest}/ppl@{train}"
+
+    def units(baseline: str, *growths: str) -> dict:
+        if not characters:
+            return {}
+        paper_growths = {"paper_growths": tuple(growth(label) for label in growths)} if growths else {}
+        return per_token(PAPER_EXTRAPOLATION[baseline][0], "1.3B", **paper_growths)
+
     return [
         # staying flat is a growth of 1: an effect larger than softmax's own growth above 1 cannot be shown
         Claim("IA stays flat to 3.5x the training length where softmax grows", experiment, growth_key, "interdomain",
-              "softmax", "lower", growth("interdomain") - growth("softmax"), bounds=(1.0, math.inf)),
+              "softmax", "lower", growth("interdomain") - growth("softmax"), bounds=(1.0, math.inf),
+              **units("softmax", "interdomain", "softmax")),
         Claim("IA is as flat as S4D-only (the fixed-state core)", experiment, growth_key, "interdomain", "s4d",
-              "equal", growth("interdomain") - growth("s4d"), margin=SAME_FLATNESS),
+              "equal", growth("interdomain") - growth("s4d"), margin=SAME_FLATNESS,
+              **units("s4d", "interdomain", "s4d")),
         Claim("within the training length softmax has the lower perplexity", experiment, f"ppl@{train}",
               "interdomain", "softmax", "higher",
-              relative(PAPER_EXTRAPOLATION["interdomain"][0], PAPER_EXTRAPOLATION["softmax"][0]), relative=True),
+              relative(PAPER_EXTRAPOLATION["interdomain"][0], PAPER_EXTRAPOLATION["softmax"][0]), relative=True,
+              **units("softmax")),
     ]
 
 
