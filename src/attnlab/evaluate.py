@@ -122,14 +122,18 @@ def task_accuracy(model, data, device=None) -> dict:
 
 
 @torch.no_grad()
-def perplexity_by_length(model, corpus, lengths, max_tokens: int = 65_536, device=None, split: str = "val") -> dict:
+def perplexity_by_length(model, corpus, lengths, max_tokens: int | None = 65_536, device=None, split: str = "val"
+                         ) -> dict:
     """Perplexity on non-overlapping windows of each length (each window from a fresh state), using at
-    most max_tokens tokens of the split per length: exp of the token-weighted mean cross-entropy."""
+    most max_tokens tokens of the split per length (None: every window): exp of the token-weighted mean
+    cross-entropy."""
     model.eval()
     data = corpus.split(split)
     result = {}
     for length in lengths:
-        windows = min((len(data) - 1) // length, max(1, max_tokens // length))
+        windows = (len(data) - 1) // length
+        if max_tokens is not None:
+            windows = min(windows, max(1, max_tokens // length))
         if windows == 0:
             raise ValueError(f"the {split} split has {len(data)} tokens, fewer than one window of {length}")
         total = torch.zeros((), device=device)

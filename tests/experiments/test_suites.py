@@ -207,6 +207,7 @@ def test_a_sweep_goes_on_past_an_edge_that_wins_and_says_where_it_stopped_there(
     assert [line for line in lines if "edge:" in line] == [
         "At the sweep's edge: sigmoid (lr 0.016); a rate beyond it might train better."]
     assert not any("goes on:" in line for line in lines)
+    assert "Each arm's seed 0 is its sweep's own run at the chosen rate" in "\n".join(lines)
 
 
 def test_sweep_rates_extend_the_grid_past_a_winning_edge_and_no_further_than_they_know():
@@ -565,11 +566,39 @@ def test_extrapolation_also_scores_the_training_length_without_the_mechanism(tmp
     gla, ccq = runs_of(results)["extrapolation/gla/0"], runs_of(results)["extrapolation/ccq-gla/0"]
     assert ABLATED not in gla  # nothing of its own to remove
     run = runner.load_run(tmp_path / "suite" / ccq["run"])
-    seq_len = run.config.train.seq_len
+    seq_len, val = run.config.train.seq_len, run.corpus().split("val")
+    assert ccq["ppl_tokens"] == (len(val) - 1) // seq_len * seq_len  # every window of the validation split
+    whole = perplexity_by_length(run.model, run.corpus(), [seq_len, 2 * seq_len], max_tokens=None)
+    assert ccq[f"ppl@{seq_len}"] == pytest.approx(whole[seq_len]) and ccq[f"ppl@{2 * seq_len}"] == pytest.approx(
+        whole[2 * seq_len])
     with run.model.ablated():
-        ablated = perplexity_by_length(run.model, run.corpus(), [seq_len], max_tokens=16_384)[seq_len]
+        ablated = perplexity_by_length(run.model, run.corpus(), [seq_len], max_tokens=None)[seq_len]
     assert ccq[ABLATED] == pytest.approx(ablated) and ccq[ABLATED] != ccq[f"ppl@{seq_len}"]
     write_report(suite, results, tmp_path / "suite")  # the curve leaves the ablation out
+    assert f"({ccq['ppl_tokens']:,} tokens, in windows of each length)" in (tmp_path / "suite" / "report.md").read_text()
+
+
+def test_records_scored_on_a_prefix_are_named_in_their_claims_rows_and_scored_again():
+    from attnlab.experiments.plan import measurement_of, run_config, settings_of, stands
+
+    claim = Claim("ccq beats gla", "extrapolation", "ppl@128", "ccq-gla", "gla", "lower", relative=True)
+    experiment = Experiment("extrapolation", "x", "extrapolation", [Arm("gla", "demo"), Arm("ccq-gla", "demo")],
+                            "gla", lengths=[1, 5])
+    suite = Suite("toy", "Toy", [experiment], claims=[claim])
+    results = Results({"suite": "toy", "runs": {}})
+    for arm in ("gla", "ccq-gla"):
+        for seed in range(3):
+            results.records[RunKey("extrapolation", arm, seed=seed)] = Record(
+                {"ppl@128": 5.0 + seed, "ppl@640": 6.0, "seconds": 1.0, "config": "f",
+                 "measured": ["extrapolation", [1, 5], []]})  # written before whole-split scoring
+    [row] = report.verdict_table(suite.claims, results, caveats=report.caveats(suite, results))[2:]
+    assert "*scored on a sample*: 6 runs on the first 16,384 tokens of the validation split at each length" in row
+    assert "6 of 6 runs were scored on the first 16,384 tokens" in report.scoring_lines(experiment, results)[1]
+    key = RunKey("extrapolation", "gla", seed=0)
+    cfg = run_config(experiment, experiment.arms[0], 0, None, settings_of(suite, results))
+    assert not stands(results.get(key), key, experiment, cfg, "f")  # reproduce scores it again
+    results.records[key]["measured"] = measurement_of(experiment)
+    assert stands(results.get(key), key, experiment, cfg, "f")
 
 
 @pytest.mark.parametrize("metric, preset, extra", [("accuracy", "mqar", []), ("niah", "demo", ["data.source=niah"])])

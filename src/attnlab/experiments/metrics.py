@@ -119,19 +119,26 @@ def niah_accuracy(experiment: Experiment, run_dir: Path) -> dict:
     return record
 
 
+# records of revision 1 scored each length on the first PREFIX_TOKENS tokens of the validation split
+PREFIX_TOKENS = 16_384
+
+
 def extrapolation(experiment: Experiment, run_dir: Path) -> dict:
-    """Perplexity at multiples of the training length, and at the training length with the mechanism's own
-    component removed where the model has one (on the same windows)."""
+    """Perplexity at multiples of the training length, each on every window of that length in the validation
+    split, and at the training length with the mechanism's own component removed where the model has one (on the
+    same windows); ppl_tokens: the tokens scored at the training length."""
     from ..evaluate import perplexity_by_length
 
     run = _load(run_dir)
     seq_len = run.config.train.seq_len
     lengths = [int(seq_len * f) for f in experiment.lengths]
+    corpus = run.corpus()
 
     def curve(at: list[int]) -> dict:
-        return perplexity_by_length(run.model, run.corpus(), at, max_tokens=16_384, device=run.device)
+        return perplexity_by_length(run.model, corpus, at, max_tokens=None, device=run.device)
 
     record = {f"ppl@{length}": value for length, value in curve(lengths).items()}
+    record["ppl_tokens"] = (len(corpus.split("val")) - 1) // seq_len * seq_len
     if (values := _without_component(run, lambda: curve([seq_len]))) is not None:
         record[ABLATED] = values[seq_len]
     return record
@@ -163,7 +170,8 @@ for _metric in (
     # answer ran past the training length)
     Metric("niah", niah_accuracy, percent=True, curve=Curve(CONTEXT_LENGTH, "S-NIAH exact match (%)"), revision=2,
            ablation=True),
-    Metric("extrapolation", extrapolation, curve=Curve(CONTEXT_LENGTH, "perplexity"), ablation=True),
+    # revision 2: every window of the validation split (in 1, its first PREFIX_TOKENS tokens per length)
+    Metric("extrapolation", extrapolation, curve=Curve(CONTEXT_LENGTH, "perplexity"), ablation=True, revision=2),
     Metric("tokens_to_loss", sample_efficiency),
 ):
     register_metric(_metric)

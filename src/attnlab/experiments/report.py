@@ -15,7 +15,7 @@ from .claims import (
     plot_claims,
     verdict_table,
 )
-from .metrics import get_metric
+from .metrics import PREFIX_TOKENS, get_metric
 from .plan import run_config, settings_of, superseded, swept_losses
 from .seeds_needed import settle_lines
 from .spec import SWEEP_EXTENSIONS, Experiment, Suite, ablated, arm_seeds, seed_count, sweep_source
@@ -120,23 +120,40 @@ def seed_table(experiment: Experiment, results: Results) -> list[str]:
     return lines
 
 
+# what a perplexity metric's records were scored on, before whole-split scoring: (the key of the tokens scored
+# in whole-split records, what the earlier records read)
+SAMPLES = {"val_ppl": ("val_tokens", "20 random windows of the validation split"),
+           "extrapolation": ("ppl_tokens", f"the first {PREFIX_TOKENS:,} tokens of the validation split at each "
+                                           "length")}
+
+
 def scoring_lines(experiment: Experiment, results: Results) -> list[str]:
     """What a language model's perplexity was scored on: every position of the validation split, or (records
-    measured before whole-split scoring) 20 random windows of it."""
-    if experiment.metric != "val_ppl":
+    measured before whole-split scoring) a sample of it."""
+    if experiment.metric not in SAMPLES:
         return []
-    records = [r for r in results.of(experiment.name).values() if "val_ppl" in r]
-    whole = {r["val_tokens"] for r in records if "val_tokens" in r}
-    sampled = sum("val_tokens" not in r for r in records)
+    tokens_key, sample = SAMPLES[experiment.metric]
+    records = [r for r in results.of(experiment.name).values() if any(k.startswith("ppl") for k in r)]
+    whole = {r[tokens_key] for r in records if tokens_key in r}
+    sampled = sum(tokens_key not in r for r in records)
     lines = []
     if whole:
         tokens = " or ".join(f"{n:,}" for n in sorted(whole))
-        lines.append(f"Scored on every position of the validation split once ({tokens} tokens, in windows of the "
-                     "training length).")
+        lines.append(f"Scored on every position of the validation split once ({tokens} tokens, in windows of "
+                     f"{'the training length' if experiment.metric == 'val_ppl' else 'each length'}).")
     if sampled:
-        lines.append(f"{sampled} of {len(records)} runs were scored on 20 random windows of the validation split "
-                     "(measured before whole-split scoring).")
+        lines.append(f"{sampled} of {len(records)} runs were scored on {sample} (measured before whole-split "
+                     "scoring; `attnlab reproduce` scores them again).")
     return ["", " ".join(lines)] if lines else []
+
+
+def sampled(experiment: Experiment, labels: set, results: Results) -> int:
+    """How many runs of these arms of the experiment were scored on a sample of the validation split (SAMPLES)."""
+    if experiment.metric not in SAMPLES:
+        return 0
+    tokens_key = SAMPLES[experiment.metric][0]
+    return sum(tokens_key not in r for key, r in results.of(experiment.name).items()
+               if key.arm in labels and any(k.startswith("ppl") for k in r))
 
 
 def current(suite: Suite, results: Results) -> tuple[Results, list[str]]:
@@ -273,6 +290,9 @@ def _sweep_lines(experiment: Experiment, results: Results) -> list[str]:
                       "of the best rate so far."]
     if edges:  # the optimum may lie beyond the rates tried
         lines += ["", f"At the sweep's edge: {', '.join(edges)}; a rate beyond it might train better."]
+    # a sweep's point trains at the first seed, so at the chosen rate it is the model of seed 0
+    lines += ["", "Each arm's seed 0 is its sweep's own run at the chosen rate (the same model): the run that chose "
+                  "the rate is one of the compared seeds, and the rate is chosen on one run's validation loss."]
     return [*lines, ""]
 
 
@@ -330,6 +350,9 @@ def caveats(suite: Suite, results: Results):
         summary = _cap_summary(counts)
         marks = [f"*not converged*, {summary[0]} of {summary[1]} runs at their cap of {summary[2]} steps"] \
             if summary else []
+        compared = [e for e in map(experiments.get, (claim.experiment, claim.contrast)) if e is not None]
+        if runs := sum(sampled(e, labels, results) for e in compared):
+            marks.append(f"*scored on a sample*: {runs} runs on {SAMPLES[compared[0].metric][1]}")
         return marks + ([f"*sweep going on*: {', '.join(sorted(going_on))}"] if going_on else [])
 
     return of
