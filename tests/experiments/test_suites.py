@@ -575,7 +575,8 @@ def test_extrapolation_also_scores_the_training_length_without_the_mechanism(tmp
         ablated = perplexity_by_length(run.model, run.corpus(), [seq_len], max_tokens=None)[seq_len]
     assert ccq[ABLATED] == pytest.approx(ablated) and ccq[ABLATED] != ccq[f"ppl@{seq_len}"]
     write_report(suite, results, tmp_path / "suite")  # the curve leaves the ablation out
-    assert f"({ccq['ppl_tokens']:,} tokens, in windows of each length)" in (tmp_path / "suite" / "report.md").read_text()
+    written = (tmp_path / "suite" / "report.md").read_text()
+    assert f"({ccq['ppl_tokens']:,} tokens, in windows of each length)" in written
 
 
 def test_records_scored_on_a_prefix_are_named_in_their_claims_rows_and_scored_again():
