@@ -1,5 +1,5 @@
 """Associative recall at zoology's protocol, for the suites whose papers claim something about recall:
-MQAR trained until the validation loss stops improving, each model at the best of a learning-rate sweep
+MQAR trained with early stopping (at most 8,000 steps), each model at the best of a learning-rate sweep
 chosen on validation, at two (length, pairs) settings. Softmax attention is in every experiment: where it
 does not reach ~100%, the task is not yet learned and says nothing about the others.
 

@@ -5,7 +5,7 @@ text and MQAR.
 Tiers:
 - `default`: character Shakespeare in miniature, 400 steps a model, 3 seeds: about 45 minutes on 2 CPU cores.
 - `converged`: MQAR at zoology's protocol (recall.py) and the LM's softmax / Euler / uncoupled arms trained
-  until the validation loss stops improving (at most 4,000 steps, 8M characters). A training step took about
+  with early stopping, at most 4,000 steps (8M characters). A training step took about
   0.3 s (LM, 16 x 128 characters) and 0.08-0.1 s (MQAR) on one core shared with another job, about 0.17 s and
   0.05-0.09 s on a quiet machine: roughly 2-3 hours for the LM and 2-4 for MQAR on 2 cores if every run
   reaches its cap (a rough figure). Softmax's MQAR models are those of the other suites' converged tiers.
@@ -175,12 +175,12 @@ def _corpus_experiments() -> list[Experiment]:
 
 
 def converged() -> Suite:
-    """MQAR at zoology's protocol, and the main comparison trained until the validation loss stops improving."""
+    """MQAR at zoology's protocol, and the main comparison trained with early stopping, at most 4,000 steps."""
     # at most 4,000 steps (8M characters, almost 8 passes over the plays and 10 per parameter)
     early_stopping = [*CONVERGED_LM, "data.max_chars=1200000"]
     lm = Experiment(
         "lm",
-        "Character-level Shakespeare, trained until validation loss stops improving: validation perplexity",
+        "Character-level Shakespeare, early stopping or 4,000 steps: validation perplexity",
         "val_ppl",
         [Arm(label, "coupled-qk-char", [f"model.mixer={mixer}", *early_stopping])
          for label, mixer in [("softmax", "softmax"), ("coupled-euler", "coupled-qk"), ("uncoupled", "uncoupled-qk")]],
@@ -189,7 +189,8 @@ def converged() -> Suite:
         lrs=sweep_around("coupled-qk-char"),
     )
     mqar = recall.mqar(["softmax", "coupled-qk"])
-    return Suite(NAME, "Coupled Query-Key Dynamics: recall and language modelling trained to convergence",
+    return Suite(NAME, "Coupled Query-Key Dynamics: recall and language modelling, early stopping or at most 8,000 "
+                 "and 4,000 steps",
                  [*mqar, lm], QUICK,
                  "Claims: coupling lowers perplexity, and more than an uncoupled MLP of the same size does; on "
                  "MQAR (not in the paper) coupling is not worse than softmax.",
