@@ -1,6 +1,12 @@
 import ema_mixer  # noqa: F401  (examples/: a mixer added from one file, so every registry test covers it)
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
+
+# Hypothesis's too_slow health check and its deadline time the machine (a loaded CI runner draws examples slowly),
+# not the code under test: off for every property test
+settings.register_profile("any-load", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("any-load")
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,7 @@ from attnlab.config import list_presets
 from attnlab.data.niah import NOISE
 from attnlab.mixers import list_mixers
 
-FUZZ = settings(max_examples=25, deadline=None, database=None)
+FUZZ = settings(max_examples=25, database=None)  # the profile of conftest: no timing health check, no deadline
 FUZZ_MORE = settings(FUZZ, max_examples=50)  # the commands that do real work on the run, in a fraction of a second
 COMMANDS = ["train", "eval", "generate", "list", "couplings", "demo", "reproduce", "report", "results", "bench",
             "doctor"]

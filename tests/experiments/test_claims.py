@@ -593,3 +593,28 @@ def test_an_interval_that_barely_clears_zero_is_fragile():
     assert "*fragile*: the interval clears 0 by" in row
     [row] = verdict_table([lower(paper=-1.0)], two_arms(-1.0, 0.05))[2:]
     assert "fragile" not in row
+
+
+def test_engagement_on_a_per_character_claim_is_judged_against_the_converted_effect():
+    # the paper's -6.75% per token is -1.73% per character: removing a component that costs 3% engages it there,
+    # though 3% is under the per-token number
+    claim = lower(paper=-6.75, relative=True, chars_per_token=4.0, ablation="ablated_ppl")
+    results = two_arms(-0.17, 0.02)
+    intact = list(results.by_seed("lm", "hJ", "val_ppl").values())
+    add_runs(results, "lm", "hJ", [v * 1.03 for v in intact], "ablated_ppl")
+    assert evaluate([claim], results)[0][1].verdict == "agrees"
+    add_runs(results, "lm", "hJ", [v * 1.01 for v in intact], "ablated_ppl")  # 1%: under the converted 1.73%
+    v = evaluate([claim], results)[0][1]
+    assert v.verdict == "mechanism not engaged" and "less than the paper's -1.73%" in v.reason
+
+
+@pytest.mark.parametrize("direction, paper, margin, arm, base", [
+    ("equal", None, 5.0, 1.0, 0.5),  # the arm at the ceiling, its baseline halfway: the metric can tell them apart
+    ("higher", 30.0, None, 0.9, 0.05),  # the baseline at the floor, the arm far above it
+    ("lower", -30.0, None, 0.05, 0.9),  # the arm at the floor, the baseline far above it
+])
+def test_arms_far_apart_are_testable_even_where_one_sits_at_a_bound(direction, paper, margin, arm, base):
+    claim = Claim("ccq vs gla", "task", "accuracy", "ccq", "gla", direction, paper, margin=margin, scale=100)
+    results = add_runs(toy_results(), "task", "gla", [base - 0.01, base, base + 0.01], "accuracy")
+    add_runs(results, "task", "ccq", [arm - 0.01, arm, min(arm + 0.01, 1.0)], "accuracy")
+    assert evaluate([claim], results)[0][1].verdict != "untestable here"

@@ -444,9 +444,12 @@ def test_accuracies_are_shown_in_percent_like_the_papers_quote_them():
 
 def test_a_language_model_is_scored_on_the_whole_split_and_without_its_mechanism(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
-    arms = [Arm("softmax", "demo", ["model.mixer=softmax"]), Arm("coupled", "demo", ["model.mixer=coupled-qk"])]
+    # a step of 1 (not 0.1) and 40 training steps: removing the coupling then moves the loss measurably
+    coupled = ["model.mixer=coupled-qk", "model.mixer_options.coupled-qk.dt_init=1.0"]
+    arms = [Arm("softmax", "demo", ["model.mixer=softmax"]), Arm("coupled", "demo", coupled)]
     suite = Suite("toy", "Toy", [Experiment("lm", "LM", "val_ppl", arms, "softmax")])
-    results = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None)
+    longer = [*TINY, "train.steps=40", "train.eval_every=40", "train.ckpt_every=40", "train.lr=0.01"]
+    results = run_suite(suite, tmp_path / "suite", seeds=1, extra=longer, log=lambda *_: None)
     softmax, coupled = runs_of(results)["lm/softmax/0"], runs_of(results)["lm/coupled/0"]
     run = runner.load_run(tmp_path / "suite" / coupled["run"])
     corpus = run.corpus()
@@ -454,7 +457,10 @@ def test_a_language_model_is_scored_on_the_whole_split_and_without_its_mechanism
     whole = whole_split_loss(run.model, corpus, "val", run.config.train.seq_len, None)
     assert coupled["val_loss"] == pytest.approx(whole, rel=1e-6)  # fp32, evaluated in other chunks
     assert ABLATED not in softmax  # nothing of its own to remove
-    assert coupled[ABLATED] != coupled["val_ppl"] > 0
+    with run.model.ablated():  # the coupling's step at 0: the same windows scored without the mechanism
+        without = whole_split_loss(run.model, corpus, "val", run.config.train.seq_len, None)
+    assert coupled[ABLATED] == pytest.approx(math.exp(without), rel=1e-6)
+    assert abs(without - whole) > 1e-4  # far outside the tolerance above
 
 
 def test_records_of_a_superseded_config_are_left_out_of_the_report_until_retrained(tmp_path, monkeypatch):
