@@ -658,3 +658,21 @@ def test_an_experiment_on_anothers_sweep_measures_its_models_as_they_are_trained
     assert again_softmax <= old and not any(k.arm == "sigmoid" for k in old)
     lines = write_report(suite, results, tmp_path / "suite").read_text()
     assert "Learning rates: each arm's as the sweep of mqar chose it" in lines
+
+
+def test_a_sweep_compares_rates_by_the_whole_split_loss_where_measured_and_says_what_it_cannot_separate():
+    from attnlab.experiments.plan import sweep_loss
+
+    assert sweep_loss(Record({"best_val_loss": 1.6, "val_loss": 1.5, "val_tokens": 9999})) == 1.5
+    assert sweep_loss(Record({"best_val_loss": 1.6, "ppl@128": math.e, "ppl@256": 9.0, "ppl_tokens": 99})) == 1.0
+    assert sweep_loss(Record({"best_val_loss": 1.6, "ppl@128": math.e})) == 1.6  # scored on a prefix: not used
+    sweep = Experiment("lm", "LM", "val_ppl", [Arm("gla", "demo"), Arm("gdn", "demo")], "gla", lrs=[1e-3, 2e-3])
+    runs = {str(RunKey("lm", "gla", lr=1e-3)): {"best_val_loss": 1.606}, str(RunKey("lm", "gla", lr=2e-3)):
+            {"best_val_loss": 1.6059}, str(RunKey("lm", "gdn", lr=1e-3)): {"best_val_loss": 1.5},
+            str(RunKey("lm", "gdn", lr=2e-3)): {"best_val_loss": 1.6}}
+    for label, losses in (("gla", [1.6059, 1.60, 1.61]), ("gdn", [1.5, 1.501, 1.499])):
+        runs |= {str(RunKey("lm", label, seed=s)): {"best_val_loss": v} for s, v in enumerate(losses)}
+    lines = "\n".join(report.training_table(Suite("toy", "Toy", [sweep]), sweep, Results({"suite": "toy",
+                                                                                         "runs": runs})))
+    assert "Not separated by the sweep" in lines and "gla: lr 0.002 chosen, lr 0.001 (+0.0001 against" in lines
+    assert "gdn: lr" not in lines  # 0.1 apart against a spread of 0.001: separated

@@ -348,6 +348,14 @@ def swept_losses(results: Results, experiment: Experiment, label: str, extend: b
 
 
 def sweep_loss(record: Record) -> float:
+    """The validation loss a sweep compares rates by: over the whole validation split where the record measured
+    it (val_ppl's val_loss; extrapolation's perplexity at the training length), else the training's own validation
+    (a sample of the split, unless the run set train.eval_batches=0)."""
+    if "val_tokens" in record and "val_loss" in record:
+        return record["val_loss"]
+    if "ppl_tokens" in record:  # every window of the split at each length: the shortest is the training length
+        lengths = [int(key.removeprefix("ppl@")) for key in record if key.startswith("ppl@")]
+        return math.log(record[f"ppl@{min(lengths)}"])
     loss = record.get("best_val_loss")
     return math.inf if loss is None else loss  # a run that never validated (it diverged) loses
 

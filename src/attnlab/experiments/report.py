@@ -16,7 +16,7 @@ from .claims import (
     verdict_table,
 )
 from .metrics import PREFIX_TOKENS, get_metric
-from .plan import run_config, settings_of, superseded, swept_losses
+from .plan import run_config, settings_of, superseded, sweep_loss, swept_losses
 from .seeds_needed import settle_lines
 from .spec import SWEEP_EXTENSIONS, Experiment, Suite, ablated, arm_seeds, seed_count, sweep_source
 from .stats import mean_std, paired_difference
@@ -290,10 +290,31 @@ def _sweep_lines(experiment: Experiment, results: Results) -> list[str]:
                       "of the best rate so far."]
     if edges:  # the optimum may lie beyond the rates tried
         lines += ["", f"At the sweep's edge: {', '.join(edges)}; a rate beyond it might train better."]
+    if unseparated := _unseparated(experiment, results, losses):
+        lines += ["", f"Not separated by the sweep (the loss at another rate within the seed-to-seed spread of the "
+                      f"chosen one's seeds): {'; '.join(unseparated)}. The chosen rate may be chance."]
     # a sweep's point trains at the first seed, so at the chosen rate it is the model of seed 0
     lines += ["", "Each arm's seed 0 is its sweep's own run at the chosen rate (the same model): the run that chose "
-                  "the rate is one of the compared seeds, and the rate is chosen on one run's validation loss."]
+                  "the rate is one of the compared seeds, and the rate is chosen on one run's validation loss (over "
+                  "the whole validation split where the run measured it)."]
     return [*lines, ""]
+
+
+def _unseparated(experiment: Experiment, results: Results, losses: dict) -> list[str]:
+    """Per arm, the rates whose sweep loss lies within one standard deviation (over the arm's seeds at the chosen
+    rate) of the chosen rate's: "gla: lr 0.002 (+0.0001 against a spread of 0.004)"."""
+    out = []
+    for label, by_lr in losses.items():
+        known = {lr: v for lr, v in by_lr.items() if v is not None}
+        seeds = [sweep_loss(r) for r in results.of(experiment.name, label).values()]
+        if len(known) < 2 or len(seeds) < 2:
+            continue
+        best, spread = min(known, key=known.get), mean_std(seeds)[1]
+        close = [f"lr {lr:g} ({v - known[best]:+.2g} against a spread of {spread:.2g})"
+                 for lr, v in sorted(known.items()) if lr != best and v - known[best] < spread]
+        if close:
+            out.append(f"{label}: lr {best:g} chosen, {', '.join(close)}")
+    return out
 
 
 def _not_converged(suite: Suite, experiment: Experiment, results: Results) -> list[str]:
