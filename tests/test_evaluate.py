@@ -103,3 +103,17 @@ def test_accuracy_counts_only_the_scored_positions():
         slices = {2: (inputs[:1], targets[:1]), 4: (inputs[2:], targets[2:])}
 
     assert task_accuracy(Echo(), Task()) == {"accuracy": 3 / 5, "pairs=2": 1 / 2, "pairs=4": 1 / 2}
+
+
+def test_block_losses_are_the_mean_window_loss_of_consecutive_runs_of_full_windows(model_and_corpus):
+    from attnlab.evaluate import block_losses
+
+    model, corpus = model_and_corpus
+    val = torch.from_numpy(corpus.split("val").astype("int64"))  # 50 tokens: 6 full windows of 8 and a tail
+    windows = [F.cross_entropy(model(val[None, w * 8 : (w + 1) * 8])[0][0], val[w * 8 + 1 : (w + 1) * 8 + 1]).item()
+               for w in range(6)]
+    blocks = block_losses(model, corpus, "val", 8, None, blocks=4, chunk=4)  # windows 2, 2, 1, 1 (tensor_split)
+    expected = [sum(windows[0:2]) / 2, sum(windows[2:4]) / 2, windows[4], windows[5]]
+    assert blocks == pytest.approx(expected, rel=1e-9)
+    with pytest.raises(ValueError, match="6 windows of 8, fewer than 7 blocks"):
+        block_losses(model, corpus, "val", 8, None, blocks=7)

@@ -67,6 +67,30 @@ def whole_split_loss(model, corpus, split: str, seq_len: int, device, autocast=n
     return _mean_loss(model, windows, device, autocast, chunk)
 
 
+@torch.no_grad()
+def block_losses(model, corpus, split: str, seq_len: int, device, blocks: int, chunk: int = 64) -> list[float]:
+    """The mean cross-entropy of each of `blocks` consecutive runs of the split's full windows of seq_len tokens
+    (each window from a fresh state, as whole_split_loss reads them; the shorter tail window is left out): what
+    a bootstrap over the validation tokens resamples, keeping neighbouring tokens together."""
+    data = corpus.split(split)
+    full = (len(data) - 1) // seq_len
+    if full < blocks:
+        raise ValueError(f"the {split} split has {full} windows of {seq_len}, fewer than {blocks} blocks")
+    tokens = torch.from_numpy(data[: full * seq_len + 1].astype("int64"))
+    x, y = tokens[:-1].view(full, seq_len), tokens[1:].view(full, seq_len)
+    was_training = model.training
+    model.eval()
+    per_window = []
+    for lo in range(0, full, chunk):
+        logits, _ = model(to_device(x[lo : lo + chunk], device), keep_states=False)
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 up to fp32, fp64 kept
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), to_device(y[lo : lo + chunk], device).flatten(),
+                                                 reduction="none")
+        per_window.append(loss.view(-1, seq_len).double().mean(1).cpu())
+    model.train(was_training)
+    return [block.mean().item() for block in torch.cat(per_window).tensor_split(blocks)]
+
+
 def scored_positions(corpus, split: str = "val", packed: bool = False) -> int:
     """How many positions split_loss scores over the whole split: every token of the split but the first, or,
     packed, every token but the first of each document."""

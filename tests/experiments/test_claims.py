@@ -618,3 +618,26 @@ def test_arms_far_apart_are_testable_even_where_one_sits_at_a_bound(direction, p
     results = add_runs(toy_results(), "task", "gla", [base - 0.01, base, base + 0.01], "accuracy")
     add_runs(results, "task", "ccq", [arm - 0.01, arm, min(arm + 0.01, 1.0)], "accuracy")
     assert evaluate([claim], results)[0][1].verdict != "untestable here"
+
+
+def test_a_paired_token_bootstrap_gives_the_validation_samples_share_of_the_uncertainty():
+    from attnlab.experiments.claims import token_interval
+
+    claim = lower(paper=-1.0, relative=True, headline=True)
+    results = two_arms(-0.1, 0.02)
+    rng = np.random.default_rng(1)
+    for seed in range(5):
+        base = rng.normal(2.0, 0.3, size=40)  # block losses that vary along the split
+        arm, base_ppl = (results.by_seed("lm", label, "val_ppl")[seed] for label in ("hJ", "softmax"))
+        shift = math.log(arm / base_ppl)
+        results.records[RunKey("lm", "softmax", seed=seed)]["val_blocks"] = list(base)
+        # the arm: the same blocks shifted by its seed's gap, plus block noise of its own
+        results.records[RunKey("lm", "hJ", seed=seed)]["val_blocks"] = list(base + shift + rng.normal(0, 0.001, 40))
+    low, high, blocks = token_interval(claim, results)
+    v = evaluate([claim], results)[0][1]
+    assert blocks == 40 and low < v.delta < high and high - low < 0.1  # paired: the block variation cancels
+    assert f"the validation tokens alone (a paired bootstrap of 40 blocks): [{low:+.3g}%, {high:+.3g}%]" in \
+        verdict_table([claim], results)[2]
+    del results.records[RunKey("lm", "hJ", seed=0)]["val_blocks"]
+    assert token_interval(claim, results) is None
+    assert "the validation tokens alone: not measured" in verdict_table([claim], results)[2]

@@ -10,7 +10,7 @@ import pytest
 
 from attnlab import checkpoint
 from attnlab.errors import ConfigError, UserError
-from attnlab.evaluate import perplexity_by_length, whole_split_loss
+from attnlab.evaluate import block_losses, perplexity_by_length, whole_split_loss
 from attnlab.experiments import SUITES, claims, get_suite, report, runner
 from attnlab.experiments.claims import Anchor, Claim
 from attnlab.experiments.metrics import get_metric, tokens_to_loss
@@ -444,6 +444,7 @@ def test_accuracies_are_shown_in_percent_like_the_papers_quote_them():
 
 def test_a_language_model_is_scored_on_the_whole_split_and_without_its_mechanism(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr("attnlab.experiments.metrics.VAL_BLOCKS", 4)  # the tiny split holds a few windows
     # a step of 1 (not 0.1) and 40 training steps: removing the coupling then moves the loss measurably
     coupled = ["model.mixer=coupled-qk", "model.mixer_options.coupled-qk.dt_init=1.0"]
     arms = [Arm("softmax", "demo", ["model.mixer=softmax"]), Arm("coupled", "demo", coupled)]
@@ -460,6 +461,9 @@ def test_a_language_model_is_scored_on_the_whole_split_and_without_its_mechanism
     with run.model.ablated():  # the coupling's step at 0: the same windows scored without the mechanism
         without = whole_split_loss(run.model, corpus, "val", run.config.train.seq_len, None)
     assert coupled[ABLATED] == pytest.approx(math.exp(without), rel=1e-6)
+    seq_len = run.config.train.seq_len
+    blocks = block_losses(run.model, corpus, "val", seq_len, None, 4)
+    assert coupled["val_blocks"] == pytest.approx(blocks, abs=1e-6) and len(softmax["val_blocks"]) == 4
     assert abs(without - whole) > 1e-4  # far outside the tolerance above
 
 

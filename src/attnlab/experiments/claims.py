@@ -691,11 +691,56 @@ def verdict_table(claims: list[Claim], results: Results, planned_seeds=lambda cl
                          f"no result of the mechanism's can fail this claim")
         family = f"{len(corrected)} headline{'s' if len(corrected) > 1 else ''}"
         ours = _ours_cell(claim, v) + (f"; p = {v.p:.2g}, Holm over {family}: {corrected[i]:.2g}" if i in corrected
-                                       else "")
+                                       else "") + _tokens_cell(claim, v, results)
         cells = [f"{statement}{_scale_note(claim, results)} ({_what(claim)})", _paper_cell(claim, v), ours,
                  f"**{v.verdict}**{''.join(f' ({m})' for m in marks)}: {v.reason}", _power_cell(claim, v)]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+BOOTSTRAP_DRAWS = 2000
+
+
+def token_interval(claim: Claim, results: Results, draws: int = BOOTSTRAP_DRAWS) -> tuple[float, float, int] | None:
+    """The 95% interval of a relative perplexity claim's mean Δ over the validation tokens alone: the same models,
+    the split's blocks of windows (runner records val_blocks) resampled with replacement, the same draw for both
+    arms and every seed (paired). Beside the seed interval it says how much of the uncertainty is the validation
+    sample's. (low, high, blocks), None where a compared record has no blocks or the claim is not one of them."""
+    if claim.metric != "val_ppl" or not claim.relative or claim.contrast or claim.baseline is None:
+        return None
+    import numpy as np
+
+    arms, bases = [], []
+    for seed in _seeds(results, [claim.experiment]):
+        arm, base = (results.get(RunKey(claim.experiment, label, seed=seed)) or {}
+                     for label in (claim.arm, claim.baseline))
+        if "val_ppl" not in arm or "val_ppl" not in base:
+            continue  # as paired_deltas: a seed without both values is left out
+        if "val_blocks" not in arm or "val_blocks" not in base:
+            return None
+        arms.append(arm["val_blocks"])
+        bases.append(base["val_blocks"])
+    if len(arms) < MIN_SEEDS:
+        return None
+    arm_blocks, base_blocks = np.array(arms), np.array(bases)  # [seeds, blocks]
+    picks = np.random.default_rng(0).integers(0, arm_blocks.shape[1], size=(draws, arm_blocks.shape[1]))
+    gap = arm_blocks[:, picks].mean(-1) - base_blocks[:, picks].mean(-1)  # [seeds, draws]: loss per token, arm - base
+    deltas = (100 * np.expm1(gap)).mean(0)
+    low, high = np.percentile(deltas, [2.5, 97.5])
+    return float(low), float(high), arm_blocks.shape[1]
+
+
+def _tokens_cell(claim: Claim, v: Verdict, results: Results) -> str:
+    """The interval over the validation tokens alone, beside the seed interval (a headline's says where the
+    records cannot give it)."""
+    tokens = token_interval(claim, results) if v.n >= MIN_SEEDS else None
+    if tokens is not None:
+        low, high, blocks = tokens
+        return f"; the validation tokens alone (a paired bootstrap of {blocks} blocks): [{_num(low, claim)}, " \
+               f"{_num(high, claim)}]"
+    if claim.headline and claim.metric == "val_ppl" and claim.relative and v.n >= MIN_SEEDS:
+        return "; the validation tokens alone: not measured (these records keep no per-block losses)"
+    return ""
 
 
 def holm_corrected(judged: list[tuple[Claim, Verdict]]) -> dict[int, float]:

@@ -67,10 +67,13 @@ def _without_component(run, measure):
         return measure()
 
 
+VAL_BLOCKS = 50  # consecutive blocks of the validation split's windows, each one's mean loss kept in the record
+
+
 def validation_perplexity(experiment: Experiment, run_dir: Path) -> dict:
     """Every position of the validation split once (within its document, if packed), and the same with the
     mechanism's own component removed where the model has one (how much the trained model uses it)."""
-    from ..evaluate import perplexity, scored_positions, split_loss
+    from ..evaluate import block_losses, perplexity, scored_positions, split_loss
 
     run = _load(run_dir)
     t, corpus, packed = run.config.train, run.corpus(), run.config.data.pack
@@ -81,6 +84,9 @@ def validation_perplexity(experiment: Experiment, run_dir: Path) -> dict:
 
     loss = score()
     record = {"val_loss": loss, "val_ppl": perplexity(loss), "val_tokens": scored_positions(corpus, packed=packed)}
+    if not packed and (len(corpus.split("val")) - 1) // t.seq_len >= VAL_BLOCKS:  # what a token bootstrap resamples
+        record["val_blocks"] = [round(block, 6) for block in block_losses(run.model, corpus, "val", t.seq_len,
+                                                                          run.device, VAL_BLOCKS)]
     if (ablated_loss := _without_component(run, score)) is not None:
         record[ABLATED] = perplexity(ablated_loss)
     return record
