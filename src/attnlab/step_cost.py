@@ -42,10 +42,10 @@ class StepCost:
     x_softmax: float  # against a softmax model of the same shape
 
 
-def probe_seconds(models: dict, seq_len: int, vocab_size: int, device, repeats: int = 2) -> dict:
-    """Median seconds of a forward+backward of one sequence through each model (after a warm-up), taking
+def probe_seconds(models: dict, seq_len: int, vocab_size: int, device, repeats: int = 2, batch: int = 1) -> dict:
+    """Median seconds of a forward+backward of `batch` sequences through each model (after a warm-up), taking
     turns; the gradients are cleared after."""
-    tokens = torch.randint(vocab_size, (1, seq_len), generator=torch.Generator().manual_seed(0)).to(device)
+    tokens = torch.randint(vocab_size, (batch, seq_len), generator=torch.Generator().manual_seed(0)).to(device)
     targets = torch.zeros_like(tokens)  # a valid class for any head, tokens or positions
 
     def step(model):

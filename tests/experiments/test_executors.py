@@ -87,6 +87,23 @@ def test_a_dry_run_lists_the_jobs_and_their_stages_without_training(tmp_path, ca
     assert not (tmp_path / "coupled-qk-quick").exists()  # nothing written
 
 
+def test_a_jobs_estimate_probes_a_whole_micro_batch_not_one_sequence_times_the_batch(monkeypatch):
+    from attnlab import step_cost
+    from attnlab.config import load_config
+    from attnlab.experiments import costs
+
+    probed = []
+
+    def probe(models, seq_len, vocab_size, device, repeats=2, batch=1):
+        probed.append((seq_len, batch))
+        return {"model": 0.01 + 0.001 * batch}  # a fixed cost per call, and a cost per sequence
+
+    monkeypatch.setattr(step_cost, "probe_seconds", probe)
+    cfg = load_config("demo", ["train.batch_size=64", "train.grad_accum=4", "train.seq_len=32", "train.steps=100"])
+    assert costs.step_seconds(cfg) == pytest.approx(4 * (0.01 + 0.016))  # 4 micro-batches of 16
+    assert probed == [(32, 16)]
+
+
 @pytest.fixture
 def toy(tmp_path, monkeypatch):
     """The toy paper imported (as --import does) for this test only, one thread per process, its own cache."""

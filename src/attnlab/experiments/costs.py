@@ -1,8 +1,9 @@
 """What a plan will cost, and the plan as `attnlab reproduce --dry-run` prints it.
 
-A CPU-sized suite's job is estimated by the step-cost probe: a forward+backward of one sequence through the
-job's model, on this machine, now, times the sequences of a step and the steps (an upper bound: a run that stops
-early costs less, and a GPU runs a batch's sequences in parallel). A GPU-sized suite's (`Suite.gpu`) models are
+A CPU-sized suite's job is estimated by the step-cost probe: a forward+backward of one micro-batch through the
+job's model, on this machine, now, times the micro-batches of a step and the steps (an upper bound: a run that
+stops early costs less). A whole micro-batch, not one sequence times the batch: a small model's step is mostly
+fixed overhead, which one sequence would count once per sequence. A GPU-sized suite's (`Suite.gpu`) models are
 too large to build here: its jobs are estimated from their training FLOPs at the throughput `gpu.py` assumes.
 A job that measures a model trained already costs its evaluation only, which is not estimated.
 """
@@ -25,23 +26,27 @@ def job_seconds(suite: Suite, job: Job, settings, probes: dict) -> float | None:
         from .gpu import SUSTAINED_TFLOPS, training_flops
 
         return training_flops(cfg) / (SUSTAINED_TFLOPS * 1e12)
-    shape = repr((cfg.model, cfg.train.seq_len, cfg.data.source, cfg.data.tokenizer))
+    t = cfg.train
+    shape = repr((cfg.model, t.seq_len, t.batch_size, t.grad_accum, cfg.data.source, cfg.data.tokenizer))
     if shape not in probes:
-        probes[shape] = _sequence_seconds(cfg)
-    return probes[shape] * cfg.train.batch_size * steps
+        probes[shape] = step_seconds(cfg)
+    return probes[shape] * steps
 
 
-def _sequence_seconds(cfg) -> float:
-    """One sequence's forward+backward through the job's model on this machine's CPU (the step-cost probe)."""
+def step_seconds(cfg) -> float:
+    """A training step's forward+backward through the job's model on this machine's CPU (the step-cost probe):
+    one micro-batch, times the micro-batches of a step."""
     import torch
 
     from ..model import Decoder
     from ..step_cost import probe_seconds
 
+    micro = max(1, cfg.train.batch_size // cfg.train.grad_accum)
     with torch.random.fork_rng():
         model = Decoder(cfg.sized_model())
         vocab = model.cfg.vocab_size
-        return probe_seconds({"model": model}, cfg.train.seq_len, vocab, torch.device("cpu"))["model"]
+        seconds = probe_seconds({"model": model}, cfg.train.seq_len, vocab, torch.device("cpu"), batch=micro)["model"]
+    return seconds * cfg.train.grad_accum
 
 
 def describe_plan(suite: Suite, plan: Plan) -> str:
