@@ -237,6 +237,25 @@ def test_the_plan_trains_the_rates_a_sweep_adds_and_chooses_among_all():
     assert (str(seed.key), seed.status, seed.lr) == ("lm/softmax/0", "measure", 8e-3)  # the sweep's model
 
 
+def test_a_job_that_measures_another_experiments_model_trains_it_again_where_the_model_is_not_on_disk():
+    from attnlab.experiments.plan import measurement_of
+
+    lm = Experiment("lm", "lm", "val_ppl", [Arm("softmax", "demo")], "softmax")
+    ext = Experiment("ext", "ext", "extrapolation", [Arm("softmax", "demo")], "softmax", lengths=[1, 2])
+    suite, settings = Suite("s", "s", [lm, ext], seeds=1), Settings(Path("runs"), seeds=1)
+    results = Results({"suite": "s", "runs": {}})
+    [done] = plan(suite, [lm], results, settings).jobs
+    results.records[done.key] = Record(val_ppl=5.0, config=done.fingerprint, measured=measurement_of(lm))
+
+    def status(**where) -> str:
+        return plan(suite, [lm, ext], results, settings, **where).jobs[-1].status
+
+    assert status() == "train"  # a results folder without its runs: nothing to measure
+    assert status(models=frozenset({done.fingerprint})) == "measure"  # its folder holds the model
+    copy = Record(**{"ppl@128": 5.0, "ppl@256": 6.0}, config=done.fingerprint, measured=measurement_of(ext))
+    assert status(beside=(copy,)) == "measure"  # a folder beside holds its record, measured this way
+
+
 def test_training_extent_reads_where_a_run_stopped_and_which_checkpoint_is_measured(tmp_path):
     log = tmp_path / "metrics.jsonl"
     records = [{"step": 2, "loss": 3.0}, {"step": 2, "val_loss": 2.5}, {"step": 4, "val_loss": 2.0},

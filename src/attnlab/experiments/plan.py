@@ -89,11 +89,11 @@ class Plan:
 
 
 def plan(suite: Suite, experiments: list[Experiment], results: Results, settings: Settings,
-         models: frozenset = frozenset(), attempted: frozenset = frozenset()) -> Plan:
-    """Every job of the selected experiments as the results stand. models: the fingerprints of trained models
-    that a folder beside this suite's holds (this suite's records count too); attempted: keys this attempt has
-    already run, which count as done whatever their record lacks, so that a measure that records nothing cannot
-    loop."""
+         models: frozenset = frozenset(), attempted: frozenset = frozenset(), beside: tuple = ()) -> Plan:
+    """Every job of the selected experiments as the results stand. models: the fingerprints of the trained models
+    on disk (in this suite's folder and those beside it); beside: the records of the folders beside this suite's,
+    which a job may copy where one is of its model measured its way; attempted: keys this attempt has already run,
+    which count as done whatever their record lacks, so that a measure that records nothing cannot loop."""
     jobs: list[Job] = []
     rates: dict[tuple[str, str], float | None | str] = {}  # (sweeping experiment, arm) -> rate, or why not yet
     for experiment in experiments:
@@ -112,7 +112,7 @@ def plan(suite: Suite, experiments: list[Experiment], results: Results, settings
                 job = _job(RunKey(experiment.name, arm.label, seed=seed), stage, experiment, arm,
                            rates.get(_sweep_of(suite, experiment, arm)), settings)
                 jobs.append(dataclasses.replace(job, **held) if held and stage == "seed" else job)
-    _settle(jobs, results, models, attempted)
+    _settle(jobs, results, models, attempted, beside)
     return Plan(jobs, settings)
 
 
@@ -196,11 +196,13 @@ def _job(key: RunKey, stage: str, experiment: Experiment, arm: Arm, rate, settin
     return Job(key, stage, experiment, arm, lr, cfg, print_, status="")
 
 
-def _settle(jobs: list[Job], results: Results, models: frozenset, attempted: frozenset) -> None:
+def _settle(jobs: list[Job], results: Results, models: frozenset, attempted: frozenset, beside: tuple = ()) -> None:
     """Each job with its config: done where its record stands (or this attempt ran it); where another job of this
-    plan trains its model, measure once that job is done (until then it waits); else measure where a model of
-    its config is on disk, train where none is. A job held back by its calibration keeps waiting (or blocked)."""
+    plan trains its model, measure once that job is done (until then it waits); else measure where a model of its
+    config is on disk or a record of it measured alike can be copied, train where neither is. A job held back by
+    its calibration keeps waiting (or blocked)."""
     trainer: dict[str, Job] = {}  # fingerprint -> the first job of the plan with that model
+    records = [*(r for _, r in results.items()), *beside]
     for job in jobs:
         if job.cfg is None or job.status == "blocked":
             continue
@@ -214,10 +216,9 @@ def _settle(jobs: list[Job], results: Results, models: frozenset, attempted: fro
         job.supersedes = record is not None and record.fingerprint != job.fingerprint
         if first is not job and first.status != "done":
             job.model, job.status, job.why = first.key, "waiting", f"the model of {first.key}"
-        elif first is not job or job.fingerprint in models or any(r.fingerprint == job.fingerprint
-                                                                   for _, r in results.items()):
+        elif job.fingerprint in models or any(r.fingerprint == job.fingerprint and _stands(r, job) for r in records):
             job.model, job.status = (None if first is job else first.key), "measure"
-        else:
+        else:  # its model is nowhere on disk (a results folder without its runs): trained again
             job.status = "train"
 
 

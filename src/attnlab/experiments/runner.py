@@ -76,8 +76,8 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
         try:
             while True:  # the folders beside read again each time: a suite there may have trained a model since
                 beside = _results_beside(out, warn)
-                models = _models(beside)
-                jobs = plan(suite, experiments, results, settings, models, frozenset(finished))
+                jobs = plan(suite, experiments, results, settings, _models(out, results, beside), frozenset(finished),
+                            _records(beside))
                 for job in jobs.runnable():
                     if job.key in running or any(j.fingerprint == job.fingerprint for j in running.values()):
                         continue  # running, or its model is being trained: it waits for that
@@ -110,14 +110,20 @@ def dry_run(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick: 
     _same_setting(out, results, {"suite": suite.name, "tier": suite.tier, "quick": quick, "scale": scale})
     settings = _settings(suite, out, seeds, quick, scale, extra, runs_dir)
     beside = _results_beside(out, log=lambda *_: None)
-    models = _models(beside)
     with notes_once():
-        return plan(suite, _selected(suite, only, arms), results, settings, models)
+        return plan(suite, _selected(suite, only, arms), results, settings, _models(out, results, beside), frozenset(),
+                    _records(beside))
 
 
-def _models(beside: list[tuple[Path, Results]]) -> frozenset:
-    """The fingerprints of the models that the folders beside this suite's trained."""
-    return frozenset(r.fingerprint for _, other in beside for _, r in other.items())
+def _models(out: Path, results: Results, beside: list[tuple[Path, Results]]) -> frozenset:
+    """The fingerprints of the trained models on disk: in this suite's folder and in the folders beside it."""
+    return frozenset(r.fingerprint for folder, other in [(out, results), *beside] for _, r in other.items()
+                     if r.fingerprint is not None and _holds(folder / r.folder, r.fingerprint))
+
+
+def _records(beside: list[tuple[Path, Results]]) -> tuple:
+    """The records of the folders beside this suite's (a job may copy one of its model, measured its way)."""
+    return tuple(r for _, other in beside for _, r in other.items())
 
 
 def _settings(suite, out, seeds, quick, scale, extra, runs_dir) -> Settings:
