@@ -18,8 +18,8 @@ from attnlab.experiments.claims import (
     failed_calibrations,
     judge,
     paired_deltas,
-    per_character,
     plot_claims,
+    transferred,
     verdict_table,
 )
 from attnlab.experiments.stats import (
@@ -309,7 +309,7 @@ def test_two_seeds_give_an_interval_but_no_verdict_and_no_power():
 
 
 def test_a_per_token_effect_is_judged_per_character():
-    assert per_character(-6.75, 4.0) == pytest.approx(100 * (0.9325 ** 0.25 - 1))  # about -1.73%
+    assert 100 * (transferred(1 - 0.0675, 1 / 4.0) - 1) == pytest.approx(100 * (0.9325 ** 0.25 - 1))  # about -1.73%
     claim = lower(paper=-6.75, relative=True, chars_per_token=4.0)
     assert claim.target == pytest.approx(-1.731, abs=1e-3)
     # Δ = -1.6% ± a little: short of the paper's -6.75% per token, but the paper's effect per character
@@ -326,7 +326,7 @@ def test_a_per_token_effect_is_judged_per_character():
 def test_an_equal_claims_per_token_margin_is_converted_by_the_same_function():
     claim = Claim("h+J matches softmax", "lm", "val_ppl", "hJ", "softmax", "equal", margin=1.0, relative=True,
                   chars_per_token=4.0)
-    assert claim.threshold == pytest.approx(100 * (1.01**0.25 - 1)) == pytest.approx(per_character(1.0, 4.0))
+    assert claim.threshold == pytest.approx(100 * (1.01**0.25 - 1))
     results = two_arms(0.05, 0.01)  # +0.5%: inside ±1% per token, outside ±0.249% per character
     v = evaluate([claim], results)[0][1]
     assert v.verdict == "opposite" and "outside ±0.249%" in v.reason

@@ -124,11 +124,6 @@ def per_token(baseline_ppl: float | None, scale: str | None = None, **growths) -
     return {"chars_per_token": CHARS_PER_TOKEN, "paper_ppl": baseline_ppl, "paper_scale": scale, **growths}
 
 
-def per_character(effect: float, chars_per_token: float = CHARS_PER_TOKEN) -> float:
-    """A relative perplexity change per BPE token (in %) as the same nats saved per character."""
-    return 100 * (transferred(1 + effect / 100, 1 / chars_per_token) - 1)
-
-
 @dataclass(frozen=True)
 class Anchor:
     """An absolute number of the paper's that a tier running the paper's protocol must reproduce before it
