@@ -94,6 +94,7 @@ CASES = [(name, {}) for name in list_mixers()] + [
     ("interdomain", {"form": "fft", "readout": "hermitian", "modes": 8}),
     ("interdomain", {"input": "single", "gate": True, "chunk_size": 5, "modes": 8}),
     ("interdomain", {"query": "linear", "rope": False, "modes": 8}),
+    ("s4d", {"rope": True}),  # the paper's "S4D-only + RoPE": RoPE's positions restart in every packed sequence
 ]
 CASE_IDS = [name + "".join(f"-{k}={v}" for k, v in options.items()) for name, options in CASES]
 

@@ -11,11 +11,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from attnlab import inference
 from attnlab.cli import main
-from attnlab.config import ModelConfig, RunConfig
-from attnlab.data.tokenizer import CharTokenizer
+from attnlab.commands import generate as generate_command
+from attnlab.config import ModelConfig, RunConfig, TrainConfig
+from attnlab.data.tokenizer import ByteTokenizer, CharTokenizer, IdTokenizer
 from attnlab.errors import ConfigError
-from attnlab.inference import LoadedRun
+from attnlab.inference import LoadedRun, TextStream
 from attnlab.model import Decoder, Sampling, keep_top_p, penalize_repeats
 
 VOCAB = 50
@@ -296,3 +298,147 @@ def test_cli_sampling_options_fuzzed_exit_0_or_one_line(text_run, data):
     assert code in (0, 2) and "Traceback" not in err.getvalue()
     if code == 2:
         assert err.getvalue().startswith("error: ") and err.getvalue().count("\n") == 1, (argv, err.getvalue())
+
+
+# streaming, interrupts and the reach of --tokens
+
+
+def test_complete_streams_each_samples_text_token_by_token_and_the_pieces_join_into_it():
+    run = loaded()
+    calls = []
+    texts = run.complete("ab", 12, temperature=1.5, seed=3, num_samples=2, on_text=calls.append)
+    assert calls[0] == ["ab", "ab"]  # the prompt first
+    assert len(calls) == 1 + 12 + 1  # then one call per token, then what was held back
+    assert all(len(piece) == 1 for pieces in calls[1:-1] for piece in pieces)  # one character per token
+    assert ["".join(column) for column in zip(*calls, strict=True)] == texts
+    # with stop strings a piece holds back what may begin one, and nothing of a sample follows its stop
+    calls.clear()
+    texts = run.complete("ab", 40, temperature=1.5, seed=2, num_samples=4, stop=["bb", "\n"], on_text=calls.append)
+    assert ["".join(column) for column in zip(*calls, strict=True)] == texts
+    assert texts == [cut_before(text, ["bb", "\n"], 2)
+                     for text in run.complete("ab", 40, temperature=1.5, seed=2, num_samples=4)]
+
+
+@pytest.mark.parametrize("tokenizer, text", [(ByteTokenizer(), "né € 😀 x"), (IdTokenizer(20), "3 1 4 15 9 2 6"),
+                                             (CharTokenizer("ab\n"), "ab\nba")], ids=["bytes", "ids", "chars"])
+def test_a_text_stream_gives_the_text_of_the_whole_row_piece_by_piece(tokenizer, text):
+    """Characters whose bytes span several tokens wait for their last byte; ids keep their spaces."""
+    ids = torch.as_tensor(tokenizer.encode(text))
+    stream = TextStream(lambda row: tokenizer.decode(row.tolist()), ids[:1], [])
+    pieces = [stream.prompt_text] + [stream.piece(ids[:n]) for n in range(2, len(ids) + 1)]
+    assert "".join(pieces) + stream.piece(ids, final=True) == text
+    assert "\ufffd" not in "".join(pieces)
+
+
+def test_an_interrupted_completion_gives_the_text_sampled_so_far():
+    run = loaded()
+    pieces = []
+    forward = run.model.forward
+
+    def interrupted_after_5_tokens(*args, **kwargs):
+        if len(pieces) == 6:  # the prompt's call and 5 tokens'
+            raise KeyboardInterrupt
+        return forward(*args, **kwargs)
+
+    run.model.forward = interrupted_after_5_tokens
+    stop = ["a" * 8]  # not reached in 5 tokens, but the a's they end with might begin it: held back until the end
+    with pytest.raises(KeyboardInterrupt):
+        run.complete("ab", 40, temperature=1.5, seed=2, stop=stop, on_text=pieces.append)
+    run.model.forward = forward
+    assert pieces[-1] == ["aaaaa"]  # given when interrupted
+    assert "".join(p[0] for p in pieces) == run.complete("ab", 5, temperature=1.5, seed=2) == "abaaaaa"
+
+
+def generating(monkeypatch, run: LoadedRun) -> LoadedRun:
+    """attnlab generate on this run, whatever the checkpoint argument names."""
+    monkeypatch.setattr(inference, "load_run", lambda *args, **kwargs: run)
+    return run
+
+
+class Recorder(io.StringIO):
+    """stdout recording what was written and flushed between the model's steps."""
+
+    def __init__(self, events):
+        super().__init__()
+        self.events = events
+
+    def flush(self):
+        self.events.append(("flushed", self.getvalue()))
+
+
+def test_the_cli_prints_each_token_as_it_is_sampled_and_flushes_it(monkeypatch):
+    run = generating(monkeypatch, loaded())
+    expected = run.complete("ab", 40, seed=2) + "\n"
+    events = []
+    forward = run.model.forward
+    run.model.forward = lambda *args, **kwargs: events.append(("step", None)) or forward(*args, **kwargs)
+    monkeypatch.setattr("sys.stdout", Recorder(events))
+    assert main(["generate", "run", "--prompt", "ab", "--tokens", "40", "--seed", "2"]) == 0
+    flushed = [text for kind, text in events if kind == "flushed"]
+    assert flushed[-1] == expected
+    # the text grew between the steps, not all at the end: each step after the probe of the speed flushed more
+    steps = [i for i, (kind, _) in enumerate(events) if kind == "step"]
+    shown = [max((len(events[j][1]) for j in range(i) if events[j][0] == "flushed"), default=0) for i in steps]
+    assert shown[-1] > len("ab") and len(set(shown[-5:])) == 5
+
+
+@pytest.mark.parametrize("samples", [1, 3])
+def test_ctrl_c_during_the_cli_prints_the_text_so_far_and_exits_130(monkeypatch, capsys, samples):
+    run = generating(monkeypatch, loaded())
+    forward, steps = run.model.forward, []
+
+    def interrupted_at_step_8(*args, **kwargs):
+        steps.append(1)
+        if len(steps) == 8:  # the prefill and 6 tokens read; the 7th was sampled
+            raise KeyboardInterrupt
+        return forward(*args, **kwargs)
+
+    run.model.forward = interrupted_at_step_8
+    argv = ["generate", "run", "--prompt", "ab", "--tokens", "40", "--seed", "2", "--temperature", "1.5",
+            "--samples", str(samples)]
+    assert main(argv) == 130
+    out, err = capsys.readouterr()
+    assert err.strip().splitlines()[-1] == "interrupted"
+    run.model.forward = forward
+    expected = run.complete("ab", 7, temperature=1.5, seed=2, num_samples=samples)
+    if samples == 1:
+        assert out == expected[0] + "\n"
+    else:
+        assert out == "".join(f"--- sample {i} of 3 ---\n{text}\n" for i, text in enumerate(expected, 1))
+
+
+def test_a_long_generation_says_first_what_it_will_cost_at_the_measured_speed(monkeypatch, capsys):
+    generating(monkeypatch, loaded())
+    clock = iter(range(10**6))  # every reading one second later: one token per second
+    monkeypatch.setattr(generate_command.time, "perf_counter", lambda: float(next(clock)))
+    assert main(["generate", "run", "--prompt", "ab", "--tokens", "3000"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ("--tokens 3000: up to about 50 min more at the 1 tokens/s measured; Ctrl-C stops it and prints "
+                   "the text so far\n")
+    assert out.startswith("ab") and len(out) == 3003
+    assert main(["generate", "run", "--prompt", "ab", "--tokens", "40"]) == 0  # a short one is just printed
+    assert capsys.readouterr().err == ""
+
+
+def test_tokens_past_the_learned_positions_are_refused_before_any_work(monkeypatch, capsys):
+    cfg = RunConfig(model=ModelConfig(vocab_size=len(CHARS), d_model=32, n_layers=2, n_heads=4, positions=16),
+                    train=TrainConfig(seq_len=16)).validate()
+    run = generating(monkeypatch, LoadedRun(cfg, Decoder(cfg.model).eval(), CharTokenizer(CHARS),
+                                            torch.device("cpu"), Path(".")))
+    forward, steps = run.model.forward, []
+    run.model.forward = lambda *args, **kwargs: steps.append(1) or forward(*args, **kwargs)
+    assert main(["generate", "run", "--prompt", "ab", "--tokens", "100", "--context", "0"]) == 2
+    assert capsys.readouterr().err == (
+        "error: --tokens 100 after a prompt of 2 tokens would have the model read 101 at once under --context 0 "
+        "(unbounded), beyond the 16 it can (model.positions=16); give --tokens 15 or less, or --context 16 or less "
+        "(the view re-reads its newest half when full)\n")
+    assert main(["generate", "run", "--prompt", "ab", "--tokens", "100", "--context", "40"]) == 2
+    assert "error: --context 40 lets the model read 40 tokens at once, beyond the 16 it can" in capsys.readouterr().err
+    assert not steps
+    assert main(["generate", "run", "--prompt", "ab", "--tokens", "15", "--context", "0"]) == 0  # reads 16
+    assert main(["generate", "run", "--prompt", "ab", "--tokens", "100"]) == 0  # the training length's view slides
+    before = len(steps)
+    with pytest.raises(ConfigError, match="would read 101 tokens at once, beyond the 16 this model can read "
+                       r"\(model.positions=16\); give max_new_tokens at most 15, or a context of at most 16"):
+        run.model.generate(torch.zeros(1, 2, dtype=torch.long), 100)
+    assert len(steps) == before  # refused before the prefill

@@ -122,3 +122,16 @@ def test_a_list_of_states_holds_one_per_row():
     _, states = mixer(torch.randn(1, 5, 32), cu_seqlens=torch.tensor([0, 2, 5]))
     with pytest.raises(UserError, match="one per row: got 2 for a batch of 3"):
         mixer(torch.randn(3, 1, 32), states)
+
+
+CLOSE_PROMPTS = [[5, 9, 3, 7, 2, 11, 6, 1], [4, 8, 1, 6, 3, 10, 2]]  # 8 and 7 tokens: one group of the padded read
+
+
+@pytest.mark.parametrize("name, options", CASES, ids=CASE_IDS)
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_prompts_of_close_lengths_read_as_one_padded_group_generate_what_each_does_alone(name, options, side):
+    """The shorter prompt's states come from a batch padded to the longer one: they must hold none of its padding."""
+    model = decoder(name, options)
+    alone = [model.generate(torch.tensor([p]), NEW, temperature=0)[0].tolist() for p in CLOSE_PROMPTS]
+    ids, mask = padded(CLOSE_PROMPTS, side)
+    assert tokens_of(model.generate(ids, NEW, temperature=0, attention_mask=mask), mask) == alone

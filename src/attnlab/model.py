@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
-from .errors import ConfigError
+from .errors import ConfigError, UserError
 from .mixers import Mixer, mixer_class
 from .nn import FFNS, NORMS, at_least_fp32, positions_in_sequences
 
@@ -114,6 +114,9 @@ class Decoder(nn.Module):
             x = x + self.position(self._positions(tokens, start, cu_seqlens))
         x = self.dropout(x)
         states = states if states is not None else [None] * len(self.blocks)
+        if len(states) != len(self.blocks):
+            raise UserError(f"states holds {len(states)} layers' states, the model {len(self.blocks)}: give it the "
+                            "states this model returned, or None to start afresh")
         new_states = []
         for block, state in zip(self.blocks, states, strict=True):
             x, state = block(x, state, cu_seqlens, keep_states)
@@ -171,6 +174,13 @@ class Decoder(nn.Module):
             else:
                 block.compile()
 
+    def read_limit(self) -> tuple[int, str] | None:
+        """(the most tokens one read can hold, what sets it): the learned position embeddings or a mixer's own
+        limit (Mixer.read_limit), the smallest; None where reads are unbounded."""
+        limits = [block.mixer.read_limit() for block in self.blocks]
+        limits.append((self.cfg.positions, f"model.positions={self.cfg.positions}") if self.cfg.positions else None)
+        return min((limit for limit in limits if limit is not None), default=None)
+
     def init_states(self, batch: int, device=None, dtype=None) -> list:
         return [block.mixer.init_state(batch, device, dtype) for block in self.blocks]
 
@@ -208,6 +218,7 @@ class Decoder(nn.Module):
         num_samples: int = 1,
         finished: Callable[[torch.Tensor], torch.Tensor] | None = None,
         attention_mask: torch.Tensor | None = None,
+        on_token: Callable[[torch.Tensor], None] | None = None,
     ) -> torch.Tensor:
         """Continue prompt [B, T0] by up to max_new_tokens tokens, decoding incrementally through the mixer
         states (one prefill, then one token per step). The sampling options are those of transformers'
@@ -218,6 +229,8 @@ class Decoder(nn.Module):
         finished: called after each new token with the rows so far; returns which rows are done (bool
         [rows]). Generation ends once all are; rows done earlier go on sampling until then, for the caller
         to cut.
+        on_token: called after each new token with the rows so far, before `finished` (to show them as they
+        come; an interrupted caller keeps the last rows it was given).
         context: the most tokens the model sees at once, for models trained on shorter windows than the
         text to generate. When the view grows past it, the model re-reads the newest context // 2
         tokens from a fresh state and continues incrementally from there. None: the view is unbounded.
@@ -231,23 +244,40 @@ class Decoder(nn.Module):
         _check_generate_arguments(prompt, max_new_tokens, num_samples, context)
         out = prompt.repeat_interleave(num_samples, dim=0)
         lengths = None if attention_mask is None else check_padding(attention_mask, prompt.shape)
+        self._check_reach(prompt.shape[1] if lengths is None else int(lengths.max()), max_new_tokens, context)
         if lengths is not None and bool((lengths < prompt.shape[1]).any()):
             if context is not None:
                 raise ConfigError("context (a sliding view) is not available for a padded batch: pass context=None, "
                                   "or generate the prompts one at a time")
             mask, seen = (t.repeat_interleave(num_samples, dim=0) for t in (attention_mask, lengths))
-            return self._generate_padded(out, mask, seen, max_new_tokens, sampling, generator, finished)
-        return self._generate_rows(out, max_new_tokens, sampling, generator, finished, context)
+            return self._generate_padded(out, mask, seen, max_new_tokens, sampling, generator, finished, on_token)
+        return self._generate_rows(out, max_new_tokens, sampling, generator, finished, context, on_token)
+
+    def _check_reach(self, prompt_length: int, max_new_tokens: int, context: int | None) -> None:
+        """A ConfigError, before any work, where generating would read more tokens at once than the model can
+        (read_limit): its last token is sampled, not read."""
+        limit = self.read_limit()
+        reach = prompt_length + max(max_new_tokens - 1, 0)
+        if limit is None or min(reach, context or reach) <= limit[0]:
+            return
+        most, why = limit
+        fixes = [f"max_new_tokens at most {most - prompt_length + 1}"] if prompt_length <= most else []
+        raise ConfigError(f"generating {max_new_tokens} tokens after a prompt of {prompt_length} would read "
+                          f"{min(reach, context or reach)} tokens at once, beyond the {most} this model can read "
+                          f"({why}); give {', or '.join([*fixes, f'a context of at most {most}'])}")
 
     def _generate_rows(self, out: torch.Tensor, max_new_tokens: int, sampling: Sampling, generator, finished,
-                       context: int | None) -> torch.Tensor:
+                       context: int | None, on_token=None) -> torch.Tensor:
         """generate over rows without padding: one prefill of the view, then one token per step (the view
         re-read from a fresh state when it grows past context)."""
         view_start = 0 if context is None else max(0, out.shape[1] - context)
         logits, states = self(out[:, view_start:])
+        rows = Rows(out)
         for i in range(max_new_tokens):
             token = sampling.pick(logits[:, -1].float(), out, generator)
-            out = torch.cat((out, token), dim=1)
+            out = rows.append(token)
+            if on_token is not None:
+                on_token(out)
             if i + 1 == max_new_tokens or (finished is not None and bool(finished(out).all())):
                 break
             if context is not None and out.shape[1] - view_start > context:
@@ -255,10 +285,10 @@ class Decoder(nn.Module):
                 logits, states = self(out[:, view_start:])
             else:  # the token's position counts from the start of the current view
                 logits, states = self(token, states, start=out.shape[1] - 1 - view_start)
-        return out
+        return out.contiguous()  # the rows without the buffer's room
 
     def _generate_padded(self, out: torch.Tensor, mask: torch.Tensor, seen: torch.Tensor, max_new_tokens: int,
-                         sampling: Sampling, generator, finished) -> torch.Tensor:
+                         sampling: Sampling, generator, finished, on_token=None) -> torch.Tensor:
         """generate for rows padded as `mask` marks: one padded read (each row alone), then one token per row and
         step, each continuing its own row's states (batched where they stack)."""
         logits, states = self.forward_padded(out, mask)
@@ -266,10 +296,30 @@ class Decoder(nn.Module):
         for i in range(max_new_tokens):
             token = sampling.pick(logits[:, -1].float(), torch.where(mask.bool(), out, last_token), generator)
             out, mask = torch.cat((out, token), dim=1), F.pad(mask, (0, 1), value=1)
+            if on_token is not None:
+                on_token(out)
             if i + 1 == max_new_tokens or (finished is not None and bool(finished(out).all())):
                 break
             logits, states = self(token, states, start=seen + i)
         return out
+
+
+class Rows:
+    """Token rows [B, T] that grow by one column at a time in a buffer that doubles when full: concatenating
+    would copy every row at every token, a cost quadratic in the length of long generations."""
+
+    def __init__(self, rows: torch.Tensor):
+        self.buffer, self.length = rows, rows.shape[1]
+
+    def append(self, column: torch.Tensor) -> torch.Tensor:
+        """The rows with column [B, 1] after them (a view: earlier views keep what they held)."""
+        if self.length == self.buffer.shape[1]:
+            grown = self.buffer.new_empty(self.buffer.shape[0], 2 * self.length + 1)
+            grown[:, : self.length] = self.buffer[:, : self.length]
+            self.buffer = grown
+        self.buffer[:, self.length] = column[:, 0]
+        self.length += 1
+        return self.buffer[:, : self.length]
 
 
 def check_padding(attention_mask: torch.Tensor, shape: torch.Size) -> torch.Tensor:

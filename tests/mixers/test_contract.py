@@ -93,6 +93,35 @@ def test_a_misshapen_input_fails_in_one_line_that_names_the_shape(name, shape):
                                   f"got {list(shape)}")
 
 
+@contract
+def test_a_state_of_another_batch_or_another_mixer_fails_in_one_line_naming_both(name, options):
+    mixer = make(name, **options)
+    _, state = mixer(torch.randn(3, 4, D_MODEL, dtype=torch.float64))
+    with pytest.raises(UserError) as failure:
+        mixer(torch.randn(2, 1, D_MODEL, dtype=torch.float64), state)
+    assert str(failure.value) == (f"the state given to {name} holds 3 sequences, the input 2; give it the state of "
+                                  "these rows, or init_state(2) to start afresh")
+    with pytest.raises(UserError, match=f"the state given to {name} holds 3 sequences, the input 1"):
+        mixer(torch.randn(1, 1, D_MODEL, dtype=torch.float64), mixer.init_state(3, dtype=torch.float64))
+
+    # a KV cache of another attention mixer has the very shapes of this one's: only its maker tells them apart
+    other = "sigmoid" if name == "softmax" else "softmax"
+    _, foreign = make(other)(torch.randn(2, 4, D_MODEL, dtype=torch.float64))
+    for given in (foreign, make(other).init_state(2, dtype=torch.float64)):
+        with pytest.raises(UserError) as failure:
+            mixer(torch.randn(2, 1, D_MODEL, dtype=torch.float64), given)
+        assert str(failure.value) == (f"the state given to {name} is a KVCache from {other}, another mixer; give it "
+                                      f"what {name}'s init_state or its own previous call returned, or None to start "
+                                      "afresh")
+    with pytest.raises(UserError, match=f"the state given to {name} is a (KVCache|Tensor), not the "):
+        mixer(torch.randn(2, 1, D_MODEL, dtype=torch.float64),
+              torch.zeros(2, 1) if isinstance(state, KVCache) else KVCache.holding(*[torch.zeros(2, 4, 1, 8)] * 2))
+    # one state per row (a packed call's) is checked row by row
+    _, rows = mixer(torch.randn(1, 5, D_MODEL, dtype=torch.float64), cu_seqlens=torch.tensor([0, 2, 5]))
+    with pytest.raises(UserError, match=f"the state given to {name} is a KVCache from {other}"):
+        mixer(torch.randn(2, 1, D_MODEL, dtype=torch.float64), [rows[0], foreign])
+
+
 def tensors_in(state):
     if isinstance(state, torch.Tensor):
         return [state]

@@ -197,3 +197,23 @@ def test_the_chunked_mixers_run_packed_sequences_in_one_call(name, options, monk
     assert len(calls) == 1
     # rtol: normalize divides by small readouts, which chunks of 4 round otherwise than one chunk (fp64)
     assert_same_outputs_and_gradients(mixer, x, y, alone(mixer, x, LENGTHS)[0], rtol=1e-9)
+
+
+CLOSE = [7, 8, 3, 1]  # 7 and 8 share a batch padded to 8 (length_groups): the 7's state must not keep the pad
+
+
+@contract
+def test_a_sequence_padded_in_its_group_continues_as_it_does_alone(name, options):
+    mixer = make(name, **options)
+    assert [sorted(CLOSE[i] for i in group) for group in length_groups(boundaries(CLOSE))] == [[7, 8], [3], [1]]
+    x = torch.randn(1, sum(CLOSE), D_MODEL, dtype=torch.float64)
+    steps = torch.randn(1, 4, D_MODEL, dtype=torch.float64)
+    with torch.no_grad():
+        packed, packed_states = mixer(x, cu_seqlens=boundaries(CLOSE))
+        expected, expected_states = alone(mixer, x, CLOSE)
+        torch.testing.assert_close(packed, expected, rtol=0, atol=1e-10)
+        for state, expected_state in zip(packed_states, expected_states, strict=True):
+            for t in range(steps.shape[1]):  # several tokens: a pad kept in a cache would be read by each
+                y, state = mixer(steps[:, t : t + 1], state)
+                y_alone, expected_state = mixer(steps[:, t : t + 1], expected_state)
+                torch.testing.assert_close(y, y_alone, rtol=0, atol=1e-10)

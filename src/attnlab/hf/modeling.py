@@ -7,18 +7,41 @@ state-space mixers): one prefill, then one token per step.
 
 from __future__ import annotations
 
+import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from transformers import GenerationMixin, PreTrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput
+from transformers.utils import logging as hf_logging
 
 from ..config import ModelConfig
 from ..errors import UserError
 from ..model import Decoder, next_token_loss
 from ..typed import from_dict
 from .remote import MODEL_AUTO_MAP, SavesRemoteModule, write_module
+
+
+@contextmanager
+def progress_bars_on_terminals_only():
+    """transformers' progress bars ("Writing model shards", "Loading weights") off while stderr is not a terminal:
+    in a log or a pipe every redraw of a bar is a line of noise. Left as they are on a terminal, or where the user
+    turned them off."""
+    if getattr(sys.stderr, "isatty", lambda: False)() or not hf_logging.is_progress_bar_enabled():
+        yield
+        return
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars
+
+    hub_bars_off = are_progress_bars_disabled()
+    hf_logging.disable_progress_bar()  # transformers' bars and the Hub's downloads alike
+    try:
+        yield
+    finally:
+        hf_logging.enable_progress_bar()
+        if hub_bars_off:
+            disable_progress_bars()
 
 
 class AttnlabConfig(SavesRemoteModule, PreTrainedConfig):
@@ -79,6 +102,15 @@ class AttnlabForCausalLM(SavesRemoteModule, PreTrainedModel, GenerationMixin):
         # the eos token is the newline, which ends a line rather than a text: generate runs for max_new_tokens,
         # as attnlab's own does, unless given eos_token_id
         self.generation_config.eos_token_id = None
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        with progress_bars_on_terminals_only():
+            return super().from_pretrained(*args, **kwargs)
+
+    def save_pretrained(self, *args, **kwargs):
+        with progress_bars_on_terminals_only():
+            return super().save_pretrained(*args, **kwargs)
 
     def _init_weights(self, module):
         """The decoder initialises its parameters when built; only computed buffers (RoPE's frequencies)

@@ -37,6 +37,7 @@ class KVCache:
     length: int
     position: int
     written: list[int]  # [end of the data written into the buffers], shared by every cache on them
+    mixer: str = ""  # the mixer that made it (Mixer.check_state)
 
     @classmethod
     def holding(cls, k: torch.Tensor, v: torch.Tensor, position: int | None = None) -> KVCache:
@@ -102,6 +103,7 @@ class AttentionMixer(Mixer):
     """
 
     config_class = AttentionConfig
+    state_type = KVCache
 
     def __init__(self, cfg: AttentionConfig):
         super().__init__(cfg)
@@ -148,7 +150,7 @@ class AttentionMixer(Mixer):
 
     def init_state(self, batch: int, device=None, dtype=None) -> KVCache:
         empty = torch.zeros(batch, self.cfg.n_heads, 0, self.cfg.head_dim, device=device, dtype=dtype)
-        return KVCache.holding(empty, empty.clone())
+        return self.marked(KVCache.holding(empty, empty.clone()))
 
     def state_size(self, seq_len: int) -> int:
         return 2 * self.cfg.d_model * seq_len  # one key and one value of width d_model per token

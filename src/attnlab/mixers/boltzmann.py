@@ -217,6 +217,9 @@ class BoltzmannAttention(AttentionMixer):
             state = state.keep_last(self.cfg.window - 1)
         return y, state
 
+    def read_limit(self) -> tuple[int, str] | None:
+        return None if self.sliding() else (self.cfg.window, f"boltzmann's window={self.cfg.window}")
+
     def packed(self, x: torch.Tensor, cu_seqlens: torch.Tensor):
         """Each sequence on its own (Mixer.packed): a sliding window's cache keeps a row's last keys, and a
         padded row's last keys are padding."""

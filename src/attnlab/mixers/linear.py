@@ -110,6 +110,7 @@ class LinearState:
     memory: torch.Tensor
     conv: torch.Tensor | None = None
     ccq: CCQStats | None = None
+    mixer: str = ""  # the mixer that made it (Mixer.check_state)
 
 
 class LinearAttention(Mixer):
@@ -117,6 +118,7 @@ class LinearAttention(Mixer):
 
     config_class = LinearConfig
     backends = ("torch", "fla")
+    state_type = LinearState
     unit_qk = False  # whether read_query already returns L2-normalised queries and keys
 
     def __init__(self, cfg: LinearConfig):
@@ -210,7 +212,7 @@ class LinearAttention(Mixer):
         if self.conv is not None:
             conv = torch.zeros(batch, self.cfg.conv_size - 1, 2 * self.cfg.key_dim + self.cfg.value_dim,
                                device=device, dtype=dtype or torch.float32)
-        return LinearState(memory, conv)
+        return self.marked(LinearState(memory, conv))
 
     def state_size(self, seq_len: int) -> int:
         conv = (self.cfg.conv_size - 1) * (2 * self.cfg.key_dim + self.cfg.value_dim) if self.conv is not None else 0

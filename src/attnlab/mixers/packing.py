@@ -117,10 +117,22 @@ def _stacked(states: list):
     return first if all(s == first for s in states) else _UNBATCHABLE  # None, ints: the same in every row
 
 
+def state_batch(state) -> int | None:
+    """The number of sequences a state holds: dim 0 of its first tensor (None where it holds none)."""
+    if isinstance(state, torch.Tensor):
+        return state.shape[0] if state.ndim else None
+    if dataclasses.is_dataclass(state):
+        state = [getattr(state, f.name) for f in fields(state)]
+    for part in state if isinstance(state, (tuple, list)) else []:
+        if (batch := state_batch(part)) is not None:
+            return batch
+    return None
+
+
 def state_row(state, row: int):
     """Row `row` of a batched state (tensors batched along dim 0, in dataclasses, tuples or lists), as batch 1."""
-    if state is None:
-        return None
+    if state is None or isinstance(state, (str, int, float)):  # the same in every row (the maker's name)
+        return state
     if isinstance(state, torch.Tensor):
         return state[row : row + 1]
     if dataclasses.is_dataclass(state):

@@ -17,7 +17,7 @@ from torch import nn
 
 from ..errors import ConfigError, UserError, unknown_name
 from ..typed import from_dict
-from .packing import check_boundaries, packed_by_right_padding, sequences, stack_rows
+from .packing import check_boundaries, packed_by_right_padding, sequences, stack_rows, state_batch
 
 
 @dataclass
@@ -56,6 +56,7 @@ class Mixer(nn.Module):
     backends: tuple[str, ...] = ("torch",)  # the forms its sequences can run on (the `backend` option, if several)
     # options under which its forward is deterministic (checks against fp64 need one answer, not a sampled estimate)
     deterministic: tuple[tuple[str, object], ...] = ()
+    state_type: type | None = None  # the class of the states it makes (None: undeclared, so not checked)
 
     def __init__(self, cfg: MixerConfig):
         super().__init__()
@@ -65,14 +66,51 @@ class Mixer(nn.Module):
         """forward(x, state), or packed(x, cu_seqlens) given the boundaries of packed sequences (packed_outputs
         and no state where keep_state is false: training and scoring keep none), of an input checked here, for
         every mixer: a wrong shape fails in one line that names the expected one rather than deep inside the
-        mixer's arithmetic."""
+        mixer's arithmetic. So is the state (check_state), and the state returned is marked as this mixer's."""
         check_input(x, self.cfg.d_model)
         if cu_seqlens is not None:
             check_boundaries(cu_seqlens, x, state)
-            return self.packed(x, cu_seqlens) if keep_state else (self.packed_outputs(x, cu_seqlens), None)
-        if isinstance(state, list):
-            return self.rows(x, state)
-        return super().__call__(x, state)
+            y, states = self.packed(x, cu_seqlens) if keep_state else (self.packed_outputs(x, cu_seqlens), None)
+        elif isinstance(state, list):
+            y, states = self.rows(x, state)
+        else:
+            self.check_state(state, x.shape[0])
+            y, states = super().__call__(x, state)
+        return y, self.marked(states)
+
+    def check_state(self, state, batch: int) -> None:
+        """A UserError unless state is None or a state of this mixer (its state_type, not marked as another
+        mixer's) holding `batch` sequences: another mixer's state would be read as this one's keys or memory,
+        and one of another batch would fail deep in the arithmetic."""
+        if state is None:
+            return
+        maker, made = getattr(state, "mixer", ""), self.made_state_type()
+        if maker not in ("", self.name) or (made is not None and not isinstance(state, made)):
+            kind = f"{type(state).__name__} from {maker}, another mixer" if maker not in ("", self.name) else (
+                f"{type(state).__name__}, not the {made.__name__} {self.name} makes")
+            raise UserError(f"the state given to {self.name} is a {kind}; give it what {self.name}'s init_state or "
+                            "its own previous call returned, or None to start afresh")
+        held = state_batch(state)
+        if held is not None and held != batch:
+            raise UserError(f"the state given to {self.name} holds {held} sequences, the input {batch}; give it the "
+                            f"state of these rows, or init_state({batch}) to start afresh")
+
+    def made_state_type(self) -> type | None:
+        """state_type, or where a mixer declares none (a plugin's), the class of its init_state, found once on the
+        meta device (no memory); None where that cannot be built there."""
+        if self.state_type is None and "_made_state_type" not in self.__dict__:
+            try:
+                self._made_state_type = type(self.init_state(1, device="meta"))
+            except Exception:  # noqa: BLE001  (a plugin's init_state may need a real device: then no type check)
+                self._made_state_type = None
+        return self.state_type or self.__dict__["_made_state_type"]
+
+    def marked(self, state):
+        """state (or each of a list of them) marked as made by this mixer, for check_state."""
+        for one in state if isinstance(state, list) else [state]:
+            if isinstance(getattr(one, "mixer", None), str):
+                one.mixer = self.name
+        return state
 
     def rows(self, x: torch.Tensor, states: list):
         """x [B, T, d_model] continuing one state per row (as a packed call returns them, one per sequence) ->
@@ -80,6 +118,8 @@ class Mixer(nn.Module):
         different lengths, different positions) row by row, returning the list of their states."""
         if len(states) != x.shape[0]:
             raise UserError(f"a list of states holds one per row: got {len(states)} for a batch of {x.shape[0]}")
+        for state in states:
+            self.check_state(state, 1)
         batched = stack_rows(states)
         if batched is not None:
             return super().__call__(x, batched)
@@ -131,6 +171,11 @@ class Mixer(nn.Module):
     def auto_backend(self, **machine) -> tuple[str, str]:
         """(the backend backend=auto takes, why) on a machine with these facts (`ops.fla.auto_route`'s)."""
         return "torch", "its only form"
+
+    def read_limit(self) -> tuple[int, str] | None:
+        """(the most tokens one read can hold, the option that sets it), for a mixer that cannot read any number;
+        None where it can."""
+        return None
 
     def cost_advice(self) -> str | None:
         """What one query costs in this configuration and a cheaper one to try, printed with the estimate before

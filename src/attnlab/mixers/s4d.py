@@ -54,6 +54,7 @@ class SSMState:
     memory: torch.Tensor  # X [B, H, M, width] complex
     conv: torch.Tensor  # the last conv_size - 1 inputs of the short convolution
     position: int = 0  # tokens seen, for RoPE
+    mixer: str = ""  # the mixer that made it (Mixer.check_state)
 
 
 class HeadNorm(nn.Module):
@@ -74,6 +75,7 @@ class StateSpaceMixer(Mixer):
     (the memory X [B, H, M, state_width] and the short convolution's last inputs)."""
 
     conv_channels: int  # the short convolution's width, set by the subclass
+    state_type = SSMState
 
     def add_state_core(self, cfg: S4DConfig) -> None:
         """Step sizes log-uniform in [dt_min, dt_max], poles A = -1/2 + i Im (S4D-Inv or S4D-Lin) and
@@ -121,7 +123,7 @@ class StateSpaceMixer(Mixer):
         cdtype = torch.complex128 if self.log_dt.dtype == torch.float64 else torch.complex64
         memory = torch.zeros(batch, cfg.n_heads, cfg.modes, self.state_width(), dtype=cdtype, device=device)
         conv = torch.zeros(batch, cfg.conv_size - 1, self.conv_channels, device=device, dtype=dtype)
-        return SSMState(memory, conv)
+        return self.marked(SSMState(memory, conv))
 
     def state_size(self, seq_len: int) -> int:
         cfg = self.cfg
