@@ -177,3 +177,101 @@ def test_the_sizes_a_model_leaves_to_the_data_are_filled_in_one_place():
     assert (pointer.vocab_size, pointer.output_size, pointer.tie_embeddings) == (40, 16, False)
     given = ModelConfig(vocab_size=300, output_size=8)
     assert given.fitted(65, output_size=16) == given  # sizes the config sets stay
+
+
+def cli_refuses(argv, capsys) -> str:
+    """The one line `attnlab` prints for argv, which must exit with code 2."""
+    from attnlab.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_a_config_file_that_is_not_utf8_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("name: caf\u00e9\n".encode("latin-1"))
+    err = cli_refuses(["train", str(path)], capsys)
+    assert f"{path} is not UTF-8 text (invalid continuation byte at byte 9); save it as UTF-8" in err
+    assert [p.name for p in tmp_path.iterdir()] == ["latin1.yaml"]  # nothing written
+
+
+@pytest.mark.parametrize("text, key, lines", [
+    ("model:\n  d_model: 64\ntrain:\n  steps: 3\nmodel:\n  n_layers: 2\n", "model", (1, 5)),
+    ("model:\n  mixer: softmax\n  d_model: 64\n  mixer: gla\n", "model.mixer", (2, 4)),
+    ("model:\n  mixer_options:\n    gla: {chunk_size: 8, chunk_size: 16}\n", "model.mixer_options.gla.chunk_size",
+     (3, 3)),
+])
+def test_a_key_given_twice_in_a_config_file_is_refused_naming_it(text, key, lines, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "twice.yaml"
+    path.write_text(text)
+    message = f"{path}: '{key}' is given twice (lines {lines[0]} and {lines[1]}); keep one"
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(str(path))
+    assert message in cli_refuses(["train", str(path)], capsys)
+    assert [p.name for p in tmp_path.iterdir()] == ["twice.yaml"]
+
+
+def test_the_same_key_in_two_sections_is_not_a_repeat(tmp_path):
+    path = tmp_path / "fine.yaml"
+    path.write_text("model:\n  n_layers: 2\n  layers: [softmax, gla]\ndata:\n  source: mixed\n  seed: 3\n"
+                    "train:\n  seed: 3\n")
+    cfg = load_config(str(path))
+    assert cfg.model.layer_mixers() == ["softmax", "gla"] and cfg.data.seed == cfg.train.seed == 3
+
+
+def test_a_mixer_set_against_the_layers_is_refused_naming_both(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    message = ("model.mixer=gdn is not used: model.layers=[softmax, gla, softmax, gla] names the mixer of every "
+               "layer; drop model.mixer")
+    overrides = ["model.mixer=gdn", "model.layers=[softmax,gla,softmax,gla]"]
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config("demo", overrides)
+    assert message in cli_refuses(["train", "demo", *overrides], capsys)
+    assert list(tmp_path.iterdir()) == []
+    # layers on the command line replace the preset's mixer (demo: softmax), as the hybrids' help shows
+    assert load_config("demo", ["model.layers=[gla,gla,gla,gla]"]).model.layer_mixers() == ["gla"] * 4
+    assert load_config("demo", ["model.mixer=gla", "model.layers=[softmax,gla,softmax,gla]"]).model.mixer == "gla"
+    # a saved run's config holds its model.mixer beside layers without it: it loads as a file
+    saved = tmp_path / "saved.yaml"
+    saved.write_text("model:\n  mixer: interdomain\n  n_layers: 2\n  layers: [softmax, gla]\n")
+    assert load_config(str(saved)).model.layer_mixers() == ["softmax", "gla"]
+
+
+def test_options_typed_for_a_mixer_no_layer_uses_are_refused_by_train(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    err = cli_refuses(["train", "demo", "model.mixer_options.gla.chunk_size=32"], capsys)
+    assert ("model.mixer_options.gla sets options of mixer gla, which no layer uses (the layers are softmax); "
+            "remove it, or use gla in model.mixer or model.layers") in err
+    err = cli_refuses(["train", "demo", "model.mixer_options={gla: {chunk_size: 32}}"], capsys)
+    assert "model.mixer_options.gla sets options of mixer gla, which no layer uses" in err
+    assert list(tmp_path.iterdir()) == []
+    # a preset's options for the mixers its suites compare it with stay, and so do a suite's settings shared by
+    # arms of several mixers (load_config, which the suites call, keeps them)
+    assert "coupled-qk" in load_config("coupled-qk-char", ["model.mixer=softmax"]).model.mixer_options
+    shared = ["model.mixer=softmax", "model.mixer_options.boltzmann.window=12"]
+    assert load_config("brackets", shared).model.mixer_options["boltzmann"]["window"] == 12
+
+
+def test_every_arm_of_every_suite_loads():
+    from attnlab.experiments import SUITES, get_suite
+
+    arms = [arm for name, suite in SUITES.items() for tier in getattr(suite, "TIERS", ("default",))
+            for experiment in get_suite(name, tier).experiments for arm in experiment.arms]
+    assert len(arms) > 100
+    for arm in arms:
+        load_config(arm.preset, arm.overrides)
+
+
+def test_min_lr_above_lr_is_refused_naming_both(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    message = ("train.min_lr=0.01 is above train.lr=0.001; the cosine schedule decays from lr to min_lr: lower "
+               "train.min_lr or raise train.lr")
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config("demo", ["train.lr=1e-3", "train.min_lr=1e-2"])
+    assert message in cli_refuses(["train", "demo", "train.lr=1e-3", "train.min_lr=1e-2"], capsys)
+    assert list(tmp_path.iterdir()) == []
+    assert load_config("demo", ["train.lr=1e-3", "train.min_lr=1e-3"]).train.min_lr == 1e-3  # a flat schedule

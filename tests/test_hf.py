@@ -1,5 +1,6 @@
 """Trained attnlab runs in Hugging Face transformers: export, Auto classes, logits, generate, tokenizers."""
 
+import io
 import os
 import subprocess
 import sys
@@ -7,12 +8,13 @@ import sys
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import logging as hf_logging
 
 import attnlab  # noqa: F401  (registers the Auto classes once transformers is imported)
 from attnlab.cli import main
 from attnlab.data.tokenizer import BPETokenizer, ByteTokenizer, CharTokenizer, IdTokenizer
 from attnlab.errors import UserError
-from attnlab.hf import AttnlabForCausalLM, hf_tokenizer
+from attnlab.hf import AttnlabConfig, AttnlabForCausalLM, hf_tokenizer
 from attnlab.hf.export import export
 from attnlab.inference import load_run
 from attnlab.mixers import list_mixers
@@ -26,7 +28,7 @@ FAMILIES = [[name, name] for name in list_mixers()] + [["softmax", "gla"], ["int
 
 
 def trained_run(text_file, tmp_path, layers, extra=()):
-    overrides = [f"model.layers=[{', '.join(layers)}]", *extra]
+    overrides = [f"model.mixer={layers[0]}", f"model.layers=[{', '.join(layers)}]", *extra]
     cfg = tiny_config(text_file, tmp_path, name="-".join(layers), steps=2, warmup_steps=1, seq_len=SEQ_LEN,
                       eval_every=2, ckpt_every=2, extra=overrides)
     return train(cfg, progress=False, log=lambda *_: None)["run_dir"]
@@ -196,7 +198,51 @@ def test_the_export_command_writes_a_folder_once(text_file, tmp_path, capsys):
     run_dir = trained_run(text_file, tmp_path, ["softmax", "softmax"])
     assert main(["export", str(run_dir), str(tmp_path / "hf")]) == 0
     assert isinstance(AutoModelForCausalLM.from_pretrained(tmp_path / "hf"), AttnlabForCausalLM)
-    capsys.readouterr()
+    assert "Writing model shards" not in capsys.readouterr().err  # stderr is no terminal here: no progress bars
     assert main(["export", str(run_dir), str(tmp_path / "hf")]) == 2  # never over an earlier export
     err = capsys.readouterr().err.strip()
     assert "already exists and is not an empty folder" in err and len(err.splitlines()) == 1
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_bars_reach_a_terminal_only_and_are_left_as_they_were(tmp_path, capsys, monkeypatch):
+    config = AttnlabConfig(attnlab={"vocab_size": 10, "d_model": 16, "n_layers": 1, "n_heads": 2})
+    AttnlabForCausalLM(config).save_pretrained(tmp_path / "model")
+    AutoModelForCausalLM.from_pretrained(tmp_path / "model")
+    err = capsys.readouterr().err  # a redirected stderr, as in a log or a pipe
+    assert "Writing model shards" not in err and "Loading weights" not in err
+    assert hf_logging.is_progress_bar_enabled()  # turned off for the call only
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    AttnlabForCausalLM(config).save_pretrained(tmp_path / "again")
+    AutoModelForCausalLM.from_pretrained(tmp_path / "again")
+    assert "Writing model shards" in terminal.getvalue() and "Loading weights" in terminal.getvalue()
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_padded_rows_with_learned_positions_count_their_own_tokens(exported, side):
+    """Learned absolute positions (model.positions): a padded row's positions start at its first token, in the
+    padded read and in every step after it, so its logits and greedy tokens are those it has alone."""
+    _, folder = exported(["softmax", "gla"], [f"model.positions={SEQ_LEN}"])
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder, padding_side=side)
+    with torch.no_grad():  # two training steps leave the embeddings small: make a wrong position show
+        model.model.position.weight.normal_(0, 1)
+    prompts = ["Line 7", "L", "Line 12: t"]
+    batch = tokenizer(prompts, padding=True, return_tensors="pt")
+    logits = model(**batch).logits
+    out = model.generate(**batch, max_new_tokens=4, do_sample=False, output_scores=True, return_dict_in_generate=True)
+    for row, prompt in enumerate(prompts):
+        ids = tokenizer(prompt, return_tensors="pt").input_ids
+        keep = batch.attention_mask[row].bool()
+        torch.testing.assert_close(logits[row, keep], model(ids).logits[0], rtol=0, atol=1e-5)
+        single = model.generate(ids, max_new_tokens=4, do_sample=False, output_scores=True,
+                                return_dict_in_generate=True)
+        assert out.sequences[row, torch.cat((keep, torch.ones(4, dtype=torch.bool)))].tolist() == \
+            single.sequences[0].tolist()
+        for step, expected in zip(out.scores, single.scores, strict=True):
+            torch.testing.assert_close(step[row], expected[0], rtol=0, atol=1e-5)

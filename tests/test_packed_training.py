@@ -131,3 +131,38 @@ def test_a_boundary_that_is_easy_to_predict_across_is_never_a_target(tmp_path, m
               progress=False, log=lambda *_: None)
         assert len(crossings) == 20 and any(crossings) == (pack == "false")
 
+
+
+def test_accumulated_packed_micro_batches_give_the_gradient_of_one_batch_of_the_same_rows(tmp_path, monkeypatch):
+    """Two micro-batches of packed rows that score different numbers of targets: each one's summed loss is divided
+    by the whole batch's count, so that the step is the mean over every target, as one batch of the rows gives it
+    (a mean of the two micro-batches' means would weigh the targets of the smaller one more)."""
+    import dataclasses
+    from contextlib import nullcontext
+    from types import SimpleNamespace
+
+    from attnlab.distributed import Ranks
+
+    cfg = config(tmp_path)
+    corpus = load_corpus(cfg.data)
+    x, y, cu_seqlens = corpus.packed_batch("train", 4, SEQ_LEN, torch.Generator().manual_seed(0))
+    halves = [packed_rows(x, y, cu_seqlens, slice(0, 2)), packed_rows(x, y, cu_seqlens, slice(2, 4))]
+    counts = [train_module.scored_targets(targets) for _, targets, _ in halves]
+    assert counts[0] != counts[1] and sum(counts) == train_module.scored_targets(y)
+    model = Decoder(train_module.fit_to_data(cfg.model, corpus)).double()
+
+    def step(grad_accum, micro_batches):
+        run = SimpleNamespace(cfg=dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, grad_accum=grad_accum)),
+                              ranks=Ranks(), trained=model, device=torch.device("cpu"), autocast=nullcontext)
+        drawn = iter(micro_batches)
+        monkeypatch.setattr(train_module, "_micro_batch", lambda _: next(drawn))
+        model.zero_grad(set_to_none=True)
+        loss = train_module._accumulate_gradients(run).item()
+        return loss, {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+    whole_loss, whole = step(1, [(*packed_rows(x, y, cu_seqlens, slice(0, 4)), sum(counts))])
+    # each micro-batch comes with the count of targets its rows score, as _micro_batch gives it
+    split_loss_, split = step(2, [(*half, count) for half, count in zip(halves, counts, strict=True)])
+    assert split_loss_ == pytest.approx(whole_loss, rel=1e-6) and whole.keys() == split.keys()  # summed in fp32
+    for name in whole:
+        torch.testing.assert_close(split[name], whole[name], rtol=1e-10, atol=1e-12)

@@ -181,6 +181,33 @@ def test_a_non_finite_gradient_stops_the_run_naming_step_and_tensor(text_file, t
     assert [step for step, _ in checkpoint.list_checkpoints(tmp_path / "runs" / "run")] == [6]  # the last good one
 
 
+def test_a_run_that_diverges_before_its_first_checkpoint_says_none_exists(text_file, tmp_path, monkeypatch):
+    poison_gradient_at(monkeypatch, "blocks.1.mlp.up.weight", steps={3})
+    with pytest.raises(UserError) as err:
+        train(tiny_config(text_file, tmp_path, steps=12, ckpt_every=6), progress=False, log=lambda *_: None)
+    assert str(err.value) == ("training diverged at step 3: the gradient of blocks.1.mlp.up.weight is not finite "
+                              "(nan or inf); no checkpoint exists yet (the first was due at step 6). Lower train.lr "
+                              "(now 0.002), check the data, or let train.skip_non_finite=N skip up to N such steps")
+    assert checkpoint.list_checkpoints(tmp_path / "runs" / "run") == []
+
+
+def test_a_corpus_of_one_repeated_character_is_refused_before_training(tmp_path, capsys, monkeypatch):
+    from attnlab.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    same = tmp_path / "same.txt"
+    same.write_text("a" * 5000)
+    for tokenizer in ("char", "byte"):  # a vocabulary of one symbol, or one id of many used alone
+        overrides = [*tiny_overrides(same, tmp_path), f"data.tokenizer={tokenizer}"]
+        assert main(["train", "demo", *overrides, "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert err == ("error: the training split is one token repeated ('a', 4,500 times): there is nothing to "
+                       "predict; use text with more than one distinct symbol (data.path, data.max_chars)\n")
+        assert not (tmp_path / "runs").exists()
+    same.write_text("a" * 4000 + "b" + "a" * 999)  # one other symbol at the end of the training split is enough
+    assert main(["train", "demo", *tiny_overrides(same, tmp_path), "train.steps=1", "--quiet"]) == 0
+
+
 def test_non_finite_steps_can_be_skipped_up_to_a_limit(text_file, tmp_path, monkeypatch):
     poison_gradient_at(monkeypatch, "blocks.0.mlp.up.weight", steps={3, 5})
     lines = []
@@ -221,6 +248,33 @@ def test_early_stopping_resumes_with_its_count_of_evaluations(text_file, tmp_pat
     cfg.train.steps = 100
     summary = train(cfg, resume="auto", progress=False, log=lambda *_: None)
     assert summary["steps"] == 8 and summary["best_step"] == 4  # 2.4 at step 8 is the second without gain
+
+
+@pytest.mark.parametrize("crash_at", [4, 8])
+def test_early_stopping_with_min_delta_resumes_to_the_step_an_uninterrupted_run_stops_at(text_file, tmp_path,
+                                                                                        monkeypatch, crash_at):
+    # evaluations every 2 steps; a gain counts only below the last significant low by more than 0.5. After step 4
+    # that low (3.0) is above the best loss (2.8), so it must come back from the checkpoint as it was; after step 8
+    # one evaluation without gain is counted, and must come back too
+    script = {2: 3.0, 4: 2.8, 6: 2.45, 8: 2.4, 10: 2.35, 12: 2.3, 14: 2.25}
+    straight = tiny_config(text_file, tmp_path, "straight", steps=100, eval_every=2, ckpt_every=2, patience=2,
+                           min_delta=0.5)
+    scripted_validation(monkeypatch, script.values())
+    expected = train(straight, progress=False, log=lambda *_: None)
+    assert expected["steps"] == 10 and expected["best_step"] == 10  # 2.45 at step 6 resets the count; 8, 10 gain
+
+    stopped = tiny_config(text_file, tmp_path, "stopped", steps=100, eval_every=2, ckpt_every=2, patience=2,
+                          min_delta=0.5)
+    scripted_validation(monkeypatch, script.values())
+    recover = crash_after_checkpoint(monkeypatch, crash_at)
+    with pytest.raises(Crash):
+        train(stopped, progress=False, log=lambda *_: None)
+    recover()
+    scripted_validation(monkeypatch, [loss for step, loss in script.items() if step > crash_at])
+    resumed = train(stopped, resume="auto", progress=False, log=lambda *_: None)
+    assert (resumed["steps"], resumed["best_step"], resumed["val_loss"]) == (10, 10, 2.35)
+    straight_records = [r for r in losses(tmp_path / "runs" / "straight") if r[2] is not None]
+    assert [r for r in losses(tmp_path / "runs" / "stopped") if r[2] is not None] == straight_records
 
 
 def test_without_patience_every_step_trains(text_file, tmp_path, monkeypatch):
@@ -422,15 +476,82 @@ def test_init_from_refuses_another_model_another_tokenizer_and_a_missing_checkpo
                               "them out (only model.dropout may change)")
     unknown = tmp_path / "unknown.txt"
     unknown.write_text("ZYXW VUTS " * 500)  # characters the checkpoint's vocabulary lacks
-    with pytest.raises(UserError, match=rf"^train.init_from={source}: the data's tokenizer \(char, vocabulary of 9\) "
-                                        r"is not the checkpoint's \(char, vocabulary of 42\); fine-tune on data that"):
+    with pytest.raises(UserError) as err:
         start(f"data.path={unknown}")
+    assert str(err.value) == (f"train.init_from={source}: the new text has characters ['S', 'T', 'U', 'V', 'W', "
+                              "'X', 'Y', 'Z'] that the checkpoint's vocabulary of 42 lacks; fine-tuning reads it "
+                              "with the checkpoint's tokenizer: remove them from the text, or train both runs with "
+                              "data.tokenizer=byte")
+    with pytest.raises(UserError) as err:
+        start("data.tokenizer=byte")
+    assert str(err.value) == (f"train.init_from={source}: data.tokenizer=byte, but the checkpoint's tokenizer is "
+                              "char, vocabulary of 42; fine-tuning reads the new text with the checkpoint's tokenizer: "
+                              "set data.tokenizer=char")
     with pytest.raises(UserError, match=rf"^train.init_from={tmp_path / 'nowhere'}: .*nowhere is neither a run "
                                         "folder nor a checkpoint folder"):
         start(f"train.init_from={tmp_path / 'nowhere'}")
     assert not (tmp_path / "runs" / "tuned").exists()  # each was refused before anything was written
     start("model.dropout=0.1")  # what fine-tuning may change
     assert checkpoint.load_config(tmp_path / "runs" / "tuned" / "step-00000004")["model"]["dropout"] == 0.1
+
+
+def test_init_from_reads_text_of_fewer_characters_with_the_checkpoint_s_vocabulary(text_file, tmp_path):
+    train(tiny_config(text_file, tmp_path, "source", steps=2, ckpt_every=2), progress=False, log=lambda *_: None)
+    source = tmp_path / "runs" / "source"
+    fewer = tmp_path / "fewer.txt"  # a vocabulary fitted to it would be smaller, with other ids
+    fewer.write_text("the quick brown fox jumps over the lazy dog. " * 300)
+    overrides = [*tiny_overrides(text_file, tmp_path, "tuned"), f"data.path={fewer}", f"train.init_from={source}"]
+    summary = train(load_config("demo", overrides), progress=False, log=lambda *_: None, overrides=overrides)
+    tuned = tmp_path / "runs" / "tuned" / checkpoint.step_dir_name(4)
+    assert checkpoint.load_tokenizer_dict(tuned) == checkpoint.load_tokenizer_dict(source / "step-00000002")
+    assert summary["model"].embed.num_embeddings == 42
+    # resumed, it reads the text with the same tokenizer (its checkpoint's), not one fitted to the text anew
+    more = [*overrides, "train.steps=6"]
+    resumed = train(load_config("demo", more), resume="auto", progress=False, log=lambda *_: None, overrides=more)
+    assert resumed["steps"] == 6
+    assert checkpoint.load_tokenizer_dict(tuned.parent / "step-00000006") == checkpoint.load_tokenizer_dict(tuned)
+
+
+def test_init_from_a_bpe_run_reuses_its_tokenizer_on_other_text(text_file, tmp_path, capsys):
+    pytest.importorskip("tokenizers")
+    from attnlab.cli import main
+
+    bpe = ["data.tokenizer=bpe", "data.bpe_vocab=300"]
+    assert main(["train", "demo", *tiny_overrides(text_file, tmp_path, "source", steps=2, ckpt_every=2), *bpe,
+                 "--quiet"]) == 0
+    source = tmp_path / "runs" / "source"
+    other = tmp_path / "other.txt"  # other words: a BPE trained on it would merge other pairs
+    other.write_text("".join(f"Verse {i}: sing, muse, of the wrath of Achilles, {i % 5} times.\n" for i in range(400)))
+    tune = [*tiny_overrides(text_file, tmp_path, "tuned"), f"data.path={other}", f"train.init_from={source}"]
+    assert main(["train", "demo", *tune, *bpe, "--quiet"]) == 0
+    tuned = tmp_path / "runs" / "tuned" / checkpoint.step_dir_name(4)
+    assert checkpoint.load_tokenizer_dict(tuned) == checkpoint.load_tokenizer_dict(source / "step-00000002")
+    capsys.readouterr()
+    # what cannot be reused is refused in one line saying what differs, and writes nothing
+    assert main(["train", "demo", *tune, "name=char", "--quiet"]) == 2
+    assert (f"error: train.init_from={source}: data.tokenizer=char, but the checkpoint's tokenizer is bpe, "
+            "vocabulary of ") in capsys.readouterr().err
+    assert main(["train", "demo", *tune, "name=wider", *bpe, "data.bpe_vocab=400", "--quiet"]) == 2
+    assert (f"error: train.init_from={source}: data.bpe_vocab=400, but fine-tuning reads the new text with the "
+            "checkpoint's BPE (bpe, vocabulary of ") in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["source", "tuned"]
+
+
+def test_tokenizer_differences_say_what_differs():
+    pytest.importorskip("tokenizers")
+    from attnlab.data.tokenizer import BPETokenizer, CharTokenizer, difference
+
+    # two BPEs of one size trained on other words: what differs is their merges, not their sizes
+    a = BPETokenizer.train([" ".join(f"word{i}" for i in range(3000))], 270).to_dict()
+    b = BPETokenizer.train([" ".join(f"term{i}" for i in range(3000))], 270).to_dict()
+    assert difference(a, a) is None
+    assert difference(a, b) == ("the data's BPE (bpe, vocabulary of 270) and the checkpoint's (bpe, vocabulary of "
+                                "270) give 8 tokens other ids or none (e.g. 'er'): they were trained on other text")
+    assert difference(CharTokenizer("abc").to_dict(), CharTokenizer("abd").to_dict()) == (
+        "the data has characters ['c'] that the checkpoint's vocabulary lacks and the checkpoint's vocabulary has "
+        "characters ['d'] that the data lacks")
+    assert difference(CharTokenizer("ab").to_dict(), a) == ("the data's tokenizer (char, vocabulary of 2) is not the "
+                                                            "checkpoint's (bpe, vocabulary of 270)")
 
 
 @pytest.mark.parametrize("override, message", [

@@ -10,7 +10,7 @@ import argparse
 import importlib.util
 import math
 
-from .errors import UserError
+from .errors import UserError, did_you_mean
 from .paths import user_path
 
 # ---------------------------------------------------------------------------------------------------
@@ -89,6 +89,13 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         raise UserError(f"{message} (see {self.prog} --help)")
+
+    def _check_value(self, action, value):
+        # argparse's own message lists the choices; a mistyped one (a command, --split) also gets the closest
+        if action.choices is not None and value not in action.choices:
+            hint = did_you_mean(str(value), map(str, action.choices))
+            choices = ", ".join(map(repr, action.choices))
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r}{hint} (choose from {choices})")
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -90,15 +90,19 @@ def run_lock(run_dir: Path) -> Iterator[None]:
     """Hold the run folder's lock, made if need be, while the block runs: fcntl.flock on <run>/.lock, which the
     kernel releases when the process ends, however it ends, so a crash or SIGKILL leaves no stale lock. A
     second holder is refused with the first one's pid. A folder made here that holds only the lock at the end
-    (the start failed before writing anything) is removed again."""
-    made = not run_dir.exists()
+    (the start failed before writing anything) is removed again, with the folders made for it (out_dir)."""
+    made = [folder for folder in (run_dir, *run_dir.parents) if not folder.exists()]
     fd = _lock(run_dir)
     try:
         yield
     finally:
         if made and run_dir.is_dir() and [p.name for p in run_dir.iterdir()] == [LOCK]:
             (run_dir / LOCK).unlink()
-            run_dir.rmdir()
+            for folder in made:  # innermost first; one that something else wrote in stays
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
         os.close(fd)
 
 

@@ -39,7 +39,9 @@ class ModelConfig:
     n_heads: int = 4
     mixer: str = "softmax"  # the token mixer of every layer ...
     layers: list[str] | None = None  # ... unless this per-layer list is given (hybrids)
-    mixer_options: dict[str, dict] = field(default_factory=dict)  # {mixer name: {field: value}}
+    # {mixer name: {field: value}}. A preset may hold the options of mixers it does not use (those its suites
+    # compare it with); `attnlab train` refuses options given on its command line for a mixer no layer uses
+    mixer_options: dict[str, dict] = field(default_factory=dict)
     ffn_hidden: int | None = None  # feed-forward width; None: SwiGLU 8/3 * d_model (to a multiple of 32), GELU 4x
     ffn: bool = True  # False: blocks without the feed-forward part (attention only)
     ffn_kind: str = "swiglu"  # swiglu (Llama) | gelu (two layers with biases, GPT-2)
@@ -290,9 +292,13 @@ class TrainConfig:
                 f"train.batch_size={self.batch_size} is not divisible by train.grad_accum={self.grad_accum}; "
                 "the batch is split evenly into grad_accum micro-batches"
             )
-        if self.lr <= 0 or self.min_lr < 0 or self.min_lr > self.lr:
-            raise ConfigError(f"need 0 <= train.min_lr <= train.lr and lr > 0 (got lr={self.lr}, "
-                              f"min_lr={self.min_lr})")
+        if self.lr <= 0:
+            raise ConfigError(f"train.lr={self.lr} must be above 0, e.g. 1e-3")
+        if self.min_lr < 0:
+            raise ConfigError(f"train.min_lr={self.min_lr} must be >= 0 (0: the cosine schedule decays to nothing)")
+        if self.min_lr > self.lr:  # the schedule would rise from lr to min_lr instead of decaying
+            raise ConfigError(f"train.min_lr={self.min_lr} is above train.lr={self.lr}; the cosine schedule decays "
+                              "from lr to min_lr: lower train.min_lr or raise train.lr")
         for name in ("eval_batches", "warmup_steps", "weight_decay", "grad_clip", "keep_last", "skip_non_finite",
                      "patience", "min_delta"):
             if getattr(self, name) < 0:
@@ -406,12 +412,36 @@ def load_yaml(preset_or_path: str) -> dict:
             raise ConfigError(unknown_name("config preset or file", preset_or_path, list_presets()))
         path = PRESET_DIR / f"{preset_or_path}.yaml"
     try:
-        values = yaml.safe_load(path.read_text()) or {}
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path} is not UTF-8 text ({err.reason} at byte {err.start}); save it as UTF-8") from None
+    try:
+        _refuse_repeated_keys(yaml.compose(text, Loader=yaml.SafeLoader), path)
+        values = yaml.safe_load(text) or {}
     except yaml.YAMLError as err:
         raise ConfigError(f"{path} is not valid YAML: {err}") from None
     if not isinstance(values, dict):
         raise ConfigError(f"{path} must hold a mapping with sections model, data, train")
     return values
+
+
+def _refuse_repeated_keys(node, path: Path, where: str = "") -> None:
+    """A key given twice in one mapping (a second `model:` section): YAML keeps the last and drops the first
+    without a word, so it is refused, naming the key and both lines."""
+    if isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _refuse_repeated_keys(item, path, where)
+    if not isinstance(node, yaml.MappingNode):
+        return
+    seen = {}
+    for key, value in node.value:
+        name = f"{where}.{key.value}" if where else str(key.value)
+        if isinstance(key, yaml.ScalarNode) and key.value != "<<":  # << merges another mapping in
+            if key.value in seen:
+                raise ConfigError(f"{path}: '{name}' is given twice (lines {seen[key.value]} and "
+                                  f"{key.start_mark.line + 1}); keep one, the second would replace the first")
+            seen[key.value] = key.start_mark.line + 1
+        _refuse_repeated_keys(value, path, name)
 
 
 def apply_overrides(values: dict, overrides: list[str]) -> dict:
@@ -437,4 +467,35 @@ def apply_overrides(values: dict, overrides: list[str]) -> dict:
 def load_config(preset_or_path: str | None = None, overrides: list[str] = ()) -> RunConfig:
     values = load_yaml(preset_or_path) if preset_or_path else {}
     cfg = from_dict(RunConfig, apply_overrides(values, list(overrides))).validate()
+    _refuse_unused_mixer(cfg.model, overridden(overrides))
     return dataclasses.replace(cfg, train=cfg.train.with_capped_warmup())
+
+
+def overridden(overrides) -> set[str]:
+    """The dotted keys that overrides set."""
+    return {item.partition("=")[0] for item in overrides}
+
+
+def _refuse_unused_mixer(model: ModelConfig, asked: set[str]) -> None:
+    """model.mixer set by an override beside a model.layers without it: no layer would be that mixer. A preset or
+    file may set both (a saved run's config holds model.mixer beside its layers)."""
+    layers = model.layer_mixers()
+    if model.layers is not None and model.mixer not in layers and asked & {"model", "model.mixer"}:
+        raise ConfigError(f"model.mixer={model.mixer} is not used: model.layers=[{', '.join(layers)}] names the mixer "
+                          f"of every layer; drop model.mixer, list {model.mixer} in model.layers, or set "
+                          "model.layers=null to give every layer model.mixer")
+
+
+def refuse_unused_options(model: ModelConfig, asked: set[str]) -> None:
+    """Options given on the command line (the dotted keys `asked`) for a mixer that no layer is. Presets and
+    suites may hold options of mixers they do not use (those they are compared with, settings shared by the
+    arms of a suite): only the train command refuses them, where a person typed them."""
+    layers = model.layer_mixers()
+    whole = asked & {"model", "model.mixer_options"}  # the command line replaced all the options
+    for name in model.mixer_options:
+        mine = f"model.mixer_options.{name}"
+        if name not in layers and (whole or any(key == mine or key.startswith(mine + ".") for key in asked)):
+            raise ConfigError(f"{mine} sets options of mixer {name}, which no layer uses (the layers are "
+                              f"{', '.join(dict.fromkeys(layers))}); remove it, or use {name} in model.mixer or "
+                              "model.layers")
+

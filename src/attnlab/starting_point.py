@@ -12,7 +12,8 @@ import yaml
 
 from . import checkpoint
 from .config import RunConfig
-from .data import tokenizer_from_dict
+from .data import TASKS, tokenizer_from_dict
+from .data.tokenizer import describe, difference
 from .errors import UserError
 from .typed import from_dict
 
@@ -128,14 +129,35 @@ def _as_override(value) -> str:
     return yaml.safe_dump(value, default_flow_style=True, width=1 << 20).strip().removesuffix("...").strip()
 
 
+def checkpoint_tokenizer(cfg: RunConfig, folder: Path | None, fine_tuning: bool, overrides: list[str] | None):
+    """The tokenizer of the checkpoint whose weights the run starts from, which reads its text (None: a run from
+    scratch, or a task, whose ids need none). Fine-tuning (train.init_from) reuses it rather than fitting a new
+    one to the new text, whose ids would stand for other symbols: data.tokenizer must name its kind."""
+    if folder is None or cfg.data.source in TASKS:
+        return None
+    theirs = checkpoint.load_tokenizer_dict(folder)
+    if fine_tuning:
+        where = f"train.init_from={cfg.train.init_from}"
+        saved = checkpoint.load_config(folder)["data"]
+        if theirs["kind"] not in ("char", "byte", "bpe"):
+            raise UserError(f"{where}: the checkpoint was trained on data.source={saved['source']}, whose token ids "
+                            f"({describe(theirs)}) are not text; fine-tune it on data.source={saved['source']}")
+        if theirs["kind"] != cfg.data.tokenizer:
+            raise UserError(f"{where}: data.tokenizer={cfg.data.tokenizer}, but the checkpoint's tokenizer is "
+                            f"{describe(theirs)}; fine-tuning reads the new text with the checkpoint's tokenizer: "
+                            f"set data.tokenizer={theirs['kind']}")
+        asked = overrides is not None and any(item.startswith("data.bpe_vocab=") for item in overrides)
+        if theirs["kind"] == "bpe" and asked and cfg.data.bpe_vocab != saved.get("bpe_vocab"):
+            raise UserError(f"{where}: data.bpe_vocab={cfg.data.bpe_vocab}, but fine-tuning reads the new text with "
+                            f"the checkpoint's BPE ({describe(theirs)}, trained with data.bpe_vocab="
+                            f"{saved.get('bpe_vocab')}) and trains none; leave data.bpe_vocab out")
+    return tokenizer_from_dict(theirs)
+
+
 def check_tokenizer(corpus, source: Path, init_from: str) -> None:
-    """Fine-tuning reads the new data with the ids of the checkpoint's tokenizer: the data's must be the same,
-    or every id would stand for another symbol."""
+    """Fine-tuning reads the new data with the ids of the checkpoint's tokenizer: a task's must be the same, or
+    every id would stand for another symbol (text is read with the checkpoint's own: see checkpoint_tokenizer)."""
     theirs = checkpoint.load_tokenizer_dict(source)
-    if corpus.tokenizer.to_dict() == theirs:
-        return
-    size = tokenizer_from_dict(theirs).vocab_size
-    raise UserError(f"train.init_from={init_from}: the data's tokenizer ({corpus.tokenizer.kind}, vocabulary of "
-                    f"{corpus.vocab_size}) is not the checkpoint's ({theirs['kind']}, vocabulary of {size}); "
-                    "fine-tune on data that tokenizes alike: data.tokenizer=byte in both runs, or char on text "
-                    "with the same characters")
+    problem = difference(corpus.tokenizer.to_dict(), theirs)
+    if problem is not None:
+        raise UserError(f"train.init_from={init_from}: {problem}; fine-tune on data that tokenizes alike")

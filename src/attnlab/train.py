@@ -25,11 +25,12 @@ from . import checkpoint, distributed, loggers, step_cost
 from .config import ModelConfig, RunConfig, TrainConfig
 from .data import TokenCorpus, load_data
 from .data.corpus import IGNORE, default_cache_dir, packed_rows
+from .data.tokenizer import NotInVocabulary
 from .errors import ConfigError, UserError
 from .evaluate import perplexity, split_loss, to_device
 from .model import Decoder, next_token_loss
 from .paths import user_path
-from .starting_point import check_tokenizer, starting_point
+from .starting_point import check_tokenizer, checkpoint_tokenizer, starting_point
 
 
 def pick_device(name: str) -> torch.device:
@@ -146,13 +147,16 @@ class Cadence:
 
 class StopSignals:
     """While training, SIGINT and SIGTERM ask it to stop at the end of the current step, once that step is
-    checkpointed, instead of losing the work since the last checkpoint; a second signal stops at once. The
-    previous handlers come back on exit (train is also called from Python and by the suite runner)."""
+    checkpointed, instead of losing the work since the last checkpoint. The first signal wins: one that follows
+    (a wrapper that forwards Ctrl-C as well, a second Ctrl-C) waits for that checkpoint instead of abandoning it
+    half way. The previous handlers come back on exit (train is also called from Python and by the suite
+    runner)."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self):
         self.received: int | None = None
+        self.repeated = 0  # signals after the first, which change nothing
         self.previous: dict = {}
 
     def __enter__(self) -> StopSignals:
@@ -165,9 +169,13 @@ class StopSignals:
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
 
     def _handle(self, signum, frame) -> None:
-        if self.received is not None:
-            raise KeyboardInterrupt  # asked twice: stop now; the checkpoints on disk stay intact
-        self.received = signum
+        if self.received is None:
+            self.received = signum
+            return
+        if not self.repeated:  # os.write: print could re-enter a print that the signal interrupted
+            os.write(2, b"already stopping: finishing the current step and writing its checkpoint (SIGKILL stops "
+                        b"at once, losing the steps since the last checkpoint)\n")
+        self.repeated += 1
 
     @property
     def name(self) -> str:
@@ -271,7 +279,12 @@ class Run:
 
 def _train(cfg: RunConfig, resume: str | None, overrides: list[str] | None, progress: bool, log,
            ranks: distributed.Ranks, held: ExitStack) -> dict:
-    run = _set_up(cfg, resume, overrides, progress, log, ranks, held)
+    try:
+        run = _set_up(cfg, resume, overrides, progress, log, ranks, held)
+    except KeyboardInterrupt:  # Ctrl-C while the data loads or the model is built: nothing was trained
+        log(f"interrupted during the set-up, before the first step: no {'new ' if resume else ''}checkpoint was "
+            "written")
+        raise
     interrupted = False
     with StopSignals() as stop, run.metrics or nullcontext():  # only rank 0 has a log to close
         for step in run.bar:
@@ -309,13 +322,17 @@ def _set_up(cfg: RunConfig, resume: str | None, overrides: list[str] | None, pro
     with distributed.refusals_once(ranks):
         if ranks.main:  # rank 0 alone writes the run folder
             _check_writable(run_dir, cfg.out_dir)
-            held.enter_context(checkpoint.run_lock(run_dir))
+            try:
+                held.enter_context(checkpoint.run_lock(run_dir))
+            except OSError as err:  # a folder that cannot be made: under /proc, a name too long, ...
+                raise ConfigError(f"out_dir={cfg.out_dir}: the run folder {run_dir} cannot be made ({err.strerror}); "
+                                  "choose an out_dir= in a writable folder") from None
         cfg, ckpt, source = starting_point(cfg, run_dir, resume, overrides, log)
         t = cfg.train
         _check_ranks(t, ranks)
         device = ranks.device or pick_device(t.device)
         torch.manual_seed(t.seed)
-        corpus = _load_data(cfg)
+        corpus = _load_data(cfg, checkpoint_tokenizer(cfg, ckpt or source, source is not None, overrides))
         _check_splits(corpus, t)
         if source is not None:
             check_tokenizer(corpus, source, t.init_from)
@@ -379,10 +396,19 @@ def _check_writable(run_dir: Path, out_dir: str) -> None:
                       "system); choose another out_dir= or make it writable")
 
 
-def _load_data(cfg: RunConfig):
-    """The run's data; a token cache that cannot be written is refused naming the setting that moves it."""
+def _load_data(cfg: RunConfig, tokenizer=None):
+    """The run's data, read with `tokenizer` where given (a text corpus continuing a checkpoint's); a token cache
+    that cannot be written is refused naming the setting that moves it."""
     try:
-        return load_data(cfg.data, cfg.train.seq_len)
+        return load_data(cfg.data, cfg.train.seq_len, tokenizer)
+    except NotInVocabulary as err:
+        lacking = f"characters {err.characters!r} that the checkpoint's vocabulary of {err.vocab_size} lacks"
+        if cfg.train.init_from is None:  # a resumed run's own text changed since its checkpoint
+            raise UserError(f"the text now has {lacking}: it changed since the run's checkpoint, whose tokenizer reads "
+                            "it; resume with the text the run was trained on") from None
+        raise UserError(f"train.init_from={cfg.train.init_from}: the new text has {lacking}; fine-tuning reads it "
+                        "with the checkpoint's tokenizer: remove them from the text, or train both runs with "
+                        "data.tokenizer=byte") from None
     except OSError as err:
         cache = user_path(cfg.data.cache_dir) if cfg.data.cache_dir else default_cache_dir()
         if err.filename is None or not Path(err.filename).resolve().is_relative_to(cache.resolve()):
@@ -504,9 +530,12 @@ def _apply_gradients(run: Run, loss: float, norm: float, grad_norm: torch.Tensor
             nn.utils.clip_grads_with_norm_(run.trained.parameters(), t.grad_clip, grad_norm)
         run.optimizer.step()
     elif run.skipped >= t.skip_non_finite:
-        raise UserError(f"training diverged at step {run.step}: {bad} is not finite (nan or inf); the last good "
-                        f"checkpoint is kept. Lower train.lr (now {t.lr}), check the data, or let "
-                        "train.skip_non_finite=N skip up to N such steps")
+        kept = checkpoint.list_checkpoints(run.run_dir)
+        where = (f"the last good checkpoint, {kept[-1][1].name}, is kept" if kept else
+                 f"no checkpoint exists yet (the first was due at step {min(t.ckpt_every, t.steps)})")
+        raise UserError(f"training diverged at step {run.step}: {bad} is not finite (nan or inf); {where}. Lower "
+                        f"train.lr (now {t.lr}), check the data, or let train.skip_non_finite=N skip up to N such "
+                        "steps")
     else:
         run.skipped += 1
         run.log(f"step {run.step}: {bad} is not finite; step skipped ({run.skipped} of at most "
@@ -598,11 +627,23 @@ def _check_splits(corpus, t: TrainConfig) -> None:
     from the val split: a split too short for one fails here, not at the first evaluation after training."""
     if not isinstance(corpus, TokenCorpus):  # the tasks generate their examples at train.seq_len
         return
+    train_split = corpus.split("train")
+    if len(train_split) and _one_token(train_split):  # it would train to a loss of 0 and learn nothing
+        symbol = corpus.tokenizer.decode([int(train_split[0])])
+        raise ConfigError(f"the training split is one token repeated ({symbol!r}, {len(train_split):,} times): there "
+                          "is nothing to predict; use text with more than one distinct symbol (data.path, "
+                          "data.max_chars)")
     for split, fix in (("train", "lower data.val_fraction"), ("val", "raise data.val_fraction")):
         tokens = len(corpus.split(split))
         if tokens <= t.seq_len:
             raise ConfigError(f"the {split} split has {tokens:,} tokens, too few for one window of train.seq_len="
                               f"{t.seq_len} ({t.seq_len + 1} tokens); lower train.seq_len, {fix} or use more text")
+
+
+def _one_token(tokens, block: int = 1 << 20) -> bool:
+    """Whether every token is the first one, read a block at a time: ordinary text differs within its first."""
+    first = tokens[0]
+    return all((tokens[i : i + block] == first).all() for i in range(0, len(tokens), block))
 
 
 def _reconcile_best(run_dir: Path, stopping: EarlyStopping | None) -> None:

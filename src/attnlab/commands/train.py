@@ -37,10 +37,11 @@ def check(args) -> None:
 
 
 def main(args) -> None:
-    from ..config import load_config
+    from ..config import load_config, overridden, refuse_unused_options
     from ..train import train
 
     cfg = load_config(args.config, args.overrides)
+    refuse_unused_options(cfg.model, overridden(args.overrides))
     # a bar redraws in place on a terminal; written to a file or a pipe it would be one line per refresh
     progress = not args.quiet and sys.stderr.isatty()
     summary = train(cfg, resume=args.resume, progress=progress, overrides=args.overrides)

@@ -17,9 +17,9 @@ __all__ = ["TASKS", "ByteTokenizer", "CharTokenizer", "Task", "TokenCorpus", "lo
            "register_task", "tokenizer_from_dict"]
 
 
-def load_data(cfg, seq_len: int):
+def load_data(cfg, seq_len: int, tokenizer=None):
     """The data source named by cfg.source (a DataConfig), for sequences of seq_len tokens: a registered task's
-    examples, or a text corpus."""
+    examples, or a text corpus, read with `tokenizer` where given (a trained model's) instead of one fitted to it."""
     if cfg.source in TASKS:
         return TASKS[cfg.source].load(cfg, seq_len)
-    return load_corpus(cfg)
+    return load_corpus(cfg, tokenizer)

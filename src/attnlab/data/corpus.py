@@ -257,16 +257,25 @@ def cache_key(cfg: DataConfig) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
 
 
-def load_corpus(cfg: DataConfig) -> TokenCorpus:
-    """Prepare the corpus once (cached) and memory-map it."""
+def load_corpus(cfg: DataConfig, tokenizer=None) -> TokenCorpus:
+    """Prepare the corpus once (cached) and memory-map it. With a tokenizer (a trained model's, which a run
+    resumed or fine-tuned reads its text with) the text is read with it: the corpus it fits to itself where that
+    is the same tokenizer, else one cached by the tokenizer's contents too."""
     cache = user_path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
     folder = cache / "corpora" / cache_key(cfg)
+    if tokenizer is not None and not (_complete(folder) and _meta(folder)["tokenizer"] == tokenizer.to_dict()):
+        identity = json.dumps(tokenizer.to_dict(), sort_keys=True).encode()
+        folder = folder.with_name(f"{folder.name}-{hashlib.sha256(identity).hexdigest()[:12]}")
     if not _complete(folder):
-        _prepare(cfg, folder)
-    meta = json.loads((folder / "meta.json").read_text())
+        _prepare(cfg, folder, tokenizer)
+    meta = _meta(folder)
     tokens = np.memmap(folder / "tokens.bin", dtype=meta["dtype"], mode="r")
     doc_starts = np.load(folder / "doc_starts.npy")
     return TokenCorpus(tokens, meta["n_train"], tokenizer_from_dict(meta["tokenizer"]), folder, doc_starts)
+
+
+def _meta(folder: Path) -> dict:
+    return json.loads((folder / "meta.json").read_text())
 
 
 def _complete(folder: Path) -> bool:
@@ -289,8 +298,8 @@ def _fit_tokenizer(cfg: DataConfig):
     return ByteTokenizer()
 
 
-def _prepare(cfg: DataConfig, folder: Path) -> None:
-    tokenizer = _fit_tokenizer(cfg)
+def _prepare(cfg: DataConfig, folder: Path, tokenizer=None) -> None:
+    tokenizer = tokenizer or _fit_tokenizer(cfg)
     dtype = token_dtype(tokenizer.vocab_size)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}-"))
@@ -303,6 +312,8 @@ def _prepare(cfg: DataConfig, folder: Path) -> None:
                 ids = tokenizer.encode(piece).astype(dtype)
                 out.write(ids.tobytes())
                 n_tokens += len(ids)
+        if n_tokens == 0:  # a given tokenizer skips the first pass, which finds an empty corpus
+            raise UserError(f"the corpus (data.source={cfg.source}) is empty")
         doc_starts = np.unique(doc_starts)  # an empty document starts where the next one does
         np.save(tmp / "doc_starts.npy", doc_starts[doc_starts < n_tokens].astype(np.int64))
         meta = {

@@ -7,6 +7,15 @@ import numpy as np
 from ..errors import UserError
 
 
+class NotInVocabulary(UserError):
+    """Text holds characters that a fixed vocabulary (a trained model's) lacks."""
+
+    def __init__(self, characters: list[str], vocab_size: int):
+        self.characters, self.vocab_size = characters, vocab_size
+        super().__init__(f"characters {characters!r} are not in this model's vocabulary of {vocab_size} characters "
+                         "(those of its training text)")
+
+
 def _code_points(text: str) -> np.ndarray:
     # surrogatepass: command-line text may hold lone surrogates (bytes that were not UTF-8), which are then
     # simply characters outside the vocabulary
@@ -32,8 +41,7 @@ class CharTokenizer:
         unknown = (ids >= len(self._codes)) | (self._codes[np.minimum(ids, len(self._codes) - 1)] != codes)
         if unknown.any():
             bad = sorted({chr(c) for c in codes[unknown]})
-            raise UserError(f"characters {bad!r} are not in this model's vocabulary of {self.vocab_size} characters "
-                            "(those of its training text)")
+            raise NotInVocabulary(bad, self.vocab_size)
         return ids.astype(np.int64)
 
     def decode(self, ids) -> str:
@@ -130,6 +138,32 @@ def tokenizer_from_dict(values: dict):
     if values["kind"] == "ids":
         return IdTokenizer(values["vocab_size"])
     raise ValueError(f"unknown tokenizer kind {values['kind']!r}")
+
+
+def describe(values: dict) -> str:
+    """'bpe, vocabulary of 512': a tokenizer (as to_dict gives it) in words."""
+    return f"{values['kind']}, vocabulary of {tokenizer_from_dict(values).vocab_size}"
+
+
+def difference(ours: dict, theirs: dict) -> str | None:
+    """What differs between two tokenizers (as to_dict gives them), ours the data's and theirs a checkpoint's, in
+    words; None when they are the same."""
+    if ours == theirs:
+        return None
+    if ours["kind"] != theirs["kind"]:
+        return f"the data's tokenizer ({describe(ours)}) is not the checkpoint's ({describe(theirs)})"
+    a, b = tokenizer_from_dict(ours), tokenizer_from_dict(theirs)
+    if a.kind == "char":
+        extra, missing = sorted(set(a.chars) - set(b.chars)), sorted(set(b.chars) - set(a.chars))
+        parts = [f"the data has characters {extra!r} that the checkpoint's vocabulary lacks"] if extra else []
+        parts += [f"the checkpoint's vocabulary has characters {missing!r} that the data lacks"] if missing else []
+        return " and ".join(parts)
+    if a.kind == "bpe":
+        va, vb = a.model.get_vocab(), b.model.get_vocab()
+        differ = sorted(t for t in va.keys() | vb.keys() if va.get(t) != vb.get(t))
+        return (f"the data's BPE ({describe(ours)}) and the checkpoint's ({describe(theirs)}) give {len(differ):,} "
+                f"tokens other ids or none (e.g. {differ[0]!r}): they were trained on other text")
+    return f"the data's token ids ({describe(ours)}) are not the checkpoint's ({describe(theirs)})"
 
 
 def token_dtype(vocab_size: int):
