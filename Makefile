@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench lint
+.PHONY: setup demo test bench lint docs
 
 setup: $(STAMP)
 
@@ -28,3 +28,13 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests
+
+# the documentation site (docs/ and mkdocs.yml) into site/, with the docs extra installed once
+DOCS_STAMP := $(VENV)/.docs-installed
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[docs]'
+	touch $(DOCS_STAMP)

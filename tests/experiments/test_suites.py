@@ -699,3 +699,21 @@ def test_a_sweep_compares_rates_by_the_whole_split_loss_where_measured_and_says_
                                                                                          "runs": runs})))
     assert "Not separated by the sweep" in lines and "gla: lr 0.002 chosen, lr 0.001 (+0.0001 against" in lines
     assert "gdn: lr" not in lines  # 0.1 apart against a spread of 0.001: separated
+
+
+def test_results_writes_the_results_folder_s_readme_with_links_from_it(tmp_path, monkeypatch, capsys):
+    from attnlab.cli import main
+
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    suite = get_suite("demo")
+    suite.experiments = suite.experiments[:1]
+    suite.experiments[0].arms = suite.experiments[0].arms[:2]
+    run_suite(suite, tmp_path / "results" / "demo", seeds=1, extra=TINY, log=lambda *_: None)
+    assert main(["results"]) == 0  # no README yet: one is made with the markers
+    text = (tmp_path / "results" / "README.md").read_text()
+    assert text.startswith(f"# Results\n\n{README_START}\n") and "](demo/report.md" in text
+    assert "](results/" not in text  # links lead from the README's own folder
+    assert main(["results"]) == 0 and (tmp_path / "results" / "README.md").read_text() == text
+    capsys.readouterr()
+    assert main(["results", "--print"]) == 0 and "](results/demo/report.md" in capsys.readouterr().out
