@@ -1,72 +1,129 @@
-"""A sequence split across two gloo ranks gives the outputs, final state and gradients of the whole sequence on one
-process, for every recurrent op of the linear-attention family, at shard lengths that are not multiples of the
-chunk."""
+"""A sequence split across two gloo ranks gives the outputs, the final state and the gradients (of every token's
+inputs, and of the parameters summed over the ranks as data parallelism sums them) of the whole sequence on one
+process, for every recurrent op, at shard lengths that are not multiples of the chunk."""
 
 from __future__ import annotations
 
 import functools
+import math
+from dataclasses import dataclass
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from attnlab.context_parallel import exclusive_scan, run_shard, shard_transition
+from attnlab.context_parallel import exclusive_scan, linear_shard, run_shard, transition
 from attnlab.ops.delta_rule import delta_rule_chunk, delta_rule_reference
 from attnlab.ops.gla import gla_chunk, gla_reference
+from attnlab.ops.interdomain import interdomain_chunk, interdomain_reference
+from attnlab.ops.s4d import s4d_fft, s4d_reference
 
-B, H, T, D_K, D_V = 2, 2, 22, 8, 6  # two shards of 11 tokens: not a multiple of the chunk of 4
+B, H, T, D_K, D_V, MODES = 2, 2, 22, 8, 6, 4  # two shards of 11 tokens: not a multiple of the chunk of 4
 WORLD = 2
+
+
+@dataclass
+class Case:
+    tokens: list[torch.Tensor]  # inputs with time on dim 2, split across the ranks
+    params: list[torch.Tensor]  # inputs every rank holds whole
+    state: torch.Tensor  # a state to start the whole sequence from
+    shard: callable  # (tokens, params) -> a Shard
+    diagonal: bool = False
+
+
+def linear_case(op, gates: int) -> Case:
+    q, k = torch.randn(B, H, T, D_K), torch.nn.functional.normalize(torch.randn(B, H, T, D_K), dim=-1)
+    v = torch.randn(B, H, T, D_V)
+    if gates == 2:  # the delta rule: a scalar log-decay and a write strength per token
+        gates_ = [-torch.rand(B, H, T) * 0.3, torch.rand(B, H, T) * 0.9 + 0.05]
+    else:  # a log-decay <= 0 per key channel
+        gates_ = [-torch.rand(B, H, T, D_K) * 0.3]
+    return Case([q, k, v, *gates_], [], torch.randn(B, H, D_K, D_V),
+                lambda tokens, params: linear_shard(op, *tokens))
+
+
+def s4d_parameters() -> list[torch.Tensor]:
+    """lambda = exp(dt A) and B_bar = (lambda - 1) / A for S4D-Lin's A, and random c: [H, MODES] complex."""
+    A = torch.complex(-0.5 * torch.ones(H, MODES), math.pi * torch.arange(MODES).float().expand(H, MODES))
+    lam = torch.exp(0.1 * A)
+    return [torch.randn(H, MODES, dtype=torch.cfloat), lam, (lam - 1) / A]
+
+
+def s4d_case(op) -> Case:
+    def shard(tokens, params):
+        [u], (c, lam, B_bar) = tokens, params
+        return lambda start, silent=False: op(u * 0 if silent else u, c, lam, B_bar, initial_state=start)
+
+    return Case([torch.randn(B, H, T, D_V)], s4d_parameters(),
+                torch.randn(B, H, MODES, D_V, dtype=torch.cfloat), shard, diagonal=True)
+
+
+def interdomain_case(op) -> Case:
+    def shard(tokens, params):
+        (xi_q, z), (C, lam, B_bar) = tokens, params
+        return lambda start, silent=False: op(xi_q, z * 0 if silent else z, lam, B_bar, C, initial_state=start)
+
+    width = D_K + D_V
+    _, lam, B_bar = s4d_parameters()
+    C = torch.randn(H, MODES, MODES, dtype=torch.cfloat) / MODES
+    return Case([torch.rand(B, H, T, D_K), torch.randn(B, H, T, width)], [C, lam, B_bar],
+                torch.randn(B, H, MODES, width, dtype=torch.cfloat), shard, diagonal=True)
 
 
 def linear(q, k, v, g, **kw):
     return gla_reference(q, k, v, g * 0, **kw)  # no forgetting (g * 0 keeps g in the graph: a zero gradient)
 
 
-def delta_rule(q, k, v, g, beta, **kw):
-    return delta_rule_reference(q, k, v, g, beta, **kw)
-
-
-OPS = {
-    "linear": (linear, 1),
-    "gla": (gla_reference, 1),
-    "gla-chunk": (functools.partial(gla_chunk, chunk_size=4), 1),
-    "gdn": (delta_rule, 2),
-    "gdn-chunk": (functools.partial(delta_rule_chunk, chunk_size=4), 2),
+CASES = {
+    "linear": lambda: linear_case(linear, 1),
+    "gla": lambda: linear_case(gla_reference, 1),
+    "gla-chunk": lambda: linear_case(functools.partial(gla_chunk, chunk_size=4), 1),
+    "gdn": lambda: linear_case(delta_rule_reference, 2),
+    "gdn-chunk": lambda: linear_case(functools.partial(delta_rule_chunk, chunk_size=4), 2),
+    "s4d": lambda: s4d_case(s4d_reference),
+    "s4d-fft": lambda: s4d_case(s4d_fft),
+    "interdomain": lambda: interdomain_case(interdomain_reference),
+    "interdomain-chunk": lambda: interdomain_case(functools.partial(interdomain_chunk, chunk_size=4)),
 }
 
 
-def inputs(gates: int, seed: int = 0) -> list[torch.Tensor]:
-    torch.manual_seed(seed)
-    q, k = torch.randn(B, H, T, D_K), torch.nn.functional.normalize(torch.randn(B, H, T, D_K), dim=-1)
-    v = torch.randn(B, H, T, D_V)
-    if gates == 2:  # the delta rule: a scalar log-decay and a write strength per token
-        return [q, k, v, -torch.rand(B, H, T) * 0.3, torch.rand(B, H, T) * 0.9 + 0.05]
-    return [q, k, v, -torch.rand(B, H, T, D_K) * 0.3]  # a log-decay <= 0 per key channel
+def make(name: str) -> Case:
+    torch.manual_seed(0)
+    return CASES[name]()
 
 
-def whole(op, tensors, initial_state, weight):
-    """Outputs, final state and input gradients of the whole sequence on one process."""
-    leaves = [t.clone().requires_grad_() for t in tensors]
-    o, final = op(*leaves, initial_state=initial_state)
-    (o * weight).sum().backward()
-    return o.detach(), final.detach(), [t.grad for t in leaves]
+def leaves(tensors):
+    return [t.clone().requires_grad_() for t in tensors]
+
+
+def loss(outputs, weight):
+    return (outputs.real * weight).sum()
 
 
 def rank_worker(rank: int, store: str, out: dict) -> None:
     """One rank: every op on its shard, with what the whole sequence gives on one process to compare."""
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
     try:
-        for name, (op, gates) in OPS.items():
-            tensors = inputs(gates)
-            torch.manual_seed(1)
-            initial_state, weight = torch.randn(B, H, D_K, D_V), torch.randn(B, H, T, D_V)
-            shard = slice(rank * T // WORLD, (rank + 1) * T // WORLD)
-            mine = [t[:, :, shard].clone().requires_grad_() for t in tensors]
-            o, final = run_shard(op, *mine, initial_state=initial_state)
-            (o * weight[:, :, shard]).sum().backward()
-            out[name, rank] = (o.detach(), final.detach(), [t.grad for t in mine],
-                               whole(op, tensors, initial_state, weight))
+        for name in CASES:
+            case = make(name)
+            part = slice(rank * T // WORLD, (rank + 1) * T // WORLD)
+            tokens, params = leaves(t[:, :, part] for t in case.tokens), leaves(case.params)
+            outputs, final = run_shard(case.shard(tokens, params), case.diagonal, initial_state=case.state)
+            weight = torch.randn(outputs.shape, generator=torch.Generator().manual_seed(rank))
+            loss(outputs, weight).backward()
+
+            whole_tokens, whole_params = leaves(case.tokens), leaves(case.params)
+            whole_outputs, whole_final = case.shard(whole_tokens, whole_params)(case.state)
+            whole_weight = torch.cat([torch.randn(outputs.shape, generator=torch.Generator().manual_seed(r))
+                                      for r in range(WORLD)], dim=2)  # each rank's weight on its shard
+            loss(whole_outputs, whole_weight).backward()
+            out[name, rank] = {
+                "outputs": (outputs.detach(), whole_outputs.detach()[:, :, part]),
+                "final": (final.detach(), whole_final.detach()),
+                "tokens": [(t.grad, w.grad[:, :, part]) for t, w in zip(tokens, whole_tokens, strict=True)],
+                "params": [(p.grad, w.grad) for p, w in zip(params, whole_params, strict=True)],
+            }
     finally:
         dist.destroy_process_group()
 
@@ -79,28 +136,32 @@ def ranks_ran(tmp_path_factory) -> dict:
     return dict(out)
 
 
-@pytest.mark.parametrize("name", list(OPS))
+def close(a, b):
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", list(CASES))
 def test_a_sequence_split_across_two_ranks_matches_one_process(name, ranks_ran):
     for rank in range(WORLD):
-        o, final, grads, (whole_o, whole_final, whole_grads) = ranks_ran[name, rank]
-        shard = slice(rank * T // WORLD, (rank + 1) * T // WORLD)
-        torch.testing.assert_close(o, whole_o[:, :, shard], rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(final, whole_final, rtol=1e-5, atol=1e-5)
-        for grad, whole_grad in zip(grads, whole_grads, strict=True):
-            torch.testing.assert_close(grad, whole_grad[:, :, shard], rtol=1e-5, atol=1e-5)
+        found = ranks_ran[name, rank]
+        close(*found["outputs"])
+        close(*found["final"])
+        for grad, whole in found["tokens"]:
+            close(grad, whole)
+    # a parameter's gradient is the sum of the ranks' (an all-reduce, as data parallelism does)
+    for i, (_, whole) in enumerate(ranks_ran[name, 0]["params"]):
+        close(sum(ranks_ran[name, rank]["params"][i][0] for rank in range(WORLD)), whole)
 
 
-@pytest.mark.parametrize("name", list(OPS))
+@pytest.mark.parametrize("name", list(CASES))
 def test_a_shard_s_transition_carries_any_start_to_its_end(name):
-    """h_end(h_start) = M h_start + U, for a random start: the affine map the ranks exchange."""
-    op, gates = OPS[name]
-    q, k, v, *gates_ = (t.double() for t in inputs(gates))
-    M, U = shard_transition(op, q, k, v, *gates_)
-    start = torch.randn(B, H, D_K, D_V, dtype=torch.double)
-    _, end = op(q, k, v, *gates_, initial_state=start)
-    torch.testing.assert_close(M @ start + U, end)
-    # and composing two halves' maps gives the state at the end of the whole
-    half = T // 2
-    pairs = [shard_transition(op, *(t[:, :, part] for t in (q, k, v, *gates_)))
-             for part in (slice(0, half), slice(half, T))]
-    torch.testing.assert_close(exclusive_scan(pairs, 2, start), end)
+    """h_end(h_start) = M h_start + U, for a random start: the affine map the ranks exchange; and composing the two
+    halves' maps gives the state at the end of the whole."""
+    case = make(name)
+    start = case.state
+    _, end = case.shard(case.tokens, case.params)(start)
+    M, U = transition(case.shard(case.tokens, case.params), case.diagonal)
+    close((M * start if case.diagonal else M @ start) + U, end)
+    halves = [transition(case.shard([t[:, :, part] for t in case.tokens], case.params), case.diagonal)
+              for part in (slice(0, T // 2), slice(T // 2, T))]
+    close(exclusive_scan(halves, 2, start, case.diagonal), end)

@@ -4,10 +4,11 @@ Every recurrent op here carries its state across time by an affine map. After a 
 
     h_end = M h_start + U,
 
-where M (the shard's transition: the decays, gates and delta-rule reflections, acting on the key side of h) does not
-depend on the state, and U is the state the shard leaves from a zero start. So each rank
+where M (the shard's transition: the decays, gates and delta-rule reflections) does not depend on the state, and U
+is the state the shard leaves from a zero start. M acts on the key side of a linear-attention state h [D_k, D_v]
+(a D_k x D_k matrix) and elementwise on an S4D state (the powers of its diagonal). So each rank
 
-1. computes its own (M, U) with h_start = 0 (`shard_transition`),
+1. computes its own (M, U) with h_start = 0 (`transition`),
 2. exchanges the pairs with the other ranks (one all-gather: the traffic is the state's size per rank, whatever the
    shard's length),
 3. composes the pairs of the ranks before it into its true h_start (`exclusive_scan`), and
@@ -20,32 +21,40 @@ backward pass is exact: the gradients are those of the whole sequence on one ran
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
 
 
-def shard_transition(op: Callable, q, k, v, *gates, **options) -> tuple[torch.Tensor, torch.Tensor]:
-    """(M [B, H, D_k, D_k], U [B, H, D_k, D_v]) of one shard for an op of the linear-attention family, called as
-    op(q, k, v, *gates, initial_state=..., **options) -> (o, final_state [B, H, D_k, D_v]).
+class Shard(Protocol):
+    def __call__(self, start: torch.Tensor | None, silent: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's shard run from the state `start` (zero where None) -> (outputs, final state). silent: with
+        every input that adds to the state set to zero (a value width that follows start's last dimension), so
+        that the shard only carries its start: h_end = M h_start."""
 
-    U is the final state from a zero start. M is read off the op itself: with every value zero the shard adds
-    nothing, so starting from the identity (a state whose value side is D_k wide) it ends at M I = M. This holds for
-    any op whose update is h_t = A_t h_{t-1} + (a term linear in v_t): linear attention, GLA, the gated delta rule."""
-    batch, heads, _, d_k = k.shape
-    _, U = op(q, k, v, *gates, initial_state=None, **options)
-    eye = torch.eye(d_k, dtype=U.dtype, device=U.device).expand(batch, heads, d_k, d_k)
-    _, M = op(q, k, v.new_zeros(*v.shape[:-1], d_k), *gates, initial_state=eye, **options)
+
+def transition(shard: Shard, diagonal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(M, U) of a shard, read off the op itself: U is the final state from a zero start, and M where the shard
+    adds nothing, from the identity (a D_k-wide state) for a matrix M, from ones for a diagonal one."""
+    _, U = shard(None)
+    if diagonal:
+        identity = torch.ones_like(U)
+    else:
+        d_k = U.shape[-2]
+        identity = torch.eye(d_k, dtype=U.dtype, device=U.device).expand(*U.shape[:-1], d_k)
+    _, M = shard(identity, silent=True)
     return M, U
 
 
-def exclusive_scan(pairs: list[tuple[torch.Tensor, torch.Tensor]], rank: int, initial_state=None) -> torch.Tensor:
+def exclusive_scan(pairs: list[tuple[torch.Tensor, torch.Tensor]], rank: int, initial_state=None,
+                   diagonal: bool = False) -> torch.Tensor:
     """The state at the start of shard `rank`, given every shard's (M, U) in order: h_0 = initial_state (zero
-    where None), h_{r+1} = M_r h_r + U_r."""
+    where None), h_{r+1} = M_r h_r + U_r (M_r * h_r for a diagonal transition)."""
     _, U = pairs[0]
     h = torch.zeros_like(U) if initial_state is None else initial_state.to(U.dtype)
     for M, U in pairs[:rank]:
-        h = M @ h + U
+        h = (M * h if diagonal else M @ h) + U
     return h
 
 
@@ -57,34 +66,45 @@ class _ShardStart(torch.autograd.Function):
     every rank's pair, the ranks sum those (one all-reduce of the pairs' size), and each keeps the one of its own."""
 
     @staticmethod
-    def forward(ctx, M, U, initial_state, group):
+    def forward(ctx, M, U, initial_state, group, diagonal):
         world, rank = dist.get_world_size(group), dist.get_rank(group)
-        flat = torch.cat([M.detach().flatten(), U.detach().flatten()])
-        gathered = [torch.empty_like(flat) for _ in range(world)]
-        dist.all_gather(gathered, flat, group=group)
-        ctx.group, ctx.shapes = group, (M.shape, U.shape)
-        ctx.save_for_backward(torch.stack(gathered), initial_state)
-        pairs = _unflatten(torch.stack(gathered), M.shape, U.shape)
-        return exclusive_scan(pairs, rank, initial_state), exclusive_scan(pairs, world, initial_state)
+        mine = torch.cat([M.detach().flatten(), U.detach().flatten()])
+        gathered = [torch.empty_like(_real(mine)) for _ in range(world)]
+        dist.all_gather(gathered, _real(mine), group=group)
+        rows = _complex_like(torch.stack(gathered), mine)
+        ctx.group, ctx.shapes, ctx.diagonal = group, (M.shape, U.shape), diagonal
+        ctx.save_for_backward(rows, initial_state)
+        pairs = _unflatten(rows, M.shape, U.shape)
+        return (exclusive_scan(pairs, rank, initial_state, diagonal),
+                exclusive_scan(pairs, world, initial_state, diagonal))
 
     @staticmethod
     def backward(ctx, grad_start, grad_final):
-        gathered, initial_state = ctx.saved_tensors
+        rows, initial_state = ctx.saved_tensors
         with torch.enable_grad():
-            flat = gathered.detach().requires_grad_()
-            start_state = None if initial_state is None else initial_state.detach().requires_grad_()
-            pairs = _unflatten(flat, *ctx.shapes)
-            outputs = (exclusive_scan(pairs, dist.get_rank(ctx.group), start_state),
-                       exclusive_scan(pairs, len(pairs), start_state))
+            rows = rows.detach().requires_grad_()
+            start = None if initial_state is None else initial_state.detach().requires_grad_()
+            pairs = _unflatten(rows, *ctx.shapes)
+            outputs = (exclusive_scan(pairs, dist.get_rank(ctx.group), start, ctx.diagonal),
+                       exclusive_scan(pairs, len(pairs), start, ctx.diagonal))
             grads = [torch.zeros_like(out) if grad is None else grad
                      for out, grad in zip(outputs, (grad_start, grad_final), strict=True)]
-            inputs = [flat] if start_state is None else [flat, start_state]
-            found = torch.autograd.grad(outputs, inputs, grads, allow_unused=True)
-        per_rank = torch.zeros_like(flat) if found[0] is None else found[0].contiguous()
-        dist.all_reduce(per_rank, group=ctx.group)  # the sum over the ranks' scans of each rank's pair's gradient
-        dM, dU = _unflatten(per_rank, *ctx.shapes)[dist.get_rank(ctx.group)]
-        grad_initial = found[1] if start_state is not None else None
-        return dM, dU, grad_initial, None
+            found = torch.autograd.grad(outputs, [rows] if start is None else [rows, start], grads,
+                                        allow_unused=True)
+        per_rank = torch.zeros_like(rows) if found[0] is None else found[0].contiguous()
+        summed = _real(per_rank)
+        dist.all_reduce(summed, group=ctx.group)  # the sum over the ranks' scans of each rank's pair's gradient
+        dM, dU = _unflatten(_complex_like(summed, per_rank), *ctx.shapes)[dist.get_rank(ctx.group)]
+        return dM, dU, None if start is None else found[1], None, None
+
+
+def _real(x: torch.Tensor) -> torch.Tensor:
+    """A complex tensor as its real view (gloo sends real numbers), a real one as it is."""
+    return torch.view_as_real(x) if x.is_complex() else x
+
+
+def _complex_like(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return torch.view_as_complex(x) if like.is_complex() else x
 
 
 def _unflatten(rows: torch.Tensor, m_shape, u_shape) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -93,11 +113,23 @@ def _unflatten(rows: torch.Tensor, m_shape, u_shape) -> list[tuple[torch.Tensor,
     return [(row[:size].view(m_shape), row[size:].view(u_shape)) for row in rows]
 
 
-def run_shard(op: Callable, q, k, v, *gates, group=None, initial_state=None, **options):
-    """op(q, k, v, *gates, initial_state=..., **options) on this rank's shard of a sequence whose shards lie on the
-    ranks of `group` in rank order -> (o of this shard, the final state of the whole sequence, which every rank
-    gets). initial_state, where given, is the state before the first shard (the same on every rank)."""
-    M, U = shard_transition(op, q, k, v, *gates, **options)
-    start, final = _ShardStart.apply(M, U, initial_state, group)
-    o, _ = op(q, k, v, *gates, initial_state=start, **options)
-    return o, final
+def run_shard(shard: Shard, diagonal: bool = False, group=None, initial_state=None):
+    """This rank's shard of a sequence whose shards lie on the ranks of `group` in rank order -> (its outputs, the
+    final state of the whole sequence, which every rank gets). initial_state, where given, is the state before the
+    first shard (the same on every rank)."""
+    M, U = transition(shard, diagonal)
+    start, final = _ShardStart.apply(M, U, initial_state, group, diagonal)
+    outputs, _ = shard(start)
+    return outputs, final
+
+
+def linear_shard(op: Callable, q, k, v, *gates, **options) -> Shard:
+    """A shard of an op of the linear-attention family, op(q, k, v, *gates, initial_state=...) -> (o, state
+    [B, H, D_k, D_v]), whose update is h_t = A_t h_{t-1} + (a term linear in v_t): linear attention, GLA and the
+    gated delta rule. Its transition is a D_k x D_k matrix."""
+
+    def shard(start, silent=False):
+        values = v.new_zeros(*v.shape[:-1], start.shape[-1]) if silent else v
+        return op(q, k, values, *gates, initial_state=start, **options)
+
+    return shard
