@@ -13,7 +13,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from attnlab.context_parallel import exclusive_scan, linear_shard, run_shard, transition
+from attnlab.context_parallel import ccq_shard, exclusive_scan, linear_shard, run_shard, transition
+from attnlab.ops.ccq import ccq_chunk, ccq_reference
 from attnlab.ops.delta_rule import delta_rule_chunk, delta_rule_reference
 from attnlab.ops.gla import gla_chunk, gla_reference
 from attnlab.ops.interdomain import interdomain_chunk, interdomain_reference
@@ -53,7 +54,7 @@ def s4d_parameters() -> list[torch.Tensor]:
 def s4d_case(op) -> Case:
     def shard(tokens, params):
         [u], (c, lam, B_bar) = tokens, params
-        return lambda start, silent=False: op(u * 0 if silent else u, c, lam, B_bar, initial_state=start)
+        return lambda start, silent=False: op(u, c, lam, B_bar, initial_state=start)
 
     return Case([torch.randn(B, H, T, D_V)], s4d_parameters(),
                 torch.randn(B, H, MODES, D_V, dtype=torch.cfloat), shard, diagonal=True)
@@ -62,13 +63,22 @@ def s4d_case(op) -> Case:
 def interdomain_case(op) -> Case:
     def shard(tokens, params):
         (xi_q, z), (C, lam, B_bar) = tokens, params
-        return lambda start, silent=False: op(xi_q, z * 0 if silent else z, lam, B_bar, C, initial_state=start)
+        return lambda start, silent=False: op(xi_q, z, lam, B_bar, C, initial_state=start)
 
     width = D_K + D_V
     _, lam, B_bar = s4d_parameters()
     C = torch.randn(H, MODES, MODES, dtype=torch.cfloat) / MODES
     return Case([torch.rand(B, H, T, D_K), torch.randn(B, H, T, width)], [C, lam, B_bar],
                 torch.randn(B, H, MODES, width, dtype=torch.cfloat), shard, diagonal=True)
+
+
+def ccq_case(op, decay: bool) -> Case:
+    q, k = (torch.nn.functional.normalize(torch.randn(B, H, T, D_K), dim=-1) for _ in range(2))
+    tokens = [q, k, torch.rand(B, H, T) * 0.5, *([-torch.rand(B, H, T) * 0.3] if decay else [])]
+    root = torch.randn(B, H, D_K, D_K)  # statistics of some earlier keys: a positive second moment and count
+    state = torch.cat([(root @ root.transpose(-1, -2)).flatten(-2), torch.randn(B, H, D_K), 5 + torch.rand(B, H, 1)],
+                      dim=-1)
+    return Case(tokens, [], state, lambda tokens, params: ccq_shard(op, *tokens[:3], *tokens[3:]), diagonal=True)
 
 
 def linear(q, k, v, g, **kw):
@@ -81,6 +91,10 @@ CASES = {
     "gla-chunk": lambda: linear_case(functools.partial(gla_chunk, chunk_size=4), 1),
     "gdn": lambda: linear_case(delta_rule_reference, 2),
     "gdn-chunk": lambda: linear_case(functools.partial(delta_rule_chunk, chunk_size=4), 2),
+    "ccq": lambda: ccq_case(ccq_reference, decay=False),
+    "ccq-chunk": lambda: ccq_case(functools.partial(ccq_chunk, chunk_size=4), decay=False),
+    "ccq-decay": lambda: ccq_case(ccq_reference, decay=True),
+    "ccq-decay-chunk": lambda: ccq_case(functools.partial(ccq_chunk, chunk_size=4), decay=True),
     "s4d": lambda: s4d_case(s4d_reference),
     "s4d-fft": lambda: s4d_case(s4d_fft),
     "interdomain": lambda: interdomain_case(interdomain_reference),

@@ -6,7 +6,8 @@ Every recurrent op here carries its state across time by an affine map. After a 
 
 where M (the shard's transition: the decays, gates and delta-rule reflections) does not depend on the state, and U
 is the state the shard leaves from a zero start. M acts on the key side of a linear-attention state h [D_k, D_v]
-(a D_k x D_k matrix) and elementwise on an S4D state (the powers of its diagonal). So each rank
+(a D_k x D_k matrix), and elementwise on an S4D state (the powers of its diagonal) and on CCQ's key statistics (the
+product of the decays). So each rank
 
 1. computes its own (M, U) with h_start = 0 (`transition`),
 2. exchanges the pairs with the other ranks (one all-gather: the traffic is the state's size per rank, whatever the
@@ -26,24 +27,26 @@ from typing import Protocol
 import torch
 import torch.distributed as dist
 
+from .ops.ccq import CCQStats
+
 
 class Shard(Protocol):
     def __call__(self, start: torch.Tensor | None, silent: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """This rank's shard run from the state `start` (zero where None) -> (outputs, final state). silent: with
-        every input that adds to the state set to zero (a value width that follows start's last dimension), so
-        that the shard only carries its start: h_end = M h_start."""
+        """This rank's shard run from the state `start` (zero where None) -> (outputs, final state). silent (asked
+        only of a matrix transition): with every input that adds to the state set to zero, at a value width that
+        follows start's last dimension, so that the shard only carries its start: h_end = M h_start."""
 
 
 def transition(shard: Shard, diagonal: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(M, U) of a shard, read off the op itself: U is the final state from a zero start, and M where the shard
-    adds nothing, from the identity (a D_k-wide state) for a matrix M, from ones for a diagonal one."""
+    """(M, U) of a shard, read off the op itself. U is the final state from a zero start. A diagonal M is the
+    state from ones less U (h_end = M * 1 + U; this holds where the shard adds to its state on its own, as a
+    count does); a matrix M is the state from the identity (a D_k-wide state) of the silent shard."""
     _, U = shard(None)
     if diagonal:
-        identity = torch.ones_like(U)
-    else:
-        d_k = U.shape[-2]
-        identity = torch.eye(d_k, dtype=U.dtype, device=U.device).expand(*U.shape[:-1], d_k)
-    _, M = shard(identity, silent=True)
+        _, from_ones = shard(torch.ones_like(U))
+        return from_ones - U, U
+    d_k = U.shape[-2]
+    _, M = shard(torch.eye(d_k, dtype=U.dtype, device=U.device).expand(*U.shape[:-1], d_k), silent=True)
     return M, U
 
 
@@ -131,5 +134,19 @@ def linear_shard(op: Callable, q, k, v, *gates, **options) -> Shard:
     def shard(start, silent=False):
         values = v.new_zeros(*v.shape[:-1], start.shape[-1]) if silent else v
         return op(q, k, values, *gates, initial_state=start, **options)
+
+    return shard
+
+
+def ccq_shard(op: Callable, q, k, lam, log_decay=None, **options) -> Shard:
+    """A shard of CCQ's read, op(q, k, lam, stats, log_decay=...) -> (q_clean, CCQStats): its statistics (second
+    moment, key sum and count, each aged by the same decay) travel as one flat state [B, H, D * D + D + 1]."""
+    d = q.shape[-1]
+
+    def shard(start, silent=False):
+        stats = None if start is None else CCQStats(start[..., : d * d].unflatten(-1, (d, d)),
+                                                    start[..., d * d : -1], start[..., -1])
+        q_clean, end = op(q, k, lam, stats, log_decay=log_decay, **options)
+        return q_clean, torch.cat([end.second.flatten(-2), end.total, end.count[..., None]], dim=-1)
 
     return shard
