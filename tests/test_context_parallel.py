@@ -13,12 +13,14 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from attnlab.context_parallel import ccq_shard, exclusive_scan, linear_shard, run_shard, transition
+from attnlab.context_parallel import ccq_shard, exclusive_scan, gather_prefix, linear_shard, run_shard, transition
+from attnlab.mixers.softmax import causal_sdpa
 from attnlab.ops.ccq import ccq_chunk, ccq_reference
 from attnlab.ops.delta_rule import delta_rule_chunk, delta_rule_reference
 from attnlab.ops.gla import gla_chunk, gla_reference
 from attnlab.ops.interdomain import interdomain_chunk, interdomain_reference
 from attnlab.ops.s4d import s4d_fft, s4d_reference
+from attnlab.ops.sigmoid_attention import sigmoid_attention, sigmoid_attention_reference
 
 B, H, T, D_K, D_V, MODES = 2, 2, 22, 8, 6, 4  # two shards of 11 tokens: not a multiple of the chunk of 4
 WORLD = 2
@@ -115,29 +117,59 @@ def loss(outputs, weight):
     return (outputs.real * weight).sum()
 
 
-def rank_worker(rank: int, store: str, out: dict) -> None:
-    """One rank: every op on its shard, with what the whole sequence gives on one process to compare."""
+def rank_worker(rank: int, out: dict) -> None:
+    """One rank: every recurrent op on its shard, with what the whole sequence gives on one process to compare."""
+    for name in CASES:
+        case = make(name)
+        part = slice(rank * T // WORLD, (rank + 1) * T // WORLD)
+        tokens, params = leaves(t[:, :, part] for t in case.tokens), leaves(case.params)
+        outputs, final = run_shard(case.shard(tokens, params), case.diagonal, initial_state=case.state)
+        weight = torch.randn(outputs.shape, generator=torch.Generator().manual_seed(rank))
+        loss(outputs, weight).backward()
+
+        whole_tokens, whole_params = leaves(case.tokens), leaves(case.params)
+        whole_outputs, whole_final = case.shard(whole_tokens, whole_params)(case.state)
+        whole_weight = torch.cat([torch.randn(outputs.shape, generator=torch.Generator().manual_seed(r))
+                                  for r in range(WORLD)], dim=2)  # each rank's weight on its shard
+        loss(whole_outputs, whole_weight).backward()
+        out[name, rank] = {
+            "outputs": (outputs.detach(), whole_outputs.detach()[:, :, part]),
+            "final": (final.detach(), whole_final.detach()),
+            "tokens": [(t.grad, w.grad[:, :, part]) for t, w in zip(tokens, whole_tokens, strict=True)],
+            "params": [(p.grad, w.grad) for p, w in zip(params, whole_params, strict=True)],
+        }
+
+
+ATTENTION = {
+    "softmax": lambda q, k, v: causal_sdpa(q, k, v),
+    "sigmoid": lambda q, k, v: sigmoid_attention(q, k, v, bias=-2.0, block_size=4),
+    "sigmoid-reference": lambda q, k, v: sigmoid_attention_reference(q, k, v, bias=-2.0),
+}
+
+
+def attention_worker(rank: int, out: dict) -> None:
+    """One rank: every attention on its shard of queries against the keys and values gathered up to it."""
+    for name, attend in ATTENTION.items():
+        torch.manual_seed(0)
+        whole = [torch.randn(B, H, T, D_K) for _ in range(3)]
+        part = slice(rank * T // WORLD, (rank + 1) * T // WORLD)
+        q, k, v = leaves(x[:, :, part] for x in whole)
+        o = attend(q, gather_prefix(k), gather_prefix(v))
+        weight = torch.randn(o.shape, generator=torch.Generator().manual_seed(rank))
+        loss(o, weight).backward()
+        whole_qkv = leaves(whole)
+        whole_o = attend(*whole_qkv)
+        loss(whole_o, torch.cat([torch.randn(o.shape, generator=torch.Generator().manual_seed(r))
+                                 for r in range(WORLD)], dim=2)).backward()
+        out[name, rank] = {"outputs": (o.detach(), whole_o.detach()[:, :, part]),
+                           "tokens": [(x.grad, w.grad[:, :, part]) for x, w in zip((q, k, v), whole_qkv, strict=True)]}
+
+
+def both_workers(rank: int, store: str, out: dict) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
     try:
-        for name in CASES:
-            case = make(name)
-            part = slice(rank * T // WORLD, (rank + 1) * T // WORLD)
-            tokens, params = leaves(t[:, :, part] for t in case.tokens), leaves(case.params)
-            outputs, final = run_shard(case.shard(tokens, params), case.diagonal, initial_state=case.state)
-            weight = torch.randn(outputs.shape, generator=torch.Generator().manual_seed(rank))
-            loss(outputs, weight).backward()
-
-            whole_tokens, whole_params = leaves(case.tokens), leaves(case.params)
-            whole_outputs, whole_final = case.shard(whole_tokens, whole_params)(case.state)
-            whole_weight = torch.cat([torch.randn(outputs.shape, generator=torch.Generator().manual_seed(r))
-                                      for r in range(WORLD)], dim=2)  # each rank's weight on its shard
-            loss(whole_outputs, whole_weight).backward()
-            out[name, rank] = {
-                "outputs": (outputs.detach(), whole_outputs.detach()[:, :, part]),
-                "final": (final.detach(), whole_final.detach()),
-                "tokens": [(t.grad, w.grad[:, :, part]) for t, w in zip(tokens, whole_tokens, strict=True)],
-                "params": [(p.grad, w.grad) for p, w in zip(params, whole_params, strict=True)],
-            }
+        rank_worker(rank, out)
+        attention_worker(rank, out)
     finally:
         dist.destroy_process_group()
 
@@ -146,7 +178,7 @@ def rank_worker(rank: int, store: str, out: dict) -> None:
 def ranks_ran(tmp_path_factory) -> dict:
     """Two gloo ranks started once for every op (starting them is most of the cost)."""
     out = mp.Manager().dict()
-    mp.spawn(rank_worker, args=(str(tmp_path_factory.mktemp("gloo") / "store"), out), nprocs=WORLD)
+    mp.spawn(both_workers, args=(str(tmp_path_factory.mktemp("gloo") / "store"), out), nprocs=WORLD)
     return dict(out)
 
 
@@ -165,6 +197,14 @@ def test_a_sequence_split_across_two_ranks_matches_one_process(name, ranks_ran):
     # a parameter's gradient is the sum of the ranks' (an all-reduce, as data parallelism does)
     for i, (_, whole) in enumerate(ranks_ran[name, 0]["params"]):
         close(sum(ranks_ran[name, rank]["params"][i][0] for rank in range(WORLD)), whole)
+
+
+@pytest.mark.parametrize("name", list(ATTENTION))
+def test_attention_over_keys_gathered_across_two_ranks_matches_one_process(name, ranks_ran):
+    for rank in range(WORLD):
+        close(*ranks_ran[name, rank]["outputs"])
+        for grad, whole in ranks_ran[name, rank]["tokens"]:
+            close(grad, whole)
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -17,6 +17,10 @@ product of the decays). So each rank
 
 Every step is differentiable, and the exchange sends each rank's gradient back to the rank whose pair it is, so the
 backward pass is exact: the gradients are those of the whole sequence on one rank.
+
+Attention that reads every earlier key has no such state: a rank's queries read the keys and values of every shard
+up to its own (`gather_prefix`, an all-gather along time), and the attention ops take queries that are the last
+positions of their keys as they are. Its traffic grows with the sequence, as ring attention's does.
 """
 
 from __future__ import annotations
@@ -114,6 +118,31 @@ def _unflatten(rows: torch.Tensor, m_shape, u_shape) -> list[tuple[torch.Tensor,
     """Each row of rows [world, M.numel() + U.numel()] as its (M, U)."""
     size = m_shape.numel()
     return [(row[:size].view(m_shape), row[size:].view(u_shape)) for row in rows]
+
+
+class _GatherTime(torch.autograd.Function):
+    """Every rank's x [..., T_shard, D] along time, in rank order; the backward sums the ranks' gradients for each
+    shard and hands each rank its own (every rank reaches it: each reads the gathered keys up to its own shard)."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        gathered = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(gathered, x.contiguous(), group=group)
+        return torch.cat(gathered, dim=-2)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.contiguous()
+        dist.all_reduce(grad, group=ctx.group)
+        return grad.chunk(dist.get_world_size(ctx.group), dim=-2)[dist.get_rank(ctx.group)], None
+
+
+def gather_prefix(x: torch.Tensor, group=None) -> torch.Tensor:
+    """x [..., T_shard, D] of every rank up to and including this one's, along time: the keys (or values) this
+    rank's queries see. The shards are of one length."""
+    rank = dist.get_rank(group)
+    return _GatherTime.apply(x, group)[..., : (rank + 1) * x.shape[-2], :]
 
 
 def run_shard(shard: Shard, diagonal: bool = False, group=None, initial_state=None):
