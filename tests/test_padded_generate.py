@@ -8,8 +8,8 @@ import torch
 from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError, UserError
 from attnlab.mixers import build_mixer
-from attnlab.mixers.packing import stack_rows
 from attnlab.model import Decoder
+from attnlab.ops.packing import stack_rows
 from helpers import CASE_IDS, CASES
 
 VOCAB, PAD, NEW = 40, 0, 5

@@ -176,8 +176,8 @@ class Decoder(nn.Module):
 
     def read_limit(self) -> tuple[int, str] | None:
         """(the most tokens one read can hold, what sets it): the learned position embeddings or a mixer's own
-        limit (Mixer.read_limit), the smallest; None where reads are unbounded."""
-        limits = [block.mixer.read_limit() for block in self.blocks]
+        limit (its config's read_limit), the smallest; None where reads are unbounded."""
+        limits = [block.mixer.cfg.read_limit for block in self.blocks]
         limits.append((self.cfg.positions, f"model.positions={self.cfg.positions}") if self.cfg.positions else None)
         return min((limit for limit in limits if limit is not None), default=None)
 

@@ -88,10 +88,10 @@ def duration(seconds: float) -> str:
 
 
 def mixer_advice(model: Decoder) -> list[str]:
-    """Each distinct mixer configuration's own advice (`Mixer.cost_advice`), naming its fields."""
+    """Each distinct mixer configuration's own advice (its config's `cost_advice`), naming its fields."""
     advice = []
     for mixer in (module for module in model.modules() if isinstance(module, Mixer)):
-        said = mixer.cost_advice()
+        said = mixer.cfg.cost_advice
         line = f"{mixer.name}: {said} (model.mixer_options.{mixer.name}.<field>=<value>)"
         if said is not None and line not in advice:
             advice.append(line)

@@ -30,7 +30,7 @@ def test_decoding_moves_the_cache_a_logarithmic_number_of_times(name, options):
 
 
 def _slides(mixer) -> bool:
-    return getattr(mixer, "sliding", lambda: False)()
+    return getattr(mixer.cfg, "sliding", lambda: False)()
 
 
 @torch.no_grad()

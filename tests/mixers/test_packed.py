@@ -7,9 +7,9 @@ import torch
 from attnlab.config import ModelConfig
 from attnlab.errors import UserError
 from attnlab.mixers import build_mixer
-from attnlab.mixers.packing import length_groups, sequences
 from attnlab.model import Decoder
 from attnlab.nn import ShortConv
+from attnlab.ops.packing import length_groups, sequences
 from helpers import CASE_IDS, CASES
 
 D_MODEL, N_HEADS = 32, 4
@@ -68,7 +68,7 @@ def test_a_packed_row_gives_each_sequence_what_it_gets_alone(name, options):
 
 @contract
 def test_a_packed_row_without_states_gives_the_same_outputs_and_gradients(name, options):
-    """keep_state=False (training, scoring) may take another form (packed_outputs): the same numbers."""
+    """keep_state=False (training, scoring) may take another form (the mixer's fastest): the same numbers."""
     mixer = make(name, **options)
     x = torch.randn(1, sum(LENGTHS), D_MODEL, dtype=torch.float64, requires_grad=True)
     y, no_states = mixer(x, cu_seqlens=boundaries(LENGTHS), keep_state=False)
@@ -131,7 +131,7 @@ def test_the_interdomain_read_and_the_s4d_convolution_run_every_sequence_in_one_
     """Without states: the chunk scan restarted at every sequence, or one convolution per group of lengths."""
     mixer = make(name)
     forward, calls = mixer.forward, []
-    monkeypatch.setattr(mixer, "forward", lambda *args: calls.append(args[0].shape[0]) or forward(*args))
+    monkeypatch.setattr(mixer, "forward", lambda *args, **kw: calls.append(args[0].shape[0]) or forward(*args, **kw))
     mixer(torch.randn(1, sum(LENGTHS), D_MODEL, dtype=torch.float64), cu_seqlens=boundaries(LENGTHS),
           keep_state=False)
     assert calls == [1]
@@ -142,7 +142,7 @@ def test_the_linear_family_returns_every_sequence_state_from_one_call(name, monk
     """fla's kernels or our chunk forms with the scan restarted at every sequence, not a loop over them."""
     mixer = make(name)
     forward, calls = mixer.forward, []
-    monkeypatch.setattr(mixer, "forward", lambda *args: calls.append(args[0].shape[0]) or forward(*args))
+    monkeypatch.setattr(mixer, "forward", lambda *args, **kw: calls.append(args[0].shape[0]) or forward(*args, **kw))
     _, states = mixer(torch.randn(1, sum(LENGTHS), D_MODEL, dtype=torch.float64), cu_seqlens=boundaries(LENGTHS))
     assert calls == [1] and len(states) == len(LENGTHS)
 
@@ -165,7 +165,7 @@ def test_the_others_run_a_batch_per_group_of_lengths(name, keep_state, monkeypat
     batches of similar lengths padded at their ends."""
     mixer = make(name)
     forward, calls = mixer.forward, []
-    monkeypatch.setattr(mixer, "forward", lambda *args: calls.append(args[0].shape[0]) or forward(*args))
+    monkeypatch.setattr(mixer, "forward", lambda *args, **kw: calls.append(args[0].shape[0]) or forward(*args, **kw))
     mixer(torch.randn(1, sum(LENGTHS), D_MODEL, dtype=torch.float64), cu_seqlens=boundaries(LENGTHS),
           keep_state=keep_state)
     assert calls == [len(group) for group in length_groups(boundaries(LENGTHS))]
@@ -192,7 +192,7 @@ def test_the_chunked_mixers_run_packed_sequences_in_one_call(name, options, monk
     mixer = make(name, chunk_size=4, **options)
     x = torch.randn(1, sum(LENGTHS), D_MODEL, dtype=torch.float64, requires_grad=True)
     forward, calls = mixer.forward, []
-    monkeypatch.setattr(mixer, "forward", lambda *args: calls.append(1) or forward(*args))
+    monkeypatch.setattr(mixer, "forward", lambda *args, **kw: calls.append(1) or forward(*args, **kw))
     y, _ = mixer(x, cu_seqlens=boundaries(LENGTHS), keep_state=False)
     assert len(calls) == 1
     # rtol: normalize divides by small readouts, which chunks of 4 round otherwise than one chunk (fp64)

@@ -134,3 +134,18 @@ def test_two_segments_with_carried_statistics_equal_one_pass():
         torch.testing.assert_close(torch.cat((first, rest_q), 2), full, rtol=0, atol=1e-12)
         for a, b in ((end.second, full_stats.second), (end.total, full_stats.total), (end.count, full_stats.count)):
             torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("decay", [False, True])
+def test_packed_sequences_read_each_from_empty_statistics(decay):
+    """cu_seqlens (one row of sequences of 1 to 3 chunks of 8): every sequence's cleaned queries are those it has
+    alone, from empty statistics."""
+    cu_seqlens = torch.tensor([0, 8, 30, 45, 47])
+    q, k, lam, *_, log_decay = ccq_inputs(B=1, T=47, with_state=False, decay=True)
+    log_decay = log_decay if decay else None
+    q_clean, stats = ccq_chunk(q, k, lam, None, log_decay, chunk_size=8, cu_seqlens=cu_seqlens)
+    assert stats is None  # the zeros that move each sequence to its chunk would count
+    for a, b in zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist(), strict=True):
+        alone, _ = ccq_chunk(q[:, :, a:b], k[:, :, a:b], lam[:, :, a:b], None,
+                             None if log_decay is None else log_decay[:, :, a:b], chunk_size=8)
+        torch.testing.assert_close(q_clean[:, :, a:b], alone, rtol=0, atol=1e-10)

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from attnlab.ops._chunks import ChunkAlignment
 from attnlab.ops.delta_rule import delta_rule_chunk
 from attnlab.ops.gla import gla_chunk, gla_reference, gla_step
+from attnlab.ops.packing import ChunkAlignment
 from helpers import assert_same, grads_of, random_linear_inputs, step_through
 
 
@@ -92,16 +92,16 @@ def test_the_layout_halves_its_chunk_while_rounding_wastes_more_than_a_tenth_and
 
 @pytest.mark.parametrize("op", ["gla", "delta_rule"])
 def test_packed_sequences_laid_out_in_chunks_scan_from_zeros_and_end_in_their_own_states(op):
-    """ChunkAlignment's rows (sequences of 1 to 3 chunks of 8, one not filling its last chunk, two sharing a
-    row): each sequence's outputs and last state are those it has alone."""
+    """The chunk forms given cu_seqlens lay the sequences out in ChunkAlignment's rows (sequences of 1 to 3
+    chunks of 8, one not filling its last chunk, two sharing a row): each sequence's outputs and last state are
+    those it has alone."""
     cu_seqlens = torch.tensor([0, 8, 30, 45, 47])
     q, k, v, g, beta, _ = random_linear_inputs(B=1, H=2, T=47, K=4, V=3)
     form, extra, gates = (gla_chunk, (), g) if op == "gla" else (delta_rule_chunk, (beta,), g[..., 0])
     align = ChunkAlignment(cu_seqlens, 8)
     assert align.rows < 4  # the short sequences share rows
     assert align.chunk_size == 8  # the smallest chunk the layout takes is 16 (or the one given, if smaller)
-    o, after = form(*(align.spread(x) for x in (q, k, v, gates, *extra)), **align.packing)
-    o, states = align.gather(o), align.final_states(after)
+    o, states = form(q, k, v, gates, *extra, chunk_size=8, cu_seqlens=cu_seqlens)
     for i, (a, b) in enumerate(zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist(), strict=True)):
         o_alone, state_alone = form(*(x[:, :, a:b] for x in (q, k, v, gates, *extra)), chunk_size=8)
         torch.testing.assert_close(o[:, :, a:b], o_alone, rtol=0, atol=1e-10)

@@ -87,3 +87,18 @@ def test_two_segments_with_a_carried_state_equal_one_pass():
     b, X_end = ops.interdomain_chunk(xi_q[:, :, 21:], z[:, :, 21:], lam, B_bar, C, initial_state=X_mid, chunk_size=16)
     torch.testing.assert_close(torch.cat((a, b), 2), full, rtol=0, atol=1e-12)
     torch.testing.assert_close(X_end, X_full, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("readout", ops.READOUTS)
+def test_packed_sequences_read_each_from_a_zero_state(readout):
+    """cu_seqlens (one row of sequences of 1 to 3 chunks of 8): every sequence's outputs are those it has alone,
+    from a zero state; no state is returned."""
+    cu_seqlens = torch.tensor([0, 8, 30, 45, 47])
+    (xi_q, z, log_dt, C_real, _), A = inputs(B=1, T=47)
+    lam, B_bar = discretize(log_dt, A)
+    C = torch.view_as_complex(C_real)
+    o, state = ops.interdomain_chunk(xi_q, z, lam, B_bar, C, readout, chunk_size=8, cu_seqlens=cu_seqlens)
+    assert state is None
+    for a, b in zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist(), strict=True):
+        alone, _ = ops.interdomain_chunk(xi_q[:, :, a:b], z[:, :, a:b], lam, B_bar, C, readout, chunk_size=8)
+        torch.testing.assert_close(o[:, :, a:b], alone, rtol=0, atol=1e-10)

@@ -2,9 +2,8 @@
 
 from . import boltzmann, coupled_qk, differential, interdomain, linear, s4d, softmax  # noqa: F401  (registration)
 from .attention import AttentionConfig, AttentionMixer, KVCache
+from .base import Mixer, MixerConfig
 from .registry import (
-    Mixer,
-    MixerConfig,
     build_mixer,
     list_mixers,
     mixer_class,

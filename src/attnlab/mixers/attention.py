@@ -9,8 +9,7 @@ import torch
 from torch import nn
 
 from ..nn import Rotary
-from .packing import packed_by_right_padding
-from .registry import Mixer, MixerConfig
+from .base import Mixer, MixerConfig, marked
 
 
 @dataclass
@@ -37,7 +36,7 @@ class KVCache:
     length: int
     position: int
     written: list[int]  # [end of the data written into the buffers], shared by every cache on them
-    mixer: str = ""  # the mixer that made it (Mixer.check_state)
+    mixer: str = ""  # the mixer that made it (mixers.base.check_state)
 
     @classmethod
     def holding(cls, k: torch.Tensor, v: torch.Tensor, position: int | None = None) -> KVCache:
@@ -88,6 +87,11 @@ class KVCache:
             buffers.append(moved)
         return KVCache(*buffers, 0, self.length, self.position, [self.length])
 
+    def row(self, row: int, length: int) -> KVCache:
+        """Row `row`'s cache, cut to its first `length` keys and values (a row padded at its end: mix's padded
+        batches of packed sequences), as batch 1."""
+        return KVCache.holding(self.k[row : row + 1, :, :length], self.v[row : row + 1, :, :length])
+
     def keep_last(self, n: int) -> KVCache:
         """The cache without all but its last n keys and values (a sliding window's)."""
         drop = max(0, self.length - n)
@@ -104,6 +108,10 @@ class AttentionMixer(Mixer):
 
     config_class = AttentionConfig
     state_type = KVCache
+    # packed sequences as batches of similar lengths padded at their ends: causal attention reads no padding, and
+    # each sequence's KV cache is its row's first keys and values. (Cheaper than one block-diagonal mask over
+    # the row: its attention costs the sum of the squared lengths, under the causal kernels.)
+    packs = "padded"
 
     def __init__(self, cfg: AttentionConfig):
         super().__init__(cfg)
@@ -131,16 +139,6 @@ class AttentionMixer(Mixer):
         B, T, _ = x.shape
         return self.out_proj(y.transpose(1, 2).reshape(B, T, -1).to(x.dtype))
 
-    def packed(self, x: torch.Tensor, cu_seqlens: torch.Tensor):
-        """The packed sequences as batches of similar lengths padded at their ends (packed_by_right_padding):
-        causal attention reads no padding, and each sequence's KV cache is its row's first keys and values.
-        (Cheaper than one block-diagonal mask over the row: its attention costs the sum of the squared lengths,
-        under the causal kernels.)"""
-        def own_cache(cache, row, length):
-            return KVCache.holding(cache.k[row : row + 1, :, :length], cache.v[row : row + 1, :, :length])
-
-        return packed_by_right_padding(self, x, cu_seqlens, own_cache)
-
     def prepare_qk(self, q: torch.Tensor, k: torch.Tensor):
         """Per-token transform of q and k before RoPE and scoring (identity here)."""
         return q, k
@@ -150,7 +148,7 @@ class AttentionMixer(Mixer):
 
     def init_state(self, batch: int, device=None, dtype=None) -> KVCache:
         empty = torch.zeros(batch, self.cfg.n_heads, 0, self.cfg.head_dim, device=device, dtype=dtype)
-        return self.marked(KVCache.holding(empty, empty.clone()))
+        return marked(self, KVCache.holding(empty, empty.clone()))
 
     def state_size(self, seq_len: int) -> int:
         return 2 * self.cfg.d_model * seq_len  # one key and one value of width d_model per token

@@ -21,7 +21,7 @@ from ..nn import at_least_fp32, causal_mask, no_autocast, overwritten, positions
 from ..ops import annealing, ising, ising_triton
 from ..ops.field_attention import field_attention
 from .attention import AttentionConfig, AttentionMixer, KVCache
-from .registry import Mixer, register_mixer
+from .registry import register_mixer
 
 # which terms of the energy each mode keeps: (fields h, pair couplings J, three-body couplings K)
 MODES = {
@@ -133,6 +133,33 @@ class BoltzmannConfig(AttentionConfig):
         if self.dqa_tau <= 0 or self.dqa_steps < 1 or self.dqa_shots < 0:
             raise ConfigError("need dqa_tau > 0, dqa_steps >= 1 and dqa_shots >= 0")
 
+    def sliding(self) -> bool:
+        """Whether contexts past the window are allowed (each query then sees its last `window` keys)."""
+        return self.couplings == "distance" and not self.bias_field and self.inference in ("banded", "mean-field")
+
+    def sliding_settings(self) -> str:
+        """SLIDING as field=value pairs, with what else this configuration must drop to slide."""
+        settings = dict(SLIDING)
+        if MODES[self.mode][2]:
+            settings["mode"] = "h+J"  # three-body couplings are indexed by position
+        if self.bias_field:
+            settings["bias_field"] = "false"  # a field per window position does not slide
+        return " ".join(f"{field}={value}" for field, value in settings.items())
+
+    @property
+    def read_limit(self) -> tuple[int, str] | None:
+        return None if self.sliding() else (self.window, f"boltzmann's window={self.window}")
+
+    @property
+    def cost_advice(self) -> str:
+        """What one query costs in this configuration against the sliding one."""
+        work = {"exact": f"enumerates 2^{self.window} configurations",
+                "banded": f"runs a chain of {self.window} spins with 2^{self.band} states",
+                "mean-field": f"runs {self.mean_field_iterations} sweeps over {self.window} coupled spins",
+                "dqa": f"simulates {self.dqa_steps} steps of 2^{self.window} amplitudes"}[self.inference]
+        return (f"{self.inference} inference {work} per query; {self.sliding_settings()} runs a chain of "
+                f"{SLIDING['window']} spins with 2^{SLIDING['band']} states")
+
 
 @register_mixer("boltzmann")
 class BoltzmannAttention(AttentionMixer):
@@ -195,54 +222,32 @@ class BoltzmannAttention(AttentionMixer):
             return x.is_cuda and not self.fields_only() and ising_triton.available()
         return self.cfg.backend == "triton"
 
-    def auto_backend(self, **machine) -> tuple[str, str]:
-        if not machine["cuda"]:
-            return "torch", "no CUDA GPU: the torch forms"
-        if self.fields_only():
-            return "flex", "FlexAttention: fields only, softmax of log sigma(2h) over a sliding causal block mask"
-        if self.cfg.inference != "banded":
-            return "torch", f"inference={self.cfg.inference}: the torch form (Triton runs banded inference)"
-        if not machine["triton"]:
-            return "torch", "Triton is not installed: the torch form"
-        return "triton", "banded inference: each chain's messages in one Triton kernel per pass"
+    @property
+    def packs(self) -> str | None:
+        """Banded inference over a sliding window runs packed sequences in one call (forward), keeping no states (a
+        sliding window's cache keeps a row's last keys, and a padded row's last keys are padding); otherwise,
+        FlexAttention too, mix runs them."""
+        native = self.cfg.sliding() and self.cfg.inference == "banded" and not self.uses_flex(self.qkv.weight)
+        return "outputs" if native else None
 
-    def sliding(self) -> bool:
-        """Whether contexts past the window are allowed (each query then sees its last `window` keys)."""
-        cfg = self.cfg
-        return cfg.couplings == "distance" and not cfg.bias_field and cfg.inference in ("banded", "mean-field")
-
-    def forward(self, x: torch.Tensor, state: KVCache | None = None):
+    def forward(self, x: torch.Tensor, state: KVCache | None = None, *, cu_seqlens: torch.Tensor | None = None):
+        if cu_seqlens is not None:  # each query's chain begins no earlier than its own sequence's start
+            positions = positions_in_sequences(cu_seqlens, x.device)
+            q, k, v = self.projections(x, positions=positions)
+            starts = torch.arange(x.shape[1], device=x.device) - positions
+            return self.output(self.attend_banded(q, k, v, starts), x), None
         y, state = super().forward(x, state)
-        if self.sliding():  # the next token sees at most the last window - 1 of these keys: keep only those
+        if self.cfg.sliding():  # the next token sees at most the last window - 1 of these keys: keep only those
             state = state.keep_last(self.cfg.window - 1)
         return y, state
 
-    def read_limit(self) -> tuple[int, str] | None:
-        return None if self.sliding() else (self.cfg.window, f"boltzmann's window={self.cfg.window}")
-
-    def packed(self, x: torch.Tensor, cu_seqlens: torch.Tensor):
-        """Each sequence on its own (Mixer.packed): a sliding window's cache keeps a row's last keys, and a
-        padded row's last keys are padding."""
-        return Mixer.packed(self, x, cu_seqlens)
-
-    def packed_outputs(self, x: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
-        """Banded inference over a sliding window in one call: each query's chain begins no earlier than its own
-        sequence's start, as a stream's first queries begin at 0. Otherwise (FlexAttention too) batches of
-        similar lengths (Mixer.packed_outputs)."""
-        if self.uses_flex(x) or not (self.sliding() and self.cfg.inference == "banded"):
-            return super().packed_outputs(x, cu_seqlens)
-        positions = positions_in_sequences(cu_seqlens, x.device)
-        q, k, v = self.projections(x, positions=positions)
-        starts = torch.arange(x.shape[1], device=x.device) - positions
-        return self.output(self.attend_banded(q, k, v, starts), x)
-
     def state_size(self, seq_len: int) -> int:
-        return super().state_size(min(seq_len, self.cfg.window - 1) if self.sliding() else seq_len)
+        return super().state_size(min(seq_len, self.cfg.window - 1) if self.cfg.sliding() else seq_len)
 
     def attend(self, q, k, v):
         B, H, Tq, D = q.shape
         S = k.shape[-2]
-        if S > self.cfg.window and not self.sliding():
+        if S > self.cfg.window and not self.cfg.sliding():
             raise UserError(f"Boltzmann attention with window={self.cfg.window} sees at most {self.cfg.window} "
                             f"positions, but this call reaches {S}; {self.length_advice(S)}")
         if self.uses_flex(q):
@@ -269,20 +274,11 @@ class BoltzmannAttention(AttentionMixer):
         or with normalise=false alpha itself."""
         return torch.softmax(log_alpha, dim=-1) if self.cfg.normalise else log_alpha.exp()
 
-    def sliding_settings(self) -> str:
-        """SLIDING as field=value pairs, with what else this configuration must drop to slide."""
-        settings = dict(SLIDING)
-        if self.uses_K:
-            settings["mode"] = "h+J"  # three-body couplings are indexed by position
-        if self.cfg.bias_field:
-            settings["bias_field"] = "false"  # a field per window position does not slide
-        return " ".join(f"{field}={value}" for field, value in settings.items())
-
     def length_advice(self, length: int) -> str:
         """How to reach `length` positions, what runs first: the sliding configuration, then a larger window
         only where this inference can hold one that large."""
         cfg = self.cfg
-        advice = f"set {self.sliding_settings()} ({IN_A_RUN}), which slides over any length"
+        advice = f"set {cfg.sliding_settings()} ({IN_A_RUN}), which slides over any length"
         if cfg.inference == "exact":
             most = max_exact_positions(cfg.n_heads, cfg.memory_budget_gib)
             if length <= most:
@@ -296,17 +292,6 @@ class BoltzmannAttention(AttentionMixer):
             return advice + f"; dqa cannot reach {length}: it simulates at most {MAX_DQA_WINDOW} positions"
         return advice + f", or raise window to {length}"
 
-    def cost_advice(self) -> str:
-        """What one query costs in this configuration against the sliding one, for the estimate printed before
-        an expensive training run."""
-        cfg = self.cfg
-        work = {"exact": f"enumerates 2^{cfg.window} configurations",
-                "banded": f"runs a chain of {cfg.window} spins with 2^{cfg.band} states",
-                "mean-field": f"runs {cfg.mean_field_iterations} sweeps over {cfg.window} coupled spins",
-                "dqa": f"simulates {cfg.dqa_steps} steps of 2^{cfg.window} amplitudes"}[cfg.inference]
-        return (f"{cfg.inference} inference {work} per query; {self.sliding_settings()} runs a chain of "
-                f"{SLIDING['window']} spins with 2^{SLIDING['band']} states")
-
     def check_enumerable(self, positions: int, element_size: int) -> None:
         """Exact inference past its memory budget fails here, with a configuration that runs."""
         cfg = self.cfg
@@ -315,7 +300,7 @@ class BoltzmannAttention(AttentionMixer):
             raise UserError(
                 f"exact Boltzmann inference enumerates 2^{positions} configurations per query, "
                 f"{exact_gib(cfg.n_heads, positions, element_size):.3g} GiB per sequence, but memory_budget_gib="
-                f"{cfg.memory_budget_gib:g} holds at most {most} positions; set {self.sliding_settings()} "
+                f"{cfg.memory_budget_gib:g} holds at most {most} positions; set {cfg.sliding_settings()} "
                 f"({IN_A_RUN}), which slides over any length, or window={most} with sequences of at most {most}"
             )
 

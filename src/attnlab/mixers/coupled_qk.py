@@ -100,13 +100,12 @@ class QKCoupling(nn.Module):
 
 
 class CoupledPreScoring:
-    """Mixin for an AttentionMixer: replaces its identity ``prepare_qk`` with the coupling."""
+    """Mixin for an AttentionMixer: replaces its identity ``prepare_qk`` with the coupling. integrator: the one
+    the mixer fixes, or None to read cfg.integrator."""
 
-    integrator: str | None = None  # fixed by the mixer, or None to read cfg.integrator
-
-    def __init__(self, cfg):
+    def __init__(self, cfg, integrator: str | None = None):
         super().__init__(cfg)
-        self.coupling = QKCoupling(cfg.n_heads, cfg.head_dim, self.integrator or cfg.integrator, cfg.steps,
+        self.coupling = QKCoupling(cfg.n_heads, cfg.head_dim, integrator or cfg.integrator, cfg.steps,
                                    cfg.dt_init, cfg.per_head_mlp)
 
     def prepare_qk(self, q, k):
@@ -130,7 +129,9 @@ class UncoupledQKAttention(CoupledPreScoring, SoftmaxAttention):
     """Ablation: the same network applied to q and k separately, q' = q + dt g(q), k' = k + dt g(k)."""
 
     config_class = UncoupledQKConfig
-    integrator = "uncoupled"
+
+    def __init__(self, cfg: UncoupledQKConfig):
+        super().__init__(cfg, integrator="uncoupled")
 
 
 @register_mixer("coupled-differential")

@@ -21,7 +21,7 @@ from ..errors import ConfigError, unknown_name
 from ..nn import Rotary, ShortConv, at_least_fp32, no_autocast, positions_in_sequences
 from ..ops import fla as fla_ops
 from ..ops import interdomain as ops
-from ..ops._chunks import ChunkAlignment
+from .backends import BACKENDS, runs_fla
 from .registry import register_mixer
 from .s4d import HeadNorm, S4DConfig, SSMState, StateSpaceMixer, contract
 
@@ -51,8 +51,8 @@ class InterdomainConfig(S4DConfig):
             raise ConfigError("need chunk_size >= 1")
         if self.query == "linear" and (self.normalize or self.readout != "re_first"):
             raise ConfigError("query=linear has no query readout: normalize and readout apply to query=conditioned")
-        if self.backend not in fla_ops.BACKENDS:
-            raise ConfigError(unknown_name("backend", self.backend, fla_ops.BACKENDS))
+        if self.backend not in BACKENDS:
+            raise ConfigError(unknown_name("backend", self.backend, BACKENDS))
         if self.backend == "fla":
             if self.query == "linear" or self.form == "fft":
                 raise ConfigError(f"backend=fla runs the chunk form's query read (query=conditioned, form=chunk), "
@@ -70,27 +70,33 @@ class InterdomainAttention(StateSpaceMixer):
                          "in 75 s for one small layer on a 2-core CPU")
 
     def __init__(self, cfg: InterdomainConfig):
-        super().__init__(cfg)
         d, H, D, M = cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.modes
         conditioned, dual = cfg.query == "conditioned", cfg.input == "dual"
+        # the short conv runs over q (if any), the key half, and the value half only for generic inputs
+        super().__init__(cfg, conv_channels=d * (int(conditioned) + 1 + int(not dual)))
         self.q_proj = nn.Linear(d, d, bias=False) if conditioned else None
         self.k_proj = nn.Linear(d, d, bias=False)  # the key half: k (dual) or a (single)
         self.v_proj = nn.Linear(d, d, bias=False)  # the value half: v (dual) or b (single)
-        # the short conv runs over q (if any), the key half, and the value half only for generic inputs
-        self.conv_channels = d * (int(conditioned) + 1 + int(not dual))
         self.conv = ShortConv(self.conv_channels, cfg.conv_size)
         self.rotary = Rotary(D, cfg.rope_base) if cfg.rope else None
         self.key_norm, self.value_norm = HeadNorm(H, D, cfg.norm_eps), HeadNorm(H, D, cfg.norm_eps)
         self.gate_proj = nn.Linear(d, d * (1 if conditioned else 2), bias=False) if cfg.gate else None
         self.out_proj = nn.Linear(d * (1 if conditioned else 2), d, bias=False)
 
-        self.add_state_core(cfg)
+        self.add_state_core(cfg, self.key_norm, self.value_norm)
         # while Mixer.ablated runs: every token reads with one shared direction per head
         self.query_removed, self.mean_query = False, None
         if not conditioned:  # the contraction that replaces the query: y = sum_m w_m Re(C X)[m]
             self.contraction = nn.Parameter(torch.randn(H, M) / math.sqrt(M))
 
-    def forward(self, x: torch.Tensor, state: SSMState | None = None, cu_seqlens: torch.Tensor | None = None):
+    @property
+    def packs(self) -> str | None:
+        """The chunk form's query read and the linear contraction's convolution restart at each packed sequence by
+        themselves, in one forward; the FFT form's read does not, and mix runs it. No states: padding after a
+        sequence would decay them."""
+        return "outputs" if self.cfg.query == "linear" or self.cfg.form == "chunk" else None
+
+    def forward(self, x: torch.Tensor, state: SSMState | None = None, *, cu_seqlens: torch.Tensor | None = None):
         """The layer over x [B, T, d_model] from state; or, given cu_seqlens (the chunk form's query read or the
         linear contraction), over the sequences packed in x [1, N, d_model], each from a fresh state (the short
         convolution, RoPE's positions and the scan or the convolution restart), returning no state."""
@@ -154,35 +160,16 @@ class InterdomainAttention(StateSpaceMixer):
                              "sequence: enter it before the prompt, not part-way through decoding")
         return self.mean_query.expand_as(xi_q)
 
-    def packed_outputs(self, x, cu_seqlens):
-        """One forward where the read restarts at each sequence by itself (the chunk form's query read, the
-        linear contraction's convolution); else batches of similar lengths (Mixer.packed_outputs). No state:
-        padding after a sequence would decay it."""
-        if self.cfg.query == "linear" or self.cfg.form == "chunk":
-            return nn.Module.__call__(self, x, None, cu_seqlens)[0]
-        return super().packed_outputs(x, cu_seqlens)
-
-    def auto_backend(self, **machine) -> tuple[str, str]:
-        if self.cfg.query == "linear" or self.cfg.form == "fft":
-            return "torch", f"query={self.cfg.query}, form={self.cfg.form}: the torch form"
-        uses_fla, why = fla_ops.auto_route(False, **machine)
-        return ("fla" if uses_fla else "torch"), why
-
     def read(self, xi_q, z, lam, B_bar, C, memory, cu_seqlens=None):
-        fla_read = self.cfg.form == "chunk" and fla_ops.runs_fla(self.cfg.backend, z)
-        if fla_read and (cu_seqlens is not None or z.shape[2] > 1):  # fla's kernels take the boundaries themselves
-            return fla_ops.interdomain_fla(xi_q, z, lam, B_bar, C, self.cfg.readout, memory, cu_seqlens=cu_seqlens)
-        if cu_seqlens is not None:  # every sequence moved to begin at a chunk, where the scan starts afresh
-            align = ChunkAlignment(cu_seqlens, self.cfg.chunk_size)
-            o, _ = ops.interdomain_chunk(align.spread(xi_q), align.spread(z), lam, B_bar, C, self.cfg.readout, None,
-                                         **align.packing)
-            return align.gather(o), None
-        if z.shape[2] == 1:
+        """The query read: the step for one token, else the FFT form, or the chunk form on fla's kernels or ours
+        (both take packed sequences' boundaries, which the FFT form does not)."""
+        if cu_seqlens is None and z.shape[2] == 1:
             o, memory = ops.interdomain_step(xi_q[:, :, 0], z[:, :, 0], lam, B_bar, C, memory, self.cfg.readout)
             return o[:, :, None], memory
-        if self.cfg.form == "fft":
+        if cu_seqlens is None and self.cfg.form == "fft":
             return ops.interdomain_fft(xi_q, z, lam, B_bar, C, self.cfg.readout, memory)
-        return ops.interdomain_chunk(xi_q, z, lam, B_bar, C, self.cfg.readout, memory, self.cfg.chunk_size)
+        chunk = fla_ops.interdomain_fla if runs_fla(self.cfg.backend, z) else ops.interdomain_chunk
+        return chunk(xi_q, z, lam, B_bar, C, self.cfg.readout, memory, self.cfg.chunk_size, cu_seqlens=cu_seqlens)
 
     def state_width(self) -> int:
         return 2 * self.cfg.head_dim + int(self.cfg.normalize)  # and the constant channel, if normalized

@@ -9,6 +9,7 @@ token uses the recurrent step, so decoding holds a state whose size does not gro
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -18,12 +19,13 @@ from torch import nn
 from ..errors import ConfigError
 from ..nn import ShortConv, at_least_fp32, inverse_softplus, log_uniform_dt, overwritten, rms_norm_fp32, set_optim
 from ..ops import fla as fla_ops
-from ..ops._chunks import ChunkAlignment
 from ..ops.ccq import CCQStats, ccq_chunk, ccq_step
 from ..ops.delta_rule import delta_rule_chunk, delta_rule_step
 from ..ops.gla import gla_chunk, gla_step
-from .packing import state_row
-from .registry import Mixer, MixerConfig, register_mixer
+from ..ops.packing import state_row
+from .backends import BACKENDS, runs_fla
+from .base import Mixer, MixerConfig, marked
+from .registry import register_mixer
 
 
 @dataclass
@@ -60,8 +62,8 @@ class LinearConfig(MixerConfig):
             raise ConfigError(f"conv_size={self.conv_size} must be at least 2")
         if self.chunk_size < 1:
             raise ConfigError(f"chunk_size={self.chunk_size} must be positive")
-        if self.backend not in fla_ops.BACKENDS:
-            raise ConfigError(f"backend={self.backend!r} must be one of: {', '.join(fla_ops.BACKENDS)}")
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"backend={self.backend!r} must be one of: {', '.join(BACKENDS)}")
         if self.backend == "fla":
             fla_ops.require()
 
@@ -110,19 +112,44 @@ class LinearState:
     memory: torch.Tensor
     conv: torch.Tensor | None = None
     ccq: CCQStats | None = None
-    mixer: str = ""  # the mixer that made it (Mixer.check_state)
+    mixer: str = ""  # the mixer that made it (mixers.base.check_state)
+
+
+@dataclass(frozen=True)
+class Recurrence:
+    """A backbone's recurrence in its three forms: the step for a single token, and the chunkwise forms for
+    sequences, ours (torch) and fla's, which share one signature, packed sequences' cu_seqlens included. The
+    gates follow (q, k, v) in the order the mixer's `gates` returns them. scalar_gates: whether its gates are one
+    per head (fla's scalar-gated kernels, which backend=auto does not take everywhere)."""
+
+    step: Callable
+    torch: Callable
+    fla: Callable
+    scalar_gates: bool = False
+
+
+def _linear_fla(q, k, v, g, **kwargs):
+    """`linear_fla` in `gla_chunk`'s signature: plain linear attention's log-decays g are all zero."""
+    return fla_ops.linear_fla(q, k, v, **kwargs)
+
+
+LINEAR = Recurrence(gla_step, gla_chunk, _linear_fla)
+GLA = Recurrence(gla_step, gla_chunk, fla_ops.gla_fla)
+DELTA_RULE = Recurrence(delta_rule_step, delta_rule_chunk, fla_ops.delta_rule_fla, scalar_gates=True)
 
 
 class LinearAttention(Mixer):
-    """Shared layer structure. Subclasses provide ``gates(x)`` and ``recur(q, k, v, gates, memory)``."""
+    """Shared layer structure around a recurrence. Subclasses provide ``gates(x)``; unit_qk: whether read_query
+    returns L2-normalised queries and keys."""
 
     config_class = LinearConfig
     backends = ("torch", "fla")
     state_type = LinearState
-    unit_qk = False  # whether read_query already returns L2-normalised queries and keys
+    packs = "states"  # the chunkwise forms, fla's and ours, take the boundaries and return each sequence's state
 
-    def __init__(self, cfg: LinearConfig):
+    def __init__(self, cfg: LinearConfig, recurrence: Recurrence, unit_qk: bool = False):
         super().__init__(cfg)
+        self.recurrence, self.unit_qk = recurrence, unit_qk
         self.head_k, self.head_v = cfg.key_dim // cfg.n_heads, cfg.value_dim // cfg.n_heads
         self.q_proj = nn.Linear(cfg.d_model, cfg.key_dim, bias=False)
         self.k_proj = nn.Linear(cfg.d_model, cfg.key_dim, bias=False)
@@ -132,14 +159,28 @@ class LinearAttention(Mixer):
         self.out_norm = nn.RMSNorm(self.head_v, eps=cfg.norm_eps)
         self.out_proj = nn.Linear(cfg.value_dim, cfg.d_model, bias=False)
 
+    @property
+    def scalar_gates(self) -> bool:
+        """Whether the layer runs scalar-gated kernels (one gate per head), which backend=auto routes apart."""
+        return self.recurrence.scalar_gates
+
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
         return x.view(B, T, self.cfg.n_heads, -1).transpose(1, 2)
 
-    def forward(self, x: torch.Tensor, state: LinearState | None = None, cu_seqlens: torch.Tensor | None = None):
+    def form(self, x: torch.Tensor, cu_seqlens: torch.Tensor | None = None) -> str:
+        """How this call runs, every op of the layer alike: "step" for a single token (the recurrent steps), else
+        the chunkwise forms on "fla"'s kernels (backend=fla, or auto on a GPU where they train correctly:
+        `backends.runs_fla`) or on ours, "torch". Both take packed sequences' boundaries."""
+        if cu_seqlens is None and x.shape[1] == 1:
+            return "step"
+        return "fla" if runs_fla(self.cfg.backend, x, self.scalar_gates) else "torch"
+
+    def forward(self, x: torch.Tensor, state: LinearState | None = None, *, cu_seqlens: torch.Tensor | None = None):
         """The layer over x [B, T, d_model] from state; or, given cu_seqlens, over the sequences packed in
-        x [1, N, d_model], each from a fresh state, with their states batched by sequence."""
+        x [1, N, d_model], each from a fresh state, returning each one's state."""
         B, T, _ = x.shape
+        form = self.form(x, cu_seqlens)
         state = state if state is not None else self.init_state(B, x.device)
         qkv = torch.cat((self.q_proj(x), self.k_proj(x), self.v_proj(x)), dim=-1)
         conv_state = None
@@ -147,63 +188,30 @@ class LinearAttention(Mixer):
             qkv, conv_state = self.conv(qkv, state.conv) if cu_seqlens is None else self.conv.packed(qkv, cu_seqlens)
         q, k, v = (self.split_heads(t) for t in qkv.split([self.cfg.key_dim, self.cfg.key_dim, self.cfg.value_dim], -1))
         gates = self.gates(x)
-        if cu_seqlens is None:
-            q, k, ccq_state = self.read_query(q, k, gates, state.ccq)
-            o, memory = self.recur(q, k, v, gates, state.memory)
-        elif self.fla_runs(x):  # fla's kernels take the boundaries
-            q, k, ccq_state = self.read_query(q, k, gates, None, cu_seqlens=cu_seqlens)
-            o, memory = self.recur(q, k, v, gates, None, cu_seqlens=cu_seqlens)
-        else:  # ours: every sequence moved to begin at a chunk, where the scans start afresh
-            align = ChunkAlignment(cu_seqlens, self.cfg.chunk_size)
-            q, k, v = map(align.spread, (q, k, v))
-            gates = {name: align.spread(gate) for name, gate in gates.items()}
-            q, k, ccq_state = self.read_query(q, k, gates, None, **align.packing)
-            o, after = self.recur(q, k, v, gates, None, **align.packing)
-            o, memory = align.gather(o), align.final_states(after)
+        memory, ccq_state = (state.memory, state.ccq) if cu_seqlens is None else (None, None)  # packed: from zeros
+        q, k, ccq_state = self.read_query(q, k, gates, ccq_state, form=form, cu_seqlens=cu_seqlens)
+        o, memory = self.recur(q, k, v, gates, memory, form=form, cu_seqlens=cu_seqlens)
         o = rms_norm_fp32(self.out_norm, o) * F.silu(self.split_heads(self.gate_proj(x)))
         y = self.out_proj(o.transpose(1, 2).reshape(B, T, -1).to(x.dtype))
-        return y, LinearState(memory, conv_state, ccq_state)
+        state = LinearState(memory, conv_state, ccq_state)
+        if cu_seqlens is None:
+            return y, state
+        return y, [state_row(state, row) for row in range(len(cu_seqlens) - 1)] if self.packs == "states" else None
 
-    def packed(self, x, cu_seqlens):
-        """Every packed sequence in one forward: fla's kernels take the boundaries themselves; our chunk forms take
-        each sequence moved to begin at a chunk, where their scan starts afresh (ChunkAlignment: the zeros that
-        fill a sequence's last chunk, q = k = v = 0 with no decay, leave its state as it was). The short
-        convolution restarts at every start alike."""
-        y, state = nn.Module.__call__(self, x, None, cu_seqlens)
-        return y, [state_row(state, row) for row in range(len(cu_seqlens) - 1)]
-
-    def packed_outputs(self, x, cu_seqlens):
-        return nn.Module.__call__(self, x, None, cu_seqlens)[0]
-
-    def auto_backend(self, **machine) -> tuple[str, str]:
-        uses_fla, why = fla_ops.auto_route(self.scalar_gates(), **machine)
-        return ("fla" if uses_fla else "torch"), why
-
-    def fla_runs(self, x: torch.Tensor) -> bool:
-        """Whether the chunkwise forms of x take fla's kernels (the backend and the device say so)."""
-        return self.uses_fla(x, self.scalar_gates())
-
-    def scalar_gates(self) -> bool:
-        """Whether the recurrence's gates are one per head (fla's scalar-gated kernels)."""
-        return False
-
-    def read_query(self, q, k, gates, ccq_state, **packing):
-        """Transform the queries before the read (identity here; CCQ cleans them). packing: as `recur` takes it."""
+    def read_query(self, q, k, gates, ccq_state, form: str, cu_seqlens=None):
+        """Transform the queries before the read (identity here; CCQ cleans them)."""
         return q, k, ccq_state
 
-    def chunk_form(self, torch_form, fla_form, x: torch.Tensor, scalar_gates: bool = False):
-        """The chunkwise form for sequences on x's device: fla_form where `uses_fla`, else torch_form."""
-        return fla_form if self.uses_fla(x, scalar_gates) else torch_form
-
-    def uses_fla(self, x: torch.Tensor, scalar_gates: bool = False) -> bool:
-        """Whether x's sequences run on fla's kernels: backend=fla, or backend=auto on a CUDA GPU where fla's
-        kernels (scalar-gated ones, if so) train correctly (`ops.fla.route`)."""
-        return fla_ops.runs_fla(self.cfg.backend, x, scalar_gates)
+    def recur(self, q, k, v, gates: dict, memory, form: str, cu_seqlens=None):
+        """The recurrence over q, k, v and the gates from memory (None: zeros): (outputs, final memory)."""
+        if form == "step":
+            o, memory = self.recurrence.step(*(t[:, :, 0] for t in (q, k, v, *gates.values())), memory)
+            return o[:, :, None], memory
+        chunk = self.recurrence.fla if form == "fla" else self.recurrence.torch
+        return chunk(q, k, v, *gates.values(), initial_state=memory, chunk_size=self.cfg.chunk_size,
+                     cu_seqlens=cu_seqlens)
 
     def gates(self, x: torch.Tensor) -> dict:
-        raise NotImplementedError
-
-    def recur(self, q, k, v, gates: dict, memory):
         raise NotImplementedError
 
     def init_state(self, batch: int, device=None, dtype=None) -> LinearState:
@@ -212,42 +220,23 @@ class LinearAttention(Mixer):
         if self.conv is not None:
             conv = torch.zeros(batch, self.cfg.conv_size - 1, 2 * self.cfg.key_dim + self.cfg.value_dim,
                                device=device, dtype=dtype or torch.float32)
-        return self.marked(LinearState(memory, conv))
+        return marked(self, LinearState(memory, conv))
 
     def state_size(self, seq_len: int) -> int:
         conv = (self.cfg.conv_size - 1) * (2 * self.cfg.key_dim + self.cfg.value_dim) if self.conv is not None else 0
         return self.cfg.n_heads * self.head_k * self.head_v + conv
 
 
-def _run(chunk_op, step_op, chunk_size: int, /, *inputs, state, **packing):
-    """The chunkwise form for sequences (packed ones: fla's with cu_seqlens, ours with ChunkAlignment's chunk
-    size and starts, the chunks that begin a sequence), the recurrent step for a single token."""
-    if packing:
-        return chunk_op(*inputs, **{"chunk_size": chunk_size, **packing})
-    if inputs[0].shape[2] == 1:
-        o, state = step_op(*(t[:, :, 0] for t in inputs), state)
-        return o[:, :, None], state
-    return chunk_op(*inputs, initial_state=state, chunk_size=chunk_size)
-
-
-def _linear_fla(q, k, v, g, **kwargs):
-    """`linear_fla` in `gla_chunk`'s signature: plain linear attention's log-decays g are all zero."""
-    return fla_ops.linear_fla(q, k, v, **kwargs)
-
-
 @register_mixer("linear")
 class PlainLinearAttention(LinearAttention):
     """Linear attention without forgetting: h_t = h_{t-1} + k_t v_t^T, o_t = RMSNorm(h_t^T q_t / sqrt(D_k))."""
 
+    def __init__(self, cfg: LinearConfig, recurrence: Recurrence = LINEAR):
+        super().__init__(cfg, recurrence)
+
     def gates(self, x):
         B, T, _ = x.shape
         return {"log_decay": x.new_zeros(B, self.cfg.n_heads, T, self.head_k)}
-
-    fla_form = staticmethod(_linear_fla)  # fla's kernel for sequences (backend fla or auto)
-
-    def recur(self, q, k, v, gates, memory, **packing):
-        chunk = self.chunk_form(gla_chunk, self.fla_form, q)
-        return _run(chunk, gla_step, self.cfg.chunk_size, q, k, v, gates["log_decay"], state=memory, **packing)
 
 
 @register_mixer("gla")
@@ -255,10 +244,9 @@ class GatedLinearAttention(PlainLinearAttention):
     """GLA (Yang et al. 2024): per-key-channel forget gates exp(g_t), g_t = logsigmoid(W2 W1 x) / 16."""
 
     config_class = GLAConfig
-    fla_form = staticmethod(fla_ops.gla_fla)
 
     def __init__(self, cfg: GLAConfig):
-        super().__init__(cfg)
+        super().__init__(cfg, GLA)
         self.forget_gate = nn.Sequential(nn.Linear(cfg.d_model, cfg.gate_rank, bias=False),
                                          nn.Linear(cfg.gate_rank, cfg.key_dim, bias=True))
 
@@ -273,10 +261,9 @@ class GatedDeltaNet(LinearAttention):
     log-decay g = -exp(A_log) softplus(W_a x + dt_bias) and write strength beta = sigmoid(W_b x) per head."""
 
     config_class = GDNConfig
-    unit_qk = True
 
     def __init__(self, cfg: GDNConfig):
-        super().__init__(cfg)
+        super().__init__(cfg, DELTA_RULE, unit_qk=True)
         H = cfg.n_heads
         self.decay_proj = nn.Linear(cfg.d_model, H, bias=False)
         self.beta_proj = nn.Linear(cfg.d_model, H, bias=False)
@@ -293,16 +280,8 @@ class GatedDeltaNet(LinearAttention):
         beta = torch.sigmoid(at_least_fp32(self.beta_proj(x)))
         return {"log_decay": log_decay.transpose(1, 2), "beta": beta.transpose(1, 2)}  # [B, H, T]
 
-    def read_query(self, q, k, gates, ccq_state, **packing):
+    def read_query(self, q, k, gates, ccq_state, form, cu_seqlens=None):
         return F.normalize(q, dim=-1, eps=1e-6), F.normalize(k, dim=-1, eps=1e-6), ccq_state
-
-    def scalar_gates(self) -> bool:
-        return True
-
-    def recur(self, q, k, v, gates, memory, **packing):
-        chunk = self.chunk_form(delta_rule_chunk, fla_ops.delta_rule_fla, q, scalar_gates=True)
-        return _run(chunk, delta_rule_step, self.cfg.chunk_size, q, k, v, gates["log_decay"], gates["beta"],
-                    state=memory, **packing)
 
 
 class CCQRead:
@@ -321,20 +300,22 @@ class CCQRead:
         self.lambda_weight = nn.Parameter(torch.zeros(H, D))  # zero: lambda starts at ccq_lambda_init exactly
         self.lambda_bias = nn.Parameter(torch.full((H,), math.log(cfg.ccq_lambda_init / (1 - cfg.ccq_lambda_init))))
 
-    def packed(self, x, cu_seqlens):
-        """fla's kernels with the boundaries where they run (LinearAttention.packed); else each sequence on its
-        own (Mixer.packed): the key statistics count tokens, so the zeros that fill a chunk would change them."""
-        return super().packed(x, cu_seqlens) if self.fla_runs(x) else Mixer.packed(self, x, cu_seqlens)
-
+    @property
     def scalar_gates(self) -> bool:
-        return super().scalar_gates() or self.cfg.ccq_decay
+        return super().scalar_gates or self.cfg.ccq_decay  # decayed statistics age with one gate per head
+
+    @property
+    def packs(self) -> str:
+        """fla's kernel returns each packed sequence's key statistics; ours keep none (the zeros that move the
+        sequences to their chunks would count), so where states are kept mix runs the sequences one at a time."""
+        return "states" if runs_fla(self.cfg.backend, self.lambda_bias, self.scalar_gates) else "outputs"
 
     def ablated(self):
         """lambda = sigmoid(w . q_bar + b) set to 0 (w = 0, b = -30): the backbone's own read."""
         return overwritten((self.lambda_weight, 0.0), (self.lambda_bias, -30.0))
 
-    def read_query(self, q, k, gates, ccq_state, **packing):
-        q, k, _ = super().read_query(q, k, gates, ccq_state)
+    def read_query(self, q, k, gates, ccq_state, form, cu_seqlens=None):
+        q, k, _ = super().read_query(q, k, gates, ccq_state, form=form)
         if self.unit_qk:
             q_bar, k_bar = q, k
         else:
@@ -344,17 +325,13 @@ class CCQRead:
         if self.cfg.ccq_decay:
             log_decay = gates["log_decay"]
             log_decay = log_decay.mean(-1) if log_decay.ndim == 4 else log_decay  # GLA: mean over channels
-        if q.shape[2] == 1 and not packing:
+        if form == "step":
             stats = ccq_state if ccq_state is not None else CCQStats.empty(*q.shape[:2], q.shape[-1], q.device)
             q_clean, ccq_state = ccq_step(q[:, :, 0], k_bar[:, :, 0], lam[:, :, 0], stats,
                                           None if log_decay is None else log_decay[:, :, 0])
             return q_clean[:, :, None], k, ccq_state
-        if "cu_seqlens" in packing:  # fla's kernel, each packed sequence from empty statistics
-            q_clean, ccq_state = fla_ops.ccq_fla(q, k_bar, lam, None, log_decay, self.cfg.chunk_size, **packing)
-            return q_clean, k, ccq_state
-        chunk = self.chunk_form(ccq_chunk, fla_ops.ccq_fla, q, scalar_gates=log_decay is not None)
-        q_clean, ccq_state = chunk(q, k_bar, lam, ccq_state, log_decay, **{"chunk_size": self.cfg.chunk_size,
-                                                                          **packing})
+        chunk = fla_ops.ccq_fla if form == "fla" else ccq_chunk
+        q_clean, ccq_state = chunk(q, k_bar, lam, ccq_state, log_decay, self.cfg.chunk_size, cu_seqlens=cu_seqlens)
         return q_clean, k, ccq_state
 
     def init_state(self, batch, device=None, dtype=None):

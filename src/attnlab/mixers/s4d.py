@@ -19,8 +19,9 @@ from torch import nn
 from ..errors import ConfigError, unknown_name
 from ..nn import Rotary, ShortConv, at_least_fp32, log_uniform_dt, no_autocast, positions_in_sequences, set_optim
 from ..ops import s4d
-from .packing import span_groups
-from .registry import Mixer, MixerConfig, register_mixer
+from ..ops.packing import span_groups
+from .base import Mixer, MixerConfig, marked
+from .registry import register_mixer
 
 
 @dataclass
@@ -54,7 +55,7 @@ class SSMState:
     memory: torch.Tensor  # X [B, H, M, width] complex
     conv: torch.Tensor  # the last conv_size - 1 inputs of the short convolution
     position: int = 0  # tokens seen, for RoPE
-    mixer: str = ""  # the mixer that made it (Mixer.check_state)
+    mixer: str = ""  # the mixer that made it (mixers.base.check_state)
 
 
 class HeadNorm(nn.Module):
@@ -72,12 +73,15 @@ class HeadNorm(nn.Module):
 
 class StateSpaceMixer(Mixer):
     """A mixer around one complex S4D state per head: the core's parameters, their discretization and the state
-    (the memory X [B, H, M, state_width] and the short convolution's last inputs)."""
+    (the memory X [B, H, M, state_width] and the last inputs of a short convolution conv_channels wide)."""
 
-    conv_channels: int  # the short convolution's width, set by the subclass
     state_type = SSMState
 
-    def add_state_core(self, cfg: S4DConfig) -> None:
+    def __init__(self, cfg: S4DConfig, conv_channels: int):
+        super().__init__(cfg)
+        self.conv_channels = conv_channels
+
+    def add_state_core(self, cfg: S4DConfig, *input_norms: nn.Module) -> None:
         """Step sizes log-uniform in [dt_min, dt_max], poles A = -1/2 + i Im (S4D-Inv or S4D-Lin) and
         C ~ CN(0, 1/M) [H, M, M], all at lr <= ssm_max_lr without weight decay, as the input norms are."""
         H, M = cfg.n_heads, cfg.modes
@@ -88,8 +92,7 @@ class StateSpaceMixer(Mixer):
                 "A_imag": imag.float().expand(H, M).clone(), "C": torch.view_as_real(C).clone()}
         for name, value in core.items():
             self.register_parameter(name, nn.Parameter(value))
-        for param in [*(getattr(self, name) for name in core), *self.key_norm.parameters(),
-                      *self.value_norm.parameters()]:
+        for param in [*(getattr(self, name) for name in core), *(p for norm in input_norms for p in norm.parameters())]:
             set_optim(param, max_lr=cfg.ssm_max_lr, weight_decay=0.0)
 
     def ssm(self):
@@ -123,7 +126,7 @@ class StateSpaceMixer(Mixer):
         cdtype = torch.complex128 if self.log_dt.dtype == torch.float64 else torch.complex64
         memory = torch.zeros(batch, cfg.n_heads, cfg.modes, self.state_width(), dtype=cdtype, device=device)
         conv = torch.zeros(batch, cfg.conv_size - 1, self.conv_channels, device=device, dtype=dtype)
-        return self.marked(SSMState(memory, conv))
+        return marked(self, SSMState(memory, conv))
 
     def state_size(self, seq_len: int) -> int:
         cfg = self.cfg
@@ -148,22 +151,23 @@ class S4DMixer(StateSpaceMixer):
     """The S4D-only baseline at the same state size: generic inputs [a, b] and a learned contraction."""
 
     config_class = S4DConfig
+    packs = "outputs"  # one convolution per group of lengths, each restarting at its sequences; no states: padding
+    # after a sequence would decay them
 
     def __init__(self, cfg: S4DConfig):
-        super().__init__(cfg)
+        super().__init__(cfg, conv_channels=2 * cfg.d_model)  # the short convolution runs over [a, b]
         d, H, D, M = cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.modes
         self.k_proj = nn.Linear(d, d, bias=False)  # a (named as interdomain's key half, which it replaces)
         self.v_proj = nn.Linear(d, d, bias=False)  # b
-        self.conv_channels = 2 * d  # the short convolution runs over [a, b]
         self.conv = ShortConv(self.conv_channels, cfg.conv_size)
         self.rotary = Rotary(D, cfg.rope_base) if cfg.rope else None
         self.key_norm, self.value_norm = HeadNorm(H, D, cfg.norm_eps), HeadNorm(H, D, cfg.norm_eps)
         self.gate_proj = nn.Linear(d, 2 * d, bias=False) if cfg.gate else None
         self.out_proj = nn.Linear(2 * d, d, bias=False)
-        self.add_state_core(cfg)
+        self.add_state_core(cfg, self.key_norm, self.value_norm)
         self.contraction = nn.Parameter(torch.randn(H, M) / math.sqrt(M))  # w [H, M]
 
-    def forward(self, x: torch.Tensor, state: SSMState | None = None, cu_seqlens: torch.Tensor | None = None):
+    def forward(self, x: torch.Tensor, state: SSMState | None = None, *, cu_seqlens: torch.Tensor | None = None):
         """The layer over x [B, T, d_model] from state; or, given cu_seqlens, over the sequences packed in
         x [1, N, d_model], each from a fresh state (the short convolution, RoPE's positions and the convolution
         restart), returning no state."""
@@ -179,8 +183,3 @@ class S4DMixer(StateSpaceMixer):
             lam, B_bar, C = self.ssm()
             o, memory = contract(z, self.contraction, C, lam, B_bar, state.memory, cu_seqlens)
         return self.project_out(x, o, memory, conv_state, state, cu_seqlens)
-
-    def packed_outputs(self, x, cu_seqlens):
-        """One forward: the convolution restarts at each sequence by itself. No state: padding after a sequence
-        would decay it."""
-        return nn.Module.__call__(self, x, None, cu_seqlens)[0]

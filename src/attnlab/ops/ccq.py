@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from ..nn import at_least_fp32
-from ._chunks import autocast_off, chunk_layout, decay_matrix, to_chunks
+from .packing import aligned, autocast_off, chunk_layout, decay_matrix, to_chunks
 
 
 @dataclass
@@ -88,15 +88,18 @@ def ccq_step(q, k, lam, stats: CCQStats, log_decay=None):
 
 
 @autocast_off
-def ccq_chunk(q, k, lam, stats: CCQStats | None = None, log_decay=None, chunk_size: int = 64, starts=None):
+def ccq_chunk(q, k, lam, stats: CCQStats | None = None, log_decay=None, chunk_size: int = 64, cu_seqlens=None,
+              starts=None):
     """Chunkwise form: within a chunk with cumulative log-decays b and Gamma_ij = exp(b_i - b_j), j <= i,
         P_i q_i = exp(b_i) P_prev q_i + sum_{j<=i} Gamma_ij (q_i . k_j) k_j      (no D x D matrix per token)
         m_i = exp(b_i) m_prev + sum_{j<=i} Gamma_ij k_j,    n_i = exp(b_i) n_prev + sum_{j<=i} Gamma_ij.
     Without decay (the paper's form) Gamma is all ones on and below the diagonal: P_prev is a prefix sum over
     chunks, m_i and n_i are prefix sums over the sequence. The rest runs for all chunks at once.
-    starts (rows of packed sequences that each begin at a chunk; see `gla_chunk`): the statistics entering a
-    chunk that begins a sequence are empty, and none are returned (None): the zeros after a sequence count.
+    cu_seqlens (and starts; see `gla_chunk`): packed sequences, each from empty statistics, and none are returned
+    (None): the zeros that move the next sequence to its chunk would count.
     """
+    if cu_seqlens is not None:
+        return aligned(ccq_chunk, cu_seqlens, chunk_size, (q, k, lam, None, log_decay))
     out_dtype = q.dtype
     q, k, lam, stats, g = _prepare(q, k, lam, stats, log_decay)
     B, H, T, D = q.shape

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import logging
 import os
-import re
 import shutil
 from pathlib import Path
 
@@ -28,12 +26,11 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ConfigError
-from ._chunks import autocast_off
 from .ccq import CCQStats
 from .interdomain import as_real, beta_map, conjugate_real, rotate
+from .packing import autocast_off
 
 INSTALL_HINT = "pip install 'attnlab[fla]'"
-log = logging.getLogger(__name__)
 
 
 @functools.cache
@@ -44,43 +41,6 @@ def available() -> bool:
     except ImportError:
         return False
     return True
-
-
-FIXED_TRITON = (3, 7, 1)  # the first Triton that compiles fla's scalar-gated backward correctly on Hopper GPUs
-NO_BLOCK_POINTERS = (3, 8, 0)  # the first Triton without block pointers (tl.make_block_ptr), which older fla uses
-FLA_WITHOUT_BLOCK_POINTERS = (0, 5, 2)  # the first fla whose kernels no longer use them
-
-
-def auto_route(scalar_gates: bool, *, cuda: bool, hopper: bool, fla: str | None, triton: str | None,
-               tilelang: bool) -> tuple[bool, str]:
-    """(whether backend=auto runs fla's kernels, why) on a machine with these facts: a CUDA GPU, a Hopper one,
-    the installed fla and Triton versions (None: not installed) and whether fla's TileLang backend can run.
-    Triton 3.4.0 to 3.7.0 miscompiles the backward of fla's scalar-gated kernels (the gated delta rule,
-    decayed CCQ's statistics) on Hopper, and fla 0.6.0 refuses it there; Triton 3.7.1 fixes it, and fla's
-    TileLang backend computes that backward without Triton."""
-    if not cuda:
-        return False, "no CUDA GPU: the torch forms"
-    if fla is None or triton is None:
-        return False, f"flash-linear-attention is not installed ({INSTALL_HINT}): the torch forms"
-    if _version(triton) >= NO_BLOCK_POINTERS and _version(fla) < FLA_WITHOUT_BLOCK_POINTERS:
-        return False, (f"the torch forms: Triton {triton} removed the block pointers fla {fla}'s kernels use; "
-                       f"fla 0.5.2 or newer ({INSTALL_HINT}) runs on it")
-    kernels = f"fla {fla}'s Triton kernels (Triton {triton})"
-    if not scalar_gates or not hopper or _version(triton) < (3, 4, 0):
-        return True, kernels
-    if _version(triton) >= FIXED_TRITON:
-        return True, f"{kernels}: Triton >= 3.7.1 compiles their scalar-gated backward correctly on Hopper"
-    if tilelang:
-        return True, f"{kernels}, the scalar-gated backward on fla's TileLang backend"
-    return False, (f"the torch forms: Triton {triton} miscompiles fla's scalar-gated backward on Hopper GPUs; "
-                   "a torch whose Triton is 3.7.1 or newer, or tilelang (pip install tilelang, with nvcc), "
-                   "lets fla's kernels run")
-
-
-def _version(text: str) -> tuple[int, ...]:
-    """(3, 7, 1) from '3.7.1', '3.7.1+git...' or '3.7.1rc1'; (0, 0, 0) where it is not a version."""
-    numbers = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
-    return tuple(int(n or 0) for n in numbers.groups()) if numbers else (0, 0, 0)
 
 
 def installed() -> dict:
@@ -116,29 +76,10 @@ def nvcc() -> str | None:
 
 
 def machine() -> dict:
-    """This machine's facts for auto_route: a CUDA GPU, a Hopper one (compute capability 9), and `installed()`."""
+    """This machine's facts, which `mixers.backends` routes backend=auto by: a CUDA GPU, a Hopper one (compute
+    capability 9), and `installed()`."""
     cuda = torch.cuda.is_available()
     return {"cuda": cuda, "hopper": cuda and torch.cuda.get_device_capability()[0] == 9, **installed()}
-
-
-@functools.cache
-def route(scalar_gates: bool) -> tuple[bool, str]:
-    """auto_route on this machine, said once (a note on stderr): which route backend=auto takes and why."""
-    taken = auto_route(scalar_gates, **machine())
-    gates = "scalar-gated " if scalar_gates else ""
-    log.warning(f"note: backend=auto runs the {gates}mixers that have fla forms on {taken[1]}")
-    return taken
-
-
-BACKENDS = ("torch", "fla", "auto")  # the `backend` option of the mixers that have fla forms
-
-
-def runs_fla(backend: str, x: torch.Tensor, scalar_gates: bool = False) -> bool:
-    """Whether x's sequences run on fla's kernels: backend=fla, or backend=auto on a CUDA GPU where fla's
-    kernels (scalar-gated ones, if so) train correctly (`route`)."""
-    if backend == "auto":
-        return x.is_cuda and route(scalar_gates)[0]
-    return backend == "fla"
 
 
 NEEDS_CUDA = "backend=fla runs flash-linear-attention's Triton kernels, which need a CUDA GPU"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ._chunks import SequenceStarts, autocast_off, chunk_layout, pad_time, prepare_memory_inputs, to_chunks
+from .packing import SequenceStarts, aligned, autocast_off, chunk_layout, pad_time, prepare_memory_inputs, to_chunks
 
 
 @autocast_off
@@ -65,16 +65,19 @@ def decayed_scores(q: torch.Tensor, k: torch.Tensor, b: torch.Tensor) -> torch.T
 
 
 @autocast_off
-def gla_chunk(q, k, v, g, scale=None, initial_state=None, chunk_size: int = 64, starts=None):
+def gla_chunk(q, k, v, g, scale=None, initial_state=None, chunk_size: int = 64, cu_seqlens=None, starts=None):
     """Chunkwise-parallel form. Within a chunk with cumulative log-decays b (from its start):
         o_i = (q_i exp(b_i)) h_prev + sum_{j<=i} A_ij v_j,   A from `decayed_scores`
         h_next = exp(b_C) h_prev + (k exp(b_C - b))^T v
     Every chunk's contribution is computed in parallel; only the cheap state scan runs in order.
     Lengths that are not a multiple of chunk_size are zero-padded (k = 0, g = 0 leave the state alone).
-    starts (rows of packed sequences that each begin at a chunk, from ChunkAlignment): bool [B, T / chunk_size],
-    the chunks that begin a sequence, whose h_prev is zeros; the states returned are then those after every
-    chunk, [B, T / chunk_size, H, D_k, D_v].
+    cu_seqlens (packed sequences, B = 1, as `ops.fla`'s forms take them): each sequence from a zero state, and the
+    final states one per sequence, [N_seq, H, D_k, D_v]; the sequences run moved to begin at a chunk
+    (`ops.packing.aligned`), where starts, bool [B, T / chunk_size], marks the chunks that begin one: their
+    h_prev is zeros, and the states returned are those after every chunk, [B, T / chunk_size, H, D_k, D_v].
     """
+    if cu_seqlens is not None:
+        return aligned(gla_chunk, cu_seqlens, chunk_size, (q, k, v, g), scale)
     out_dtype = v.dtype
     q, k, v, g, h = prepare_memory_inputs(q, k, v, g, scale=scale, state=initial_state)
     T = q.shape[2]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from ._chunks import SequenceStarts, chunk_layout, to_chunks
+from .packing import SequenceStarts, aligned, chunk_layout, to_chunks
 from .s4d import causal_conv, powers
 
 READOUTS = ("re_first", "bilinear", "hermitian")
@@ -128,7 +128,7 @@ def beta_map(C: torch.Tensor, readout: str) -> torch.Tensor:
 
 
 def interdomain_chunk(xi_q, z, lam, B_bar, C, readout="re_first", initial_state=None, chunk_size: int = 64,
-                      starts=None):
+                      cu_seqlens=None, starts=None):
     """Chunkwise scan. Within a chunk (local rows i, j < K) with carried state X0 and W[tau] = B_bar lambda^tau:
         u_i   = C (lambda^(i+1) X0_k xi_i + sum_{j<=i} W[i-j] (k_j . xi_i)),   a_i = readout(u_i)
         beta_i = C^T a_i
@@ -137,8 +137,10 @@ def interdomain_chunk(xi_q, z, lam, B_bar, C, readout="re_first", initial_state=
     Only chunk-boundary states exist; only non-negative powers of lambda appear. The big products run in
     real arithmetic on complex mode vectors stacked as [Re ; Im] (2M real modes; real BLAS, several times
     faster than complex einsums on a CPU); only the serial carry between chunks stays complex.
-    starts (rows of packed sequences that each begin at a chunk; see `gla_chunk`): X0 is zeros at every chunk
-    that begins a sequence, and no state is returned (None): padding after a sequence would have decayed it."""
+    cu_seqlens (and starts; see `gla_chunk`): packed sequences, X0 zeros at every chunk that begins one, and no
+    state is returned (None): padding after a sequence would have decayed it."""
+    if cu_seqlens is not None:
+        return aligned(interdomain_chunk, cu_seqlens, chunk_size, (xi_q, z), lam, B_bar, C, readout)
     B, H, T, _ = z.shape
     R = xi_q.shape[-1]
     K, padded = chunk_layout(T, chunk_size)

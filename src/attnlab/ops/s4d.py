@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from ._chunks import pad_time
+from .packing import pad_time
 
 
 def s4d_inv_imag(modes: int, inv_uses_2M: bool = False) -> torch.Tensor:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..nn import at_least_fp32, causal_mask, no_autocast
-from ._chunks import autocast_off
+from .packing import autocast_off
 
 
 def sigmoid_attention_reference(q, k, v, bias: float):
