@@ -5,20 +5,13 @@ import json
 import pytest
 import torch
 
-from attnlab.bench import (
-    bench_decode,
-    bench_mixers,
-    bench_packed,
-    bench_training_step,
-    contenders,
-    goals,
-    line_styles,
-    mixers,
-    run_bench,
-    timing,
-)
-from attnlab.bench.packed import document_starts
-from attnlab.experiments import BENCH_CASES
+import attnlab.experiments  # noqa: F401  (the papers: their bench cases and variants)
+from attnlab.bench import instruments, mixers
+from attnlab.bench.mixers import bench_decode, bench_mixers, contenders
+from attnlab.bench.models import bench_training_step
+from attnlab.bench.packed import bench_packed, document_starts
+from attnlab.bench.registry import BENCH_CASES
+from attnlab.bench.whole import goals, line_styles, run_bench
 
 
 def test_quick_preset_writes_every_view_the_goals_json_and_plots(tmp_path):
@@ -61,20 +54,20 @@ def test_a_judged_run_says_met_or_not_met():
 def test_the_peak_is_the_best_over_every_size_and_dtype(monkeypatch):
     speeds = {(256, torch.float32): 80.0, (512, torch.float32): 95.0, (256, torch.bfloat16): 400.0,
               (512, torch.bfloat16): 310.0}
-    monkeypatch.setattr(timing, "matmul_gflops", lambda size, dtype: speeds[size, dtype])
-    peak = timing.matmul_peak([torch.float32, torch.bfloat16], sizes=[256, 512])
+    monkeypatch.setattr(instruments, "matmul_gflops", lambda size, dtype: speeds[size, dtype])
+    peak = instruments.matmul_peak([torch.float32, torch.bfloat16], sizes=[256, 512])
     assert (peak["gflops"], peak["dtype"], peak["size"]) == (400.0, "bfloat16", 256) and len(peak["measured"]) == 4
-    assert timing.matmul_peak([torch.float32], sizes=[256, 512])["gflops"] == 95.0
+    assert instruments.matmul_peak([torch.float32], sizes=[256, 512])["gflops"] == 95.0
 
 
 def test_the_measured_peak_is_a_real_product_speed():
-    peak = timing.matmul_peak(sizes=[32, 64])
+    peak = instruments.matmul_peak(sizes=[32, 64])
     assert peak["gflops"] > 0 and peak["dtype"] == "float32" and set(peak["measured"]) == {"float32 32", "float32 64"}
 
 
 @pytest.mark.parametrize("gflops", [0.0, 10.0, 99.9, 100.0, 100.1, 500.0])
 def test_a_share_of_the_peak_is_never_above_one(gflops):
-    share = timing.peak_share(gflops, 100.0)
+    share = instruments.peak_share(gflops, 100.0)
     assert (share is None) == (gflops > 100.0) and (share is None or 0 <= share <= 1)
 
 
@@ -94,12 +87,12 @@ def test_causal_attention_counts_the_pairs_up_to_the_diagonal(T):
             y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
             if backward:
                 y.sum().backward()
-        return timing.count_flops(run)
+        return instruments.count_flops(run)
 
     for backward in (False, True):
         full = flops(False, backward)
         assert full > 0 and flops(True, backward) == full * (T + 1) // (2 * T)
-    assert timing.causal_pairs(4, 4) == 10 and timing.causal_pairs(6, 4) == 10 + 2 * 4
+    assert instruments.causal_pairs(4, 4) == 10 and instruments.causal_pairs(6, 4) == 10 + 2 * 4
 
 
 def test_forward_backward_faster_than_forward_is_measured_again_then_called_noise(monkeypatch):
@@ -224,7 +217,8 @@ def test_packed_steps_are_held_to_their_goal():
 
 
 def test_bf16_steps_are_not_timed_where_bf16_products_are_slower_and_no_share_exceeds_its_peak(monkeypatch):
-    from attnlab.bench import TINY_MODEL, utilisation
+    from attnlab.bench import utilisation
+    from attnlab.bench.whole import TINY_MODEL
 
     speeds = {torch.float32: 50.0, torch.bfloat16: 0.5}
     monkeypatch.setattr(utilisation, "matmul_peak", lambda dtypes, sizes: {"gflops": speeds[dtypes[0]]})

@@ -9,7 +9,9 @@ from importlib.metadata import EntryPoint
 import pytest
 import yaml
 
-from attnlab import bench, plugins
+from attnlab import plugins
+from attnlab.bench import mixers as bench_mixers
+from attnlab.bench import packed as bench_packed
 from attnlab.cli import build_parser, main
 from attnlab.config import load_config
 from attnlab.data.niah import NOISE
@@ -380,7 +382,7 @@ def test_the_suites_reproduce_offers_are_the_registered_papers(capsys):
 
 def test_bench_batch_goes_with_lengths(monkeypatch):
     calls = []
-    monkeypatch.setattr(bench, "bench_mixers", lambda **kwargs: calls.append(kwargs))
+    monkeypatch.setattr(bench_mixers, "bench_mixers", lambda **kwargs: calls.append(kwargs))
     assert main(["bench", "--lengths", "16", "--batch", "2"]) == 0
     assert main(["bench", "--lengths", "16"]) == 0
     assert [c["batch"] for c in calls] == [2, 1]
@@ -388,7 +390,7 @@ def test_bench_batch_goes_with_lengths(monkeypatch):
 
 def test_bench_packed_takes_a_length_and_repeats_and_refuses_a_batch(monkeypatch, capsys):
     calls = []
-    monkeypatch.setattr(bench, "bench_packed", lambda **kwargs: calls.append(kwargs))
+    monkeypatch.setattr(bench_packed, "bench_packed", lambda **kwargs: calls.append(kwargs))
     assert main(["bench", "--packed", "--lengths", "64", "--repeats", "2"]) == 0
     assert main(["bench", "--packed"]) == 0
     assert calls == [{"seq_len": 64, "repeats": 2}, {"seq_len": 512, "repeats": 3}]

@@ -177,6 +177,124 @@ def test_the_sizes_a_model_leaves_to_the_data_are_filled_in_one_place():
     assert (pointer.vocab_size, pointer.output_size, pointer.tie_embeddings) == (40, 16, False)
     given = ModelConfig(vocab_size=300, output_size=8)
     assert given.fitted(65, output_size=16) == given  # sizes the config sets stay
+    with pytest.raises(ConfigError, match="model.vocab_size=300 is smaller than the data's 400; set it to 0"):
+        given.fitted(400)
+    assert load_config("demo", ["model.vocab_size=100"]).sized_model().vocab_size == 100  # a bound is no data
+
+
+# ---------------------------------------------------------------------------------------------------
+# choices (Literal) and the settings of tasks (data.task_options)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["model.norm=rsm"], "unknown model.norm 'rsm'; did you mean 'rms'? Known: layer, rms"),
+    (["model.ffn_kind=gelu2"], "unknown model.ffn_kind 'gelu2'; did you mean 'gelu'? Known: gelu, swiglu"),
+    (["data.tokenizer=bytes"], "unknown data.tokenizer 'bytes'; did you mean 'byte'? Known: bpe, byte, char"),
+    (["data.source=mixed", "data.mix={poems: 1}"], "unknown data.mix key 'poems'. Known: docs, plays, python"),
+    (["train.precision=fp8"], "unknown train.precision 'fp8'. Known: bf16, fp32"),
+    (["train.precision="], "train.precision= needs a value: give one of fp32, bf16"),
+])
+def test_a_value_outside_its_choices_names_the_field_the_value_and_the_choices(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        load_config("demo", overrides)
+    assert str(err.value) == message
+
+
+def test_a_config_made_in_python_has_its_choices_checked_too():
+    with pytest.raises(ConfigError, match="unknown model.norm 'batch'"):
+        ModelConfig(norm="batch").validate()
+
+
+def test_a_literal_of_other_types_compares_by_type():
+    from dataclasses import dataclass
+    from typing import Literal
+
+    @dataclass
+    class Options:
+        bits: Literal[4, 8] = 8
+        strict: Literal[True] = True
+
+    assert from_dict(Options, {"bits": 4}).bits == 4
+    with pytest.raises(ConfigError, match="unknown bits '5'. Known: 4, 8"):
+        from_dict(Options, {"bits": 5})
+    with pytest.raises(ConfigError, match="unknown strict '1'"):
+        from_dict(Options, {"strict": 1})  # 1 == True in Python, not in a config
+
+
+def test_a_task_reads_its_typed_settings_from_task_options():
+    cfg = load_config("mqar", ["data.task_options.mqar.pairs=8", "train.seq_len=64"])
+    assert cfg.data.task_config().pairs == 8 and cfg.data.task_config().vocab_size == 256  # the preset's
+    assert cfg.to_dict()["data"]["task_options"]["mqar"]["power_a"] == 0.01  # a run records every setting
+    with pytest.raises(ConfigError, match=re.escape("data.task_options.mqar.power_a='steep' must be of type float")):
+        load_config("mqar", ["data.task_options.mqar.power_a=steep"])
+    with pytest.raises(ConfigError, match=re.escape("data.task_options: unknown task 'mqr'; did you mean 'mqar'?")):
+        load_config("mqar", ["data.task_options.mqr.pairs=8"])
+
+
+OLD_SAVED_DATA = {  # the data section of a run saved before data.task_options: every task's settings, all fields
+    "source": "mqar", "path": None, "tokenizer": "char", "bpe_vocab": 4096, "max_chars": None, "val_fraction": 0.1,
+    "mix": {"plays": 1.0, "python": 1.0, "docs": 1.0}, "chunk_chars": 512, "seed": 0, "cache_dir": None,
+    "pack": False,
+    "mqar": {"vocab_size": 256, "pairs": 2, "test_pairs": [2], "power_a": 0.01, "random_non_queries": True,
+             "train_examples": 64, "test_examples": 32, "seed": 0},
+    "brackets": {"train_examples": 20000, "test_examples": 2000, "balanced": False, "seed": 0},
+    "niah": {"kind": "passkey", "prose": "plays", "depths": [0.0, 0.25, 0.5, 0.75, 1.0], "train_examples": 5000,
+             "test_per_depth": 20, "seed": 0},
+}
+
+
+def test_a_run_saved_with_task_sections_loads_as_task_options():
+    saved = {**RunConfig().to_dict(), "data": OLD_SAVED_DATA}
+    cfg = from_dict(RunConfig, saved).validate()
+    assert cfg.data.task_config().pairs == 2 and cfg.data.task_config().test_examples == 32
+    assert set(cfg.to_dict()["data"]["task_options"]) == {"mqar"}  # the other tasks' defaults are not recorded
+
+
+def test_old_section_keys_set_the_task_options_in_the_order_given():
+    old = load_config("mqar", ["data.mqar.pairs=2", "data.mqar.test_pairs=[2]", "train.seq_len=32"])
+    new = load_config("mqar", ["data.task_options.mqar.pairs=2", "data.task_options.mqar.test_pairs=[2]",
+                               "train.seq_len=32"])
+    assert old == new
+    last = load_config("mqar", ["data.mqar.pairs=2", "data.task_options.mqar.pairs=3", "train.seq_len=32"])
+    assert last.data.task_config().pairs == 3
+    assert load_config("demo", ["data.source=brackets", "data.brackets.balanced=true"]).data.task_config().balanced
+
+
+def test_a_fingerprint_does_not_depend_on_where_the_task_settings_were_given():
+    from attnlab.experiments.plan import fingerprint
+
+    saved = from_dict(RunConfig, {**load_config("mqar").to_dict(), "data": OLD_SAVED_DATA})
+    given = load_config("mqar", ["data.task_options.mqar.pairs=2", "data.task_options.mqar.test_pairs=[2]",
+                                 "data.task_options.mqar.train_examples=64",
+                                 "data.task_options.mqar.test_examples=32"])
+    assert fingerprint(saved) == fingerprint(given)
+    # the settings hashed are where the task sections were, only those that differ from the task's defaults
+    assert given.settings()["data"]["mqar"] == {"pairs": 2, "test_pairs": [2], "train_examples": 64,
+                                                "test_examples": 32}
+    assert "task_options" not in given.settings()["data"]
+
+
+def test_config_and_data_do_not_import_each_other():
+    """The data package reads the config it is given without importing attnlab.config (which imports the data
+    package's registry of tasks, as it imports the mixers'), and inference needs nothing of training."""
+    import ast
+
+    import attnlab
+
+    root = Path(attnlab.__file__).parent
+
+    def imported(path: Path) -> set[str]:
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                names |= {f"{node.module or ''}.{alias.name}".strip(".") for alias in node.names}
+            elif isinstance(node, ast.Import):
+                names |= {alias.name for alias in node.names}
+        return names
+
+    for path in (root / "data").rglob("*.py"):
+        assert not any("config" in name.split(".") for name in imported(path)), path
+    assert not any("train" in name.split(".") for name in imported(root / "inference.py"))
 
 
 def cli_refuses(argv, capsys) -> str:
@@ -259,7 +377,7 @@ def test_options_typed_for_a_mixer_no_layer_uses_are_refused_by_train(tmp_path, 
 def test_every_arm_of_every_suite_loads():
     from attnlab.experiments import SUITES, get_suite
 
-    arms = [arm for name, suite in SUITES.items() for tier in getattr(suite, "TIERS", ("default",))
+    arms = [arm for name, paper in SUITES.items() for tier in paper.tiers
             for experiment in get_suite(name, tier).experiments for arm in experiment.arms]
     assert len(arms) > 100
     for arm in arms:

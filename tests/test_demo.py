@@ -4,9 +4,8 @@ import dataclasses
 import logging
 from collections import Counter
 
-import attnlab.demo
 from attnlab.config import load_config
-from attnlab.experiments import demo_suite
+from attnlab.experiments import demo
 
 
 def test_the_demo_writes_no_bars_into_a_redirected_stderr_and_each_note_once(tmp_path, monkeypatch, capsys, caplog):
@@ -26,12 +25,13 @@ def test_the_demo_writes_no_bars_into_a_redirected_stderr_and_each_note_once(tmp
                                                     for a in e.arms[:2]]) for e in suite.experiments]
         return dataclasses.replace(suite, experiments=experiments)
 
-    real_suite = demo_suite.suite
-    monkeypatch.setattr(demo_suite, "suite", small_suite)
-    monkeypatch.setattr(attnlab.demo, "load_config", lambda preset, overrides: load_config(preset, [*overrides,
-                                                                                                    *tiny_text]))
+    real_suite = demo.suite
+    monkeypatch.setattr(demo, "suite", small_suite)
+    monkeypatch.setattr(demo, "shakespeare_config", lambda out, steps: load_config("demo", [
+        f"out_dir={out}", f"train.steps={steps}", f"train.eval_every={steps}", f"train.ckpt_every={steps}",
+        *tiny_text]))
     caplog.set_level(logging.INFO)
-    result = attnlab.demo.run_demo(str(tmp_path / "demo"), quick=True)
+    result = demo.run_demo(str(tmp_path / "demo"), quick=True)
 
     assert len(result["comparison"]) == 4
     err = capsys.readouterr().err  # pytest's capture is no terminal

@@ -6,6 +6,7 @@ import json
 import pytest
 import torch
 
+import attnlab.experiments  # noqa: F401  (the papers: their variants and speed goals)
 from attnlab import doctor
 from attnlab.cli import main
 
@@ -53,7 +54,7 @@ FACTS = {"cuda": True, "hopper": True, "fla": "0.6.0", "triton": "3.6.0", "tilel
     ({"fla": "0.5.1", "triton": "3.7.1"}, False, True, "fla 0.5.1's Triton kernels"),  # block pointers still there
 ])
 def test_auto_takes_fla_where_its_kernels_train_correctly_and_says_why(facts, scalar_gates, uses_fla, why):
-    from attnlab.ops.fla import auto_route
+    from attnlab.mixers.backends import auto_route
 
     taken, reason = auto_route(scalar_gates, **{**FACTS, **facts})
     assert taken is uses_fla and why in reason
@@ -98,8 +99,9 @@ def test_the_triton_torch_pins_is_read_from_its_requirements(monkeypatch):
 
 def test_the_scalar_gated_mixers_ask_for_the_scalar_gated_route():
     from attnlab.mixers import build_mixer
+    from attnlab.mixers.backends import auto_backend
 
-    routes = [build_mixer(name, d_model=16, n_heads=2, **options).auto_backend(**FACTS)[0]
+    routes = [auto_backend(build_mixer(name, d_model=16, n_heads=2, **options), **FACTS)[0]
               for name, options in [("gla", {}), ("gdn", {}), ("ccq-gla", {}), ("ccq-gla", {"ccq_decay": True}),
                                     ("ccq-gdn", {}), ("linear", {}), ("interdomain", {}),
                                     ("interdomain", {"form": "fft"}), ("s4d", {})]]

@@ -11,9 +11,9 @@ import torch.nn.functional as F
 from lm_eval import simple_evaluate
 from lm_eval.tasks import TaskManager
 
-from attnlab import harness  # noqa: F401  (registers the model type)
 from attnlab.cli import main
 from attnlab.errors import UserError
+from attnlab.hf import lm_eval as harness  # noqa: F401  (registers the model type)
 from attnlab.inference import load_run
 from attnlab.train import train
 from test_train import tiny_config
@@ -145,15 +145,15 @@ def test_a_continuation_longer_than_the_context_is_refused_in_one_line(setting):
 
 
 def test_without_lm_eval_the_harness_names_the_extra_in_one_line(monkeypatch, capsys):
-    for name in [m for m in sys.modules if m.startswith("lm_eval.")] + ["attnlab.harness"]:
+    for name in [m for m in sys.modules if m.startswith("lm_eval.")] + ["attnlab.hf.lm_eval"]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "lm_eval", None)  # importing it then fails as where it is not installed
-    message = "attnlab.harness needs lm-evaluation-harness: pip install 'attnlab[eval]'"
+    message = "attnlab.hf.lm_eval needs lm-evaluation-harness: pip install 'attnlab[eval]'"
     with pytest.raises(UserError) as error:
-        importlib.import_module("attnlab.harness")
+        importlib.import_module("attnlab.hf.lm_eval")
     assert str(error.value) == message
-    with pytest.raises(SystemExit) as exit:  # python -m attnlab.harness
-        runpy.run_module("attnlab.harness", run_name="__main__")
+    with pytest.raises(SystemExit) as exit:  # python -m attnlab.hf.lm_eval
+        runpy.run_module("attnlab.hf.lm_eval", run_name="__main__")
     assert exit.value.code == 2 and capsys.readouterr().err == f"error: {message}\n"
 
 

@@ -93,7 +93,7 @@ def test_wandb_offline_run_holds_the_scalars_and_the_config(text_file, tmp_path,
 def test_an_unknown_sink_is_one_line_with_the_choices():
     with pytest.raises(ConfigError) as err:
         load_config("demo", ["train.log_to=[tensorbord]"])
-    assert str(err.value) == ("unknown train.log_to sink 'tensorbord'; did you mean 'tensorboard'? "
+    assert str(err.value) == ("unknown train.log_to[0] 'tensorbord'; did you mean 'tensorboard'? "
                               "Known: tensorboard, wandb")
 
 

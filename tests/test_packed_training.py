@@ -42,7 +42,7 @@ def test_the_packed_whole_split_loss_is_the_mean_over_each_document_read_alone(t
     cfg = config(tmp_path)
     corpus = load_corpus(cfg.data)
     torch.manual_seed(0)
-    model = Decoder(train_module.fit_to_data(cfg.model, corpus)).double().eval()
+    model = Decoder(cfg.model.fitted(corpus.vocab_size)).double().eval()
     data, bounds = torch.from_numpy(corpus.split("val").astype("int64")), corpus.document_bounds("val")
     total, count = 0.0, 0
     with torch.no_grad():
@@ -149,7 +149,7 @@ def test_accumulated_packed_micro_batches_give_the_gradient_of_one_batch_of_the_
     halves = [packed_rows(x, y, cu_seqlens, slice(0, 2)), packed_rows(x, y, cu_seqlens, slice(2, 4))]
     counts = [train_module.scored_targets(targets) for _, targets, _ in halves]
     assert counts[0] != counts[1] and sum(counts) == train_module.scored_targets(y)
-    model = Decoder(train_module.fit_to_data(cfg.model, corpus)).double()
+    model = Decoder(cfg.model.fitted(corpus.vocab_size)).double()
 
     def step(grad_accum, micro_batches):
         run = SimpleNamespace(cfg=dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, grad_accum=grad_accum)),

@@ -7,6 +7,7 @@ from safetensors.torch import load_file
 
 from attnlab import checkpoint
 from attnlab.config import ModelConfig, TrainConfig, load_config
+from attnlab.devices import pick_device
 from attnlab.errors import ConfigError, UserError
 from attnlab.mixers import build_mixer, list_mixers
 from attnlab.model import Decoder
@@ -646,3 +647,11 @@ def test_the_logged_loss_lr_throughput_and_validation_are_the_values_of_training
     assert summary["steps"] == 6 and summary["train_seconds"] == sum(range(1, 13)) and summary["skipped_steps"] == 0
     assert summary["params"] == run.model.num_params()
     assert checkpoint.load_state(run_dir / "step-00000006" / "train_state.pt")["train_seconds"] == sum(range(1, 13))
+
+
+def test_the_device_is_picked_without_training():
+    assert pick_device("cpu") == torch.device("cpu")
+    assert pick_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="train.device=cuda:1 but no CUDA device is available; use train"):
+            pick_device("cuda:1")

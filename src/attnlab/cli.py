@@ -1,5 +1,5 @@
 """The ``attnlab`` command: train | eval | generate | export | list | demo | reproduce | report | results |
-bench | doctor, and the commands a paper registers (``experiments.register_command``: couplings).
+bench | doctor, and the commands a paper brings (``Paper.commands``: couplings).
 
 Each subcommand is a module of ``attnlab.commands``: its parser, its checks and its work. Arguments are checked
 before any work starts, and against the loaded run (its vocabulary, its data) where a value depends on the run.
@@ -15,6 +15,7 @@ import traceback
 from . import plugins
 from .arguments import Parser
 from .commands import COMMANDS
+from .commands.papers import papers
 from .errors import UserError
 
 
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="import a module or .py file that registers mixers first (repeatable; also "
                         f"{plugins.ENV_VAR}=mod1,mod2 and the entry points {plugins.ENTRY_POINTS})")
     sub = parser.add_subparsers(dest="command", required=True)
+    papers()  # loaded before any command reads what they register: presets, suites, bench cases, commands
     for command in COMMANDS:
         command.add_parser(sub)
     return parser

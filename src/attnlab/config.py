@@ -6,29 +6,36 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import yaml
 
 from . import plugins
-from .data.brackets import BracketsConfig
+from .data import TASKS
+from .data.corpus import TEXT_SOURCES, is_text
 from .data.hf import reads_files
-from .data.mqar import MQARConfig
-from .data.niah import NIAHConfig
-from .data.tasks import TASKS, task_sections
 from .data.texts import SOURCES
 from .errors import ConfigError, UserError, unknown_name
 from .loggers import SINKS
 from .mixers import MixerConfig, list_mixers, mixer_class, mixer_config
 from .nn import FFNS, NORMS
 from .paths import user_path
-from .typed import from_dict
+from .typed import check_choices, from_dict
 
-PRESET_DIR = Path(__file__).parent / "configs"
 log = logging.getLogger(__name__)
 # warmup takes at most this fraction of train.steps, so that a shortened run still decays its learning rate
 MAX_WARMUP_FRACTION = 0.5
+# the choices of fields, from the tables of what each choice names
+FfnKind = Literal[tuple(FFNS)]
+NormKind = Literal[tuple(NORMS)]
+MixSource = Literal[SOURCES]
+Sink = Literal[SINKS]
+# the tasks whose settings were sections of the data config (data.mqar.pairs) before data.task_options: saved runs
+# and older files and overrides name them so
+TASK_SECTIONS = ("mqar", "brackets", "niah")
 
 
 @dataclass
@@ -44,8 +51,8 @@ class ModelConfig:
     mixer_options: dict[str, dict] = field(default_factory=dict)
     ffn_hidden: int | None = None  # feed-forward width; None: SwiGLU 8/3 * d_model (to a multiple of 32), GELU 4x
     ffn: bool = True  # False: blocks without the feed-forward part (attention only)
-    ffn_kind: str = "swiglu"  # swiglu (Llama) | gelu (two layers with biases, GPT-2)
-    norm: str = "rms"  # rms (RMSNorm) | layer (LayerNorm), before each mixer, feed-forward block and the head
+    ffn_kind: FfnKind = "swiglu"  # swiglu (Llama) | gelu (two layers with biases, GPT-2)
+    norm: NormKind = "rms"  # rms (RMSNorm) | layer (LayerNorm), before each mixer, feed-forward block and the head
     output_size: int = 0  # 0: the vocabulary; tasks with a pointer head over positions set it (untied)
     # learned absolute position embeddings for this many positions, added to the token embeddings
     # (0: none -- the mixers carry position themselves, e.g. RoPE or a recurrent state)
@@ -69,8 +76,12 @@ class ModelConfig:
                             **options)
 
     def fitted(self, vocab_size: int, output_size: int = 0) -> ModelConfig:
-        """This config with the sizes it leaves to the data (0) set: the vocabulary, and the output size of a
-        pointer head (which scores positions, not tokens, so its embeddings are untied). A new config."""
+        """This config with the sizes it leaves to the data (0) set to the data's: the vocabulary, and the output
+        size of a pointer head (which scores positions, not tokens, so its embeddings are untied). A new config.
+        The one place where 0 means the data's: a vocabulary set smaller than the data's is refused."""
+        if 0 < self.vocab_size < vocab_size:
+            raise ConfigError(f"model.vocab_size={self.vocab_size} is smaller than the data's {vocab_size}; "
+                              "set it to 0 to take the data's")
         model = self
         if model.vocab_size == 0:
             model = dataclasses.replace(model, vocab_size=vocab_size)
@@ -79,6 +90,7 @@ class ModelConfig:
         return model
 
     def validate(self) -> None:
+        check_choices(self, "model")
         _positive(self, "model", "d_model", "n_layers", "n_heads")
         if self.vocab_size < 0:
             raise ConfigError(f"model.vocab_size={self.vocab_size} must be >= 0 (0 takes it from the tokenizer)")
@@ -99,10 +111,6 @@ class ModelConfig:
             raise ConfigError(f"model.positions={self.positions} must be >= 0 (0: no learned position embeddings)")
         if self.ffn_hidden is not None and self.ffn_hidden <= 0:
             raise ConfigError(f"model.ffn_hidden={self.ffn_hidden} must be positive (or null for 8/3*d_model)")
-        if self.ffn_kind not in FFNS:
-            raise ConfigError(unknown_name("model.ffn_kind", self.ffn_kind, list(FFNS)))
-        if self.norm not in NORMS:
-            raise ConfigError(unknown_name("model.norm", self.norm, list(NORMS)))
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout={self.dropout} must be in [0, 1)")
         # every layer's mixer and every mixer_options entry, typed now: a mistake fails before any data loads
@@ -155,9 +163,6 @@ class ModelConfig:
         return dataclasses.replace(self, mixer_options=options)
 
 
-TEXT_SOURCES = ("shakespeare", "shakespeare-dialogue", "text", "mixed")
-
-
 @dataclass
 class DataConfig:
     # shakespeare (the plays as printed) | shakespeare-dialogue (their speeches in Tiny Shakespeare's layout,
@@ -166,39 +171,67 @@ class DataConfig:
     # builders hf:text, hf:json, hf:csv, hf:parquet, ... read data.path)
     source: str = "shakespeare"
     path: str | None = None  # a file or a folder of them (any name), for source=text or a file builder (hf:json)
-    tokenizer: str = "char"  # char (vocabulary of the corpus) | byte (256 symbols) | bpe (trained locally)
+    # char (vocabulary of the corpus) | byte (256 symbols) | bpe (trained locally)
+    tokenizer: Literal["char", "byte", "bpe"] = "char"
     bpe_vocab: int = 4096
     max_chars: int | None = None  # keep only the first max_chars characters (e.g. 100_000)
     val_fraction: float = 0.1  # the last fraction of the corpus is the validation split
-    mix: dict[str, float] = field(default_factory=lambda: {"plays": 1.0, "python": 1.0, "docs": 1.0})
+    mix: dict[MixSource, float] = field(default_factory=lambda: {"plays": 1.0, "python": 1.0, "docs": 1.0})
     chunk_chars: int = 512  # source=mixed: size of the shuffled chunks
     seed: int = 0  # source=mixed: chunk order
     cache_dir: str | None = None  # where token arrays are stored; None: $ATTNLAB_CACHE or ~/.cache/attnlab
     pack: bool = False  # text corpora: rows of whole documents with their boundaries, not windows of the stream
-    mqar: MQARConfig = field(default_factory=MQARConfig)
-    brackets: BracketsConfig = field(default_factory=BracketsConfig)
-    niah: NIAHConfig = field(default_factory=NIAHConfig)
+    # {task: {field: value}}: the settings of the task data.source names, typed by the dataclass it registers
+    # (data.task_options.mqar.pairs=8); a task that is not the source may only be given its defaults
+    task_options: dict[str, dict] = field(default_factory=dict)
+
+    @classmethod
+    def upgrade(cls, values: dict) -> dict:
+        """values with the sections of TASK_SECTIONS (data.mqar: {...}, as saved runs hold them) moved into
+        task_options; a field given in both places takes task_options' value."""
+        old = [name for name in TASK_SECTIONS if name in values]
+        if not old:
+            return values
+        values = dict(values)
+        options = dict(values.get("task_options") or {})
+        for name in old:
+            section = values.pop(name)
+            options[name] = {**(section or {}), **(options.get(name) or {})}
+        return {**values, "task_options": options}
+
+    def task_config(self, name: str | None = None):
+        """The typed, validated settings of task `name` (default: the source's): its data.task_options entry."""
+        cfg = self._typed_options(name or self.source)
+        if hasattr(cfg, "validate"):
+            cfg.validate()
+        return cfg
+
+    def _typed_options(self, name: str):
+        return from_dict(TASKS[name].options, self.task_options.get(name) or {}, f"data.task_options.{name}")
+
+    def source_options(self) -> dict:
+        """The task options a run records: {data.source: every setting of its task, typed} (other tasks' entries
+        hold only their defaults), nothing for a text corpus, and the entries as given while the source is a task
+        that no imported plugin registered."""
+        if is_text(self.source):
+            return {}
+        if self.source not in TASKS:
+            return dict(self.task_options)
+        return {self.source: dataclasses.asdict(self._typed_options(self.source))}
 
     def validate(self) -> None:
         known = [*TEXT_SOURCES, *TASKS]
         if self.source not in known and not self.source.startswith("hf:"):
             raise ConfigError(unknown_name("data.source", self.source, [*known, "hf:<dataset>"]))
-        if self.tokenizer not in ("char", "byte", "bpe"):
-            raise ConfigError(unknown_name("data.tokenizer", self.tokenizer, ["char", "byte", "bpe"]))
+        check_choices(self, "data")
         if self.source == "text" or reads_files(self.source):
             if not self.path:
                 raise ConfigError(f"data.source={self.source} needs data.path=<a file or a folder of them>")
             if not user_path(self.path).exists():
                 raise ConfigError(f"data.path={self.path} does not exist; give an existing file or folder")
-        if self.source == "mixed":
-            for name in self.mix:
-                if name not in SOURCES:
-                    raise ConfigError(unknown_name("data.mix source", name, SOURCES))
-            if any(w < 0 for w in self.mix.values()) or sum(self.mix.values()) <= 0:
-                raise ConfigError("data.mix weights must be >= 0 and not all zero")
-        task = TASKS.get(self.source)
-        if task and task.section:
-            getattr(self, task.section).validate()
+        if self.source == "mixed" and (any(w < 0 for w in self.mix.values()) or sum(self.mix.values()) <= 0):
+            raise ConfigError("data.mix weights must be >= 0 and not all zero")
+        self._check_task_options()
         if self.bpe_vocab < 260:
             raise ConfigError(f"data.bpe_vocab={self.bpe_vocab} must be at least 260 (the bytes and a few merges)")
         if self.max_chars is not None and self.max_chars <= 0:
@@ -207,9 +240,25 @@ class DataConfig:
             raise ConfigError(f"data.val_fraction={self.val_fraction} must be between 0 and 1")
         self._refuse_unread_settings()
 
-    def reads(self, name: str) -> bool:
-        """Whether this source reads field `name` (source and cache_dir: always)."""
-        return self._readers().get(name, (True, ""))[0]
+    def _check_task_options(self) -> None:
+        """Every entry names a registered task and is typed by its settings' dataclass; the source's is validated,
+        and another task's may hold only its defaults (it would not be read)."""
+        for name in self.task_options:
+            if name not in TASKS:
+                raise ConfigError(f"data.task_options: {unknown_name('task', name, TASKS)}")
+            if name != self.source and self._typed_options(name) != TASKS[name].options():
+                raise ConfigError(f"data.task_options.{name}.* applies only to data.source={name}, not to "
+                                  f"data.source={self.source}; remove it")
+        if self.source in TASKS:
+            self.task_config()
+
+    def reads(self, key: str) -> bool:
+        """Whether this source reads the setting at `key` below data: a field (source and cache_dir: always), or
+        task_options.<task>[.<field>] (only the source's task; an old section name, e.g. mqar, stands for it)."""
+        first, _, rest = upgraded_key(f"data.{key}").removeprefix("data.").partition(".")
+        if first == "task_options":
+            return not rest or rest.split(".")[0] == self.source
+        return self._readers().get(first, (True, ""))[0]
 
     def _refuse_unread_settings(self) -> None:
         """A field changed from its default that this source never reads is a mistake, not a no-op: refuse it."""
@@ -218,16 +267,15 @@ class DataConfig:
             value = getattr(self, name)
             if applies or value == getattr(default, name):
                 continue
-            setting = f"data.{name}.*" if name in task_sections() else f"data.{name}={value}"
             run = f"data.source={self.source}"
             if name == "bpe_vocab":
                 run += f" with data.tokenizer={self.tokenizer}"
-            raise ConfigError(f"{setting} applies only to {where}, not to {run}; remove it")
+            raise ConfigError(f"data.{name}={value} applies only to {where}, not to {run}; remove it")
 
     def _readers(self) -> dict[str, tuple[bool, str]]:
-        """{field: (whether this source reads it, what reads it)} for every field but source and cache_dir (a place
-        to keep prepared data, which every source accepts)."""
-        corpus = self.source in TEXT_SOURCES or self.source.startswith("hf:")
+        """{field: (whether this source reads it, what reads it)} for every field but source, cache_dir (a place
+        to keep prepared data, which every source accepts) and task_options (see _check_task_options)."""
+        corpus = is_text(self.source)
         corpora = "text corpora (data.source=shakespeare, shakespeare-dialogue, text, mixed or hf:...)"
         mixed = self.source == "mixed"
         files = "data.source=text and the file builders of Hugging Face datasets (hf:text, hf:json, hf:csv, ...)"
@@ -239,8 +287,16 @@ class DataConfig:
                 "mix": (mixed, "data.source=mixed"),
                 "chunk_chars": (mixed, "data.source=mixed"),
                 "seed": (mixed, "data.source=mixed"),
-                "pack": (corpus, corpora),
-                **{section: (self.source == task, f"data.source={task}") for section, task in task_sections().items()}}
+                "pack": (corpus, corpora)}
+
+
+def upgraded_key(key: str) -> str:
+    """A dotted key as the config names it now: data.mqar.pairs (a section of TASK_SECTIONS) is
+    data.task_options.mqar.pairs."""
+    section, dot, rest = key.partition(".")
+    if section == "data" and rest.split(".")[0] in TASK_SECTIONS:
+        return f"data.task_options.{rest}"
+    return key
 
 
 @dataclass
@@ -268,16 +324,17 @@ class TrainConfig:
     ckpt_every: int = 500  # a checkpoint is also written at the last step
     keep_last: int = 3  # older checkpoints are deleted; 0 keeps all
     seed: int = 1337
-    precision: str = "fp32"  # fp32 | bf16 (autocast; parameters and states stay fp32)
+    precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast; parameters and states stay fp32
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     fsdp: bool = False  # under torchrun: shard the model with FSDP instead of replicating it with DDP
     compile: bool = False  # torch.compile each block whose mixer compiles (the others are logged and run eagerly)
-    log_to: list[str] = field(default_factory=list)  # also stream metrics.jsonl's scalars to: tensorboard, wandb
+    log_to: list[Sink] = field(default_factory=list)  # also stream metrics.jsonl's scalars to: tensorboard, wandb
     # fine-tuning: a run folder (its best or newest checkpoint) or step-XXXXXXXX folder whose weights and model
     # config a new run starts from, at step 0 with a fresh optimizer
     init_from: str | None = None
 
     def validate(self) -> None:
+        check_choices(self, "train")
         _positive(self, "train", "steps", "batch_size", "seq_len", "grad_accum", "eval_every", "log_every",
                   "ckpt_every")
         for name in ("beta1", "beta2"):  # AdamW's decay rates of its moment averages
@@ -303,13 +360,9 @@ class TrainConfig:
                      "patience", "min_delta"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"train.{name}={getattr(self, name)} must be >= 0")
-        if self.precision not in ("fp32", "bf16"):
-            raise ConfigError(unknown_name("train.precision", self.precision, ["fp32", "bf16"]))
         if self.device != "auto" and self.device.split(":")[0] not in ("cpu", "cuda"):
             raise ConfigError(f"train.device={self.device} is not one of auto, cpu, cuda, cuda:N")
         for sink in self.log_to:
-            if sink not in SINKS:
-                raise ConfigError(unknown_name("train.log_to sink", sink, SINKS))
             if self.log_to.count(sink) > 1:
                 raise ConfigError(f"train.log_to lists {sink} twice; list each sink once")
 
@@ -329,8 +382,8 @@ class TrainConfig:
 class RunConfig:
     name: str = "run"  # checkpoints and logs go to <out_dir>/<name>/
     out_dir: str = "runs"
-    # modules or .py files to import first, which register mixers from outside attnlab (see attnlab.plugins);
-    # a run saves those its mixers come from
+    # modules or .py files to import first, which register mixers and tasks from outside attnlab (see
+    # attnlab.plugins); a run saves those its mixers and task come from
     imports: list[str] = field(default_factory=list)
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -350,7 +403,8 @@ class RunConfig:
 
     def _import_plugins(self) -> None:
         """Import the installed plugins and those of `imports`. One that fails to import matters only while a
-        mixer of the config is unknown: --import can stand in for a plugin that moved since a run saved it."""
+        mixer or the task of the config is unknown: --import can stand in for a plugin that moved since a run
+        saved it."""
         plugins.import_installed()
         failed = None
         for spec in self.imports:
@@ -358,19 +412,23 @@ class RunConfig:
                 plugins.import_plugin(spec, "imports")
             except UserError as err:
                 failed = failed or err
-        unknown = [name for name in self.mixers() if name not in list_mixers()]
+        unknown = [f"mixer '{name}'" for name in self.mixers() if name not in list_mixers()]
+        if not is_text(self.data.source) and self.data.source not in TASKS:
+            unknown.append(f"task '{self.data.source}'")
         if failed and unknown:
-            raise UserError(f"{failed} (mixer '{unknown[0]}' is not built in: {plugins.HINT} to where its module "
-                            "is now)") from failed
+            raise UserError(f"{failed} ({unknown[0]} is not built in: {plugins.HINT} to where its module is "
+                            "now)") from failed
 
     def mixers(self) -> list[str]:
         """Every mixer the config names: its layers' and those it has options for."""
         return list(dict.fromkeys([*self.model.layer_mixers(), *self.model.mixer_options]))
 
     def to_dict(self) -> dict:
-        """The config as plain values, as a run saves it: `imports` adds the plugin each mixer comes from, so
-        that the run loaded back in another process imports them."""
+        """The config as plain values, as a run saves it: `imports` adds the plugin each mixer (and the task)
+        comes from, so that the run loaded back in another process imports them; data.task_options holds every
+        setting of the source's task, typed."""
         values = dataclasses.asdict(self)
+        values["data"]["task_options"] = self.data.source_options()
         known = list_mixers()
         sources = [plugins.source_of(mixer_class(name)) for name in self.mixers() if name in known]
         if self.data.source in TASKS:  # a task from outside attnlab is imported again where the run is loaded
@@ -378,15 +436,32 @@ class RunConfig:
         values["imports"] = list(dict.fromkeys([*map(plugins.absolute, self.imports), *filter(None, sources)]))
         return values
 
+    def settings(self) -> dict:
+        """to_dict's values as run fingerprints hash them (attnlab.experiments.plan.fingerprint): the settings of
+        a task of TASK_SECTIONS at data.<task>, those that differ from the task's defaults, where they were before
+        data.task_options, so that a run keeps its fingerprint."""
+        values = self.to_dict()
+        options = values["data"].pop("task_options")
+        for name in TASK_SECTIONS:
+            if name in options:
+                default = dataclasses.asdict(TASKS[name].options())
+                changed = {key: value for key, value in options.pop(name).items() if value != default[key]}
+                if changed:
+                    values["data"][name] = changed
+        if options:
+            values["data"]["task_options"] = options
+        return values
+
     def sized_model(self) -> ModelConfig:
         """The model config with a vocabulary where it leaves it to the tokenizer (0), for shapes before any
         data loads: the BPE's size, a task's own, else 256 (bytes; a bound for the character vocabularies
         of the local corpora, e.g. Shakespeare's 65)."""
+        if self.model.vocab_size:
+            return self.model
         if self.data.tokenizer == "bpe":
-            size = self.data.bpe_vocab
-        else:
-            size = TASKS[self.data.source].vocab_size(self.data) if self.data.source in TASKS else 256
-        return self.model.fitted(size)
+            return self.model.fitted(self.data.bpe_vocab)
+        task = TASKS.get(self.data.source)
+        return self.model.fitted(task.vocab_size(self.data.task_config()) if task else 256)
 
 
 def _positive(cfg, section: str, *names: str) -> None:
@@ -401,16 +476,29 @@ def _positive(cfg, section: str, *names: str) -> None:
 
 
 def list_presets() -> list[str]:
-    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+    """The registered presets (attnlab.presets; a paper's register when attnlab.experiments is imported)."""
+    from .presets import PRESETS  # it builds configs: imported when asked
+
+    return sorted(PRESETS)
 
 
-def load_yaml(preset_or_path: str) -> dict:
-    """Read a preset by name (see ``list_presets``) or any YAML file by path."""
-    path = user_path(preset_or_path)
-    if not path.is_file():
-        if preset_or_path not in list_presets():
-            raise ConfigError(unknown_name("config preset or file", preset_or_path, list_presets()))
-        path = PRESET_DIR / f"{preset_or_path}.yaml"
+def preset_values(preset_or_path: str) -> dict:
+    """The values of any YAML file by path, else of a preset by name (see ``list_presets``), as plain dicts
+    that overrides apply to."""
+    from .presets import PRESETS
+
+    if user_path(preset_or_path).is_file():
+        return load_yaml(preset_or_path)
+    if preset_or_path not in PRESETS:
+        hint = ("" if "attnlab.experiments" in sys.modules else
+                " (the papers' presets register when attnlab.experiments is imported: import it first)")
+        raise ConfigError(unknown_name("config preset or file", preset_or_path, list_presets()) + hint)
+    return dataclasses.asdict(PRESETS[preset_or_path]())
+
+
+def load_yaml(file: str) -> dict:
+    """Read a YAML config file."""
+    path = user_path(file)
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
@@ -445,11 +533,13 @@ def _refuse_repeated_keys(node, path: Path, where: str = "") -> None:
 
 
 def apply_overrides(values: dict, overrides: list[str]) -> dict:
-    """Apply ``a.b.c=value`` strings; values are parsed as YAML (``3``, ``1e-3``, ``true``, ``[a, b]``)."""
+    """Apply ``a.b.c=value`` strings; values are parsed as YAML (``3``, ``1e-3``, ``true``, ``[a, b]``). A key
+    of a task's old section (data.mqar.pairs) sets its place in data.task_options."""
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"override '{item}' must look like section.field=value, e.g. train.steps=500")
+        key = upgraded_key(key)
         try:
             value = yaml.safe_load(raw) if raw else None
         except yaml.YAMLError:
@@ -465,15 +555,17 @@ def apply_overrides(values: dict, overrides: list[str]) -> dict:
 
 
 def load_config(preset_or_path: str | None = None, overrides: list[str] = ()) -> RunConfig:
-    values = load_yaml(preset_or_path) if preset_or_path else {}
+    values = preset_values(preset_or_path) if preset_or_path else {}
+    if isinstance(values.get("data"), dict):  # old sections moved first, so that the overrides below win over them
+        values["data"] = DataConfig.upgrade(values["data"])
     cfg = from_dict(RunConfig, apply_overrides(values, list(overrides))).validate()
     _refuse_unused_mixer(cfg.model, overridden(overrides))
     return dataclasses.replace(cfg, train=cfg.train.with_capped_warmup())
 
 
 def overridden(overrides) -> set[str]:
-    """The dotted keys that overrides set."""
-    return {item.partition("=")[0] for item in overrides}
+    """The dotted keys that overrides set, as the config names them now."""
+    return {upgraded_key(item.partition("=")[0]) for item in overrides}
 
 
 def _refuse_unused_mixer(model: ModelConfig, asked: set[str]) -> None:

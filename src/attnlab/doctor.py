@@ -26,9 +26,10 @@ from pathlib import Path
 import torch
 
 from .bench.mixers import contenders
+from .bench.registry import SPEED_GOALS, VARIANTS
 from .errors import ConfigError, UserError
-from .experiments.registry import SPEED_GOALS, VARIANTS
 from .mixers import build_mixer, list_mixers, mixer_class
+from .mixers.backends import auto_backend
 from .ops import fla
 from .timing import round_robin
 
@@ -160,7 +161,7 @@ def _check_mixers(device: torch.device, log, saved) -> dict:
 def _runs_fla(name: str, options: dict, machine: dict) -> bool:
     """Whether backend=auto runs this mixer on fla's kernels on a machine with these facts."""
     mixer = build_mixer(name, d_model=16, n_heads=2, **options)
-    return mixer.auto_backend(**machine)[0] == "fla"
+    return auto_backend(mixer, **machine)[0] == "fla"
 
 
 def time_mixers(device: torch.device, batch: int, seq_len: int, d_model: int, n_heads: int, repeats: int,
@@ -204,7 +205,7 @@ def backend_routes(device: torch.device, log=print) -> dict:
     routes = {}
     for name in list_mixers():
         mixer = build_mixer(name, d_model=64, n_heads=4)
-        backend, why = mixer.auto_backend(**machine)
+        backend, why = auto_backend(mixer, **machine)
         routes[name] = {"backends": list(mixer.backends), "auto": backend, "why": why}
         log(f"{name:<22} {', '.join(mixer.backends):<11} auto: {backend:<6} {why}")
     return routes
@@ -214,7 +215,7 @@ def fused_cases(device: torch.device) -> list[tuple[str, str, dict]]:
     """(label, mixer, options with a backend) for each contender's, and each untimed variant's, every backend but
     torch that applies to its options (a backend that does not is a ConfigError, and skipped) and runs on this
     device (FlexAttention trains on a GPU only)."""
-    untimed = [(label, name, options) for label, name, options, timed in VARIANTS if not timed]
+    untimed = [(v.label, v.mixer, v.options) for v in VARIANTS if not v.timed]
     cases = []
     for label, name, options in [*contenders(), *untimed]:
         for backend in mixer_class(name).backends[1:]:
@@ -416,10 +417,11 @@ def doctor_goals(report: dict, judged: bool = True) -> list[dict]:
     measured (this run has no such number: no GPU, a mixer that failed) or not judged (a dry run)."""
     rows, timed_lengths = [], list(report.get("speed", {}))  # a dry run's lengths stand in for the GPU's in turn
     gpu_lengths = SIZES["gpu"]["lengths"]
-    for label, seq_len, relation, bar in SPEED_GOALS:
-        at = gpu_lengths.index(seq_len) if seq_len in gpu_lengths else len(timed_lengths)  # a length not timed
-        timed = report["speed"][timed_lengths[at]].get(label) if at < len(timed_lengths) else None
-        rows.append((f"{label} / softmax fwd+bwd at T={seq_len} (x)", timed and timed["x_softmax"], relation, bar))
+    for goal in SPEED_GOALS:
+        at = gpu_lengths.index(goal.length) if goal.length in gpu_lengths else len(timed_lengths)  # a length not timed
+        timed = report["speed"][timed_lengths[at]].get(goal.label) if at < len(timed_lengths) else None
+        rows.append((f"{goal.label} / softmax fwd+bwd at T={goal.length} (x)", timed and timed["x_softmax"],
+                     goal.relation, goal.bar))
     for seq_len, compared in report.get("fused", {}).items():
         for label, row in compared.items():
             rows.append((f"{label} vs torch form at T={seq_len} (relative difference)", row.get("difference"),

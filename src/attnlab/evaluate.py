@@ -93,7 +93,9 @@ def block_losses(model, corpus, split: str, seq_len: int, device, blocks: int, c
 
 def scored_positions(corpus, split: str = "val", packed: bool = False) -> int:
     """How many positions split_loss scores over the whole split: every token of the split but the first, or,
-    packed, every token but the first of each document."""
+    packed, every token but the first of each document; for a task of fixed examples, their scored targets."""
+    if isinstance(corpus, FixedExamples):
+        return int((corpus.examples(split)[1] != IGNORE).sum())
     documents = len(corpus.document_bounds(split)) - 1 if packed else 1
     return len(corpus.split(split)) - documents
 

@@ -11,9 +11,9 @@ import torch
 from . import checkpoint
 from .config import RunConfig
 from .data import load_data, tokenizer_from_dict
+from .devices import pick_device
 from .errors import ConfigError
 from .model import Decoder
-from .train import pick_device
 from .typed import from_dict
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from . import checkpoint
-from .config import RunConfig
+from .config import RunConfig, upgraded_key
 from .data import TASKS, tokenizer_from_dict
 from .data.tokenizer import describe, difference
 from .errors import UserError
@@ -89,7 +89,7 @@ def _inherit(given: RunConfig, ckpt: Path, overrides: list[str] | None, taken: C
 
 
 def _fields(cfg: RunConfig) -> dict:
-    """A config's fields by their dotted names: {"name": ..., "model.d_model": ..., "data.mqar": {...}, ...}."""
+    """A config's fields by their dotted names: {"name": ..., "model.d_model": ..., "data.task_options": {...}}."""
     fields = {}
     for key, value in cfg.to_dict().items():
         if isinstance(value, dict):  # a section
@@ -112,11 +112,11 @@ def _config(fields: dict) -> RunConfig:
 
 
 def _set_by(overrides: list[str] | None, fields: dict) -> set[str]:
-    """The fields that dotted overrides set (model.mixer_options.gla.chunk_size sets model.mixer_options); all
-    of them when there are no overrides to tell (None)."""
+    """The fields that dotted overrides set (model.mixer_options.gla.chunk_size sets model.mixer_options, and
+    data.mqar.pairs data.task_options); all of them when there are no overrides to tell (None)."""
     if overrides is None:
         return set(fields)
-    return {".".join(item.partition("=")[0].split(".")[:2]) for item in overrides}
+    return {".".join(upgraded_key(item.partition("=")[0]).split(".")[:2]) for item in overrides}
 
 
 def _listing(keys: list[str], fields: dict) -> str:

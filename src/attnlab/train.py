@@ -22,23 +22,16 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from . import checkpoint, distributed, loggers, step_cost
-from .config import ModelConfig, RunConfig, TrainConfig
+from .config import RunConfig, TrainConfig
 from .data import TokenCorpus, load_data
 from .data.corpus import IGNORE, default_cache_dir, packed_rows
 from .data.tokenizer import NotInVocabulary
+from .devices import pick_device
 from .errors import ConfigError, UserError
 from .evaluate import perplexity, split_loss, to_device
 from .model import Decoder, next_token_loss
 from .paths import user_path
 from .starting_point import check_tokenizer, checkpoint_tokenizer, starting_point
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"train.device={name} but no CUDA device is available; use train.device=cpu")
-    return torch.device(name)
 
 
 def is_matrix(param: torch.Tensor) -> bool:
@@ -190,15 +183,6 @@ class StopSignals:
         raise SystemExit(128 + (self.received or signal.SIGTERM))
 
 
-def fit_to_data(model: ModelConfig, data) -> ModelConfig:
-    """model with its vocabulary (and pointer-head size) taken from the data where it leaves them unset: a
-    new config, the given one stays as it is."""
-    if 0 < model.vocab_size < data.vocab_size:
-        raise ConfigError(f"model.vocab_size={model.vocab_size} is smaller than the data's {data.vocab_size}; "
-                          "set it to 0 to take the data's")
-    return model.fitted(data.vocab_size, getattr(data, "output_size", None) or 0)
-
-
 def train(cfg: RunConfig, resume: str | None = None, progress: bool = True, log=print,
           overrides: list[str] | None = None) -> dict:
     """Train cfg's model; resume='auto' continues from the run's newest intact checkpoint, a path from
@@ -336,7 +320,8 @@ def _set_up(cfg: RunConfig, resume: str | None, overrides: list[str] | None, pro
         _check_splits(corpus, t)
         if source is not None:
             check_tokenizer(corpus, source, t.init_from)
-        cfg = dataclasses.replace(cfg, model=fit_to_data(cfg.model, corpus))  # as the checkpoints record it
+        # the sizes the model leaves to the data, as the checkpoints record them
+        cfg = dataclasses.replace(cfg, model=cfg.model.fitted(corpus.vocab_size, getattr(corpus, "output_size", 0)))
         model = Decoder(cfg.model).to(device)
         _check_memory(model, cfg, device, ranks)
     step_cost.warn_if_expensive(model, cfg, device, log)  # an expensive configuration is reported before its first step

@@ -1,7 +1,8 @@
 """Dataclasses from plain dicts (YAML, JSON) with one-line errors, and their fields' documentation.
 
-The typed configs of runs, data, tasks and mixers are all built here. This module imports nothing else of
-attnlab but its errors, so any module can use it without an import cycle.
+The typed configs of runs, data, tasks and mixers are all built here. A field typed ``Literal["a", "b"]`` takes
+one of those values, and any other is refused naming the field, the value, the choices and the likely one. This
+module imports nothing else of attnlab but its errors, so any module can use it without an import cycle.
 """
 
 from __future__ import annotations
@@ -16,9 +17,13 @@ from .errors import ConfigError, unknown_name
 
 
 def from_dict(cls, values: dict, where: str = ""):
-    """Build dataclass ``cls`` from a plain dict, rejecting unknown fields and values of the wrong type."""
+    """Build dataclass ``cls`` from a plain dict, rejecting unknown fields and values of the wrong type. A class
+    whose fields moved defines ``upgrade(values) -> values``, which moves them from where they were (the configs
+    of saved runs keep the names of their time)."""
     if not isinstance(values, dict):
         raise ConfigError(f"{where or 'config'} must be a mapping of fields, got {values!r}")
+    if callable(getattr(cls, "upgrade", None)):
+        values = cls.upgrade(values)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
     kwargs = {}
@@ -28,6 +33,19 @@ def from_dict(cls, values: dict, where: str = ""):
             raise ConfigError(unknown_name("field", path, [f"{where}.{f}" if where else f for f in fields]))
         kwargs[key] = _coerce(hints[key], value, path)
     return cls(**kwargs)
+
+
+def check_choices(obj, where: str) -> None:
+    """The fields typed Literal[...] of a dataclass built directly (not by from_dict) hold one of their choices:
+    a config's validate() calls it, so that a config made in Python is refused as one read from YAML is."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        if _has_choices(hints[f.name]):
+            _coerce(hints[f.name], getattr(obj, f.name), f"{where}.{f.name}")
+
+
+def _has_choices(hint) -> bool:
+    return typing.get_origin(hint) is typing.Literal or any(_has_choices(arg) for arg in typing.get_args(hint))
 
 
 def _coerce(hint, value, path: str):
@@ -41,6 +59,10 @@ def _coerce(hint, value, path: str):
         return _coerce(inner, value, path)
     if value is None and hint is not typing.Any:  # `field=` on the command line, or `field:` in YAML
         raise ConfigError(f"{path}= needs a value: give {_kind(hint, origin)}")
+    if origin is typing.Literal:
+        if value not in args or isinstance(value, bool) != isinstance(args[0], bool):  # True == 1 in Python
+            raise ConfigError(unknown_name(path, str(value), [str(a) for a in args]))
+        return value
     if origin is list:
         if isinstance(value, (str, int, float, bool)):  # one name is a list of one: train.log_to=tensorboard
             value = [value]
@@ -50,6 +72,8 @@ def _coerce(hint, value, path: str):
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{path} must be a mapping, got {value!r}")
+        if _has_choices(args[0]):  # keys from a fixed set, e.g. the sources of a mix
+            value = {_coerce(args[0], k, f"{path} key"): v for k, v in value.items()}
         return {k: _coerce(args[1], v, f"{path}.{k}") for k, v in value.items()}
     if hint is typing.Any:
         return value
@@ -71,6 +95,8 @@ def _kind(hint, origin) -> str:
         return "a list, e.g. [a,b], or one name"
     if origin is dict:
         return "a mapping, e.g. {a: 1}"
+    if origin is typing.Literal:
+        return f"one of {', '.join(map(str, typing.get_args(hint)))}"
     name = getattr(hint, "__name__", str(hint))
     return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 

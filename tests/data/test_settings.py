@@ -3,9 +3,6 @@
 import pytest
 
 from attnlab.config import DataConfig, load_config
-from attnlab.data.brackets import BracketsConfig
-from attnlab.data.mqar import MQARConfig
-from attnlab.data.niah import NIAHConfig
 from attnlab.errors import ConfigError
 
 FILES = r"applies only to data.source=text and the file builders of Hugging Face datasets \(hf:text, hf:json"
@@ -26,11 +23,12 @@ UNREAD = [
     (dict(source="shakespeare", seed=1), r"data.seed=1 applies only to data.source=mixed, not to data.source=shak"),
     (dict(source="text", path=".", chunk_chars=64), r"data.chunk_chars=64 applies only to data.source=mixed"),
     (dict(source="shakespeare", mix={"plays": 1.0}), r"data.mix=\{'plays': 1.0\} applies only to data.source=mixed"),
-    (dict(source="shakespeare", mqar=MQARConfig(pairs=2)), r"data.mqar.\* applies only to data.source=mqar, not to "
-                                                           r"data.source=shakespeare; remove it"),
-    (dict(source="mqar", brackets=BracketsConfig(balanced=True)), r"data.brackets.\* applies only to "
-                                                                  r"data.source=brackets"),
-    (dict(source="brackets", niah=NIAHConfig(kind="uuid")), r"data.niah.\* applies only to data.source=niah"),
+    (dict(source="shakespeare", task_options={"mqar": {"pairs": 2}}),
+     r"data.task_options.mqar.\* applies only to data.source=mqar, not to data.source=shakespeare; remove it"),
+    (dict(source="mqar", task_options={"brackets": {"balanced": True}}),
+     r"data.task_options.brackets.\* applies only to data.source=brackets"),
+    (dict(source="brackets", task_options={"niah": {"kind": "uuid"}}),
+     r"data.task_options.niah.\* applies only to data.source=niah"),
 ]
 
 
@@ -45,9 +43,10 @@ READ = [dict(source="text", path=".", tokenizer="bpe", bpe_vocab=300, max_chars=
         dict(source="hf:wikitext/wikitext-2-raw-v1", tokenizer="bpe", bpe_vocab=8000, max_chars=10),
         dict(source="mixed", mix={"plays": 1.0}, chunk_chars=64, seed=3, tokenizer="byte"),
         dict(source="shakespeare-dialogue", max_chars=100_000),
-        dict(source="mqar", mqar=MQARConfig(pairs=2), cache_dir="somewhere"),
-        dict(source="brackets", brackets=BracketsConfig(balanced=True)),
-        dict(source="niah", niah=NIAHConfig(kind="uuid"), path=None, tokenizer="char")]
+        dict(source="mqar", task_options={"mqar": {"pairs": 2}}, cache_dir="somewhere"),
+        dict(source="brackets", task_options={"brackets": {"balanced": True}}),
+        dict(source="niah", task_options={"niah": {"kind": "uuid"}}, path=None, tokenizer="char"),
+        dict(source="shakespeare", task_options={"mqar": {"pairs": 4}, "niah": {}})]  # other tasks' defaults
 
 
 @pytest.mark.parametrize("fields", READ, ids=[f["source"] for f in READ])

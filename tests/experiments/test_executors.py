@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from attnlab import plugins
+from attnlab.bench import registry as bench_registry
 from attnlab.cli import main
 from attnlab.data import tasks
 from attnlab.experiments import executors, get_suite, metrics, registry, runner
@@ -107,7 +108,7 @@ def test_a_jobs_estimate_probes_a_whole_micro_batch_not_one_sequence_times_the_b
 @pytest.fixture
 def toy(tmp_path, monkeypatch):
     """The toy paper imported (as --import does) for this test only, one thread per process, its own cache."""
-    saved = [(table, dict(table)) for table in (registry.SUITES, registry.PAPERS, registry.BENCH_CASES,
+    saved = [(table, dict(table)) for table in (registry.SUITES, registry.PAPERS, bench_registry.BENCH_CASES,
                                                  metrics.METRICS, tasks.TASKS, mixer_registry._REGISTRY)]
     imported, files = list(plugins.IMPORTED), dict(plugins._files)
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))

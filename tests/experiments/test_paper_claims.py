@@ -9,12 +9,12 @@ import pytest
 from attnlab.config import load_config
 from attnlab.experiments import SUITES, get_suite
 from attnlab.experiments.claims import Claim, evaluate
-from attnlab.experiments.gpu import describe_estimate, estimate
+from attnlab.experiments.estimate import describe_estimate, estimate
 from attnlab.experiments.spec import Arm, Experiment, Suite
 from attnlab.experiments.store import Results
 from attnlab.mixers.boltzmann import BoltzmannConfig
 
-TIERS = [(name, tier) for name in sorted(SUITES) for tier in SUITES[name].TIERS]
+TIERS = [(name, tier) for name in sorted(SUITES) for tier in SUITES[name].tiers]
 PAPERS = ["boltzmann", "ccq", "coupled-qk", "interdomain"]
 OUR_TIERS = [(name, tier) for name, tier in TIERS if name in PAPERS]
 
@@ -29,7 +29,7 @@ def metric_keys(experiment: Experiment, arm: Arm) -> set[str]:
     cfg = config(arm.preset, tuple(arm.overrides))
     T = cfg.train.seq_len
     if experiment.metric == "accuracy":  # MQAR adds one slice per number of test pairs
-        pairs = cfg.data.mqar.test_pairs if cfg.data.source == "mqar" else []
+        pairs = cfg.data.task_config().test_pairs if cfg.data.source == "mqar" else []
         return {"accuracy", *(f"pairs={p}" for p in pairs)}
     if experiment.metric == "niah":
         return {f"niah@{int(T * f)}" for f in experiment.lengths}

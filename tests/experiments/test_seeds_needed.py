@@ -1,6 +1,6 @@
 import dataclasses
 
-from attnlab.experiments import coupled_qk, gpu
+from attnlab.experiments import coupled_qk, estimate
 from attnlab.experiments.claims import evaluate
 from attnlab.experiments.seeds_needed import settle_lines
 from attnlab.experiments.spec import Arm, Experiment, Suite
@@ -81,7 +81,7 @@ def test_without_spread_a_learned_control_or_reach_no_seed_count_is_made_up():
 
 def test_the_paper_scale_figure_is_the_paper_tiers_estimate_for_that_many_seeds():
     claim, results, verdict = open_claim()
-    hours = dict(gpu.estimate(coupled_qk.suite("paper"), seeds=verdict.seeds_needed))["lm"]
+    hours = dict(estimate.estimate(coupled_qk.suite("paper"), seeds=verdict.seeds_needed))["lm"]
     text = settle_lines(toy_suite(claim, name=coupled_qk.NAME), results)[2]
     assert f"--tier paper --seeds {verdict.seeds_needed}`), about {hours:,.0f} GPU-hours" in text
     niah = dataclasses.replace(claim, experiment="niah")

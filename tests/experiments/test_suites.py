@@ -39,7 +39,7 @@ TINY = ["train.steps=2", "train.batch_size=2", "train.eval_batches=1", "train.ev
         "train.compile=false"]  # compilation has its own tests; here it would only cost minutes
 
 
-@pytest.mark.parametrize("name, tier", [(name, tier) for name in sorted(SUITES) for tier in SUITES[name].TIERS])
+@pytest.mark.parametrize("name, tier", [(name, tier) for name in sorted(SUITES) for tier in SUITES[name].tiers])
 def test_suite_runs_and_reports(name, tier, tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
     suite = get_suite(name, tier)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from attnlab.bench import registry as bench_registry
 from attnlab.cli import main
 from attnlab.data import tasks
 from attnlab.experiments import metrics, registry
@@ -20,7 +21,7 @@ TOY = Path(__file__).parent / "toy_paper.py"
 @pytest.fixture
 def registries_restored():
     """The registries as they were before the test: the toy paper registers into them for this test only."""
-    saved = [(table, dict(table)) for table in (registry.SUITES, registry.PAPERS, registry.BENCH_CASES,
+    saved = [(table, dict(table)) for table in (registry.SUITES, registry.PAPERS, bench_registry.BENCH_CASES,
                                                  metrics.METRICS, tasks.TASKS, mixer_registry._REGISTRY)]
     yield
     for table, before in saved:

@@ -2,17 +2,17 @@
 with a claim, each registered by this file alone (`attnlab --import tests/experiments/toy_paper.py reproduce toy`,
 `... bench --toy`)."""
 
-import sys
 from functools import partial
 
 import torch
 
+from attnlab.bench.registry import BenchCase
 from attnlab.data import Task, register_task
 from attnlab.data.examples import FixedExamples
 from attnlab.data.tokenizer import IdTokenizer
-from attnlab.experiments import BenchCase, register_bench_case, register_suite
+from attnlab.experiments import Paper, register_paper
 from attnlab.experiments.claims import Claim
-from attnlab.experiments.metrics import Metric, register_metric
+from attnlab.experiments.metrics import Metric
 from attnlab.experiments.spec import Arm, Experiment, Suite
 from attnlab.inference import load_run
 from attnlab.mixers import register_mixer
@@ -36,7 +36,7 @@ def heads_per_layer(experiment, run_dir) -> dict:
     return {f"heads@{n}": float(heads * n) for n in experiment.lengths}
 
 
-register_metric(Metric("toy_heads", heads_per_layer))
+HEADS = Metric("toy_heads", heads_per_layer)
 
 
 class CopyData(FixedExamples):
@@ -74,9 +74,8 @@ def bench_toy(length: int = 32, log=print) -> dict:
     return {"x_softmax": seconds["toy-attention"] / seconds["softmax"]}
 
 
-register_bench_case(BenchCase("toy", "only the toy mechanism against softmax", bench_toy,
-                              settings={"quick": {"length": 16}},
-                              goals=lambda results: [("toy / softmax forward (x)", results["x_softmax"], "<=", 100.0)]))
+BENCH = BenchCase("toy", "only the toy mechanism against softmax", bench_toy, settings={"quick": {"length": 16}},
+                  goals=lambda results: [("toy / softmax forward (x)", results["x_softmax"], "<=", 100.0)])
 
 
 def suite(tier: str = "default") -> Suite:
@@ -91,4 +90,4 @@ def suite(tier: str = "default") -> Suite:
     return Suite(NAME, "A toy paper", experiments, seeds=1, claims=[claim])
 
 
-register_suite(sys.modules[__name__])
+register_paper(Paper(NAME, TIERS, suite, PROVENANCE, metrics=(HEADS,), bench_cases=(BENCH,)))

@@ -9,19 +9,18 @@ from functools import partial
 import torch
 
 from ..errors import UserError
-from ..experiments.registry import VARIANTS
 from ..mixers import build_mixer, list_mixers
 from ..mixers.softmax import causal_sdpa
 from ..timing import round_robin
-from .timing import count_flops, peak_share, saved_bytes
+from .instruments import count_flops, peak_share, saved_bytes
+from .registry import VARIANTS
 
 
 def contenders() -> list[tuple[str, str, dict]]:
     """(label, mixer, options): every registered mixer with its defaults, softmax first, then the variants the
-    papers register to be timed (`experiments.register_variant`, e.g. a sliding-window form)."""
+    papers register to be timed (`registry.Variant`, e.g. a sliding-window form)."""
     names = sorted(list_mixers(), key=lambda n: (n != "softmax", n))
-    return [(name, name, {}) for name in names] + [(label, name, options)
-                                                   for label, name, options, timed in VARIANTS if timed]
+    return [(name, name, {}) for name in names] + [(v.label, v.mixer, v.options) for v in VARIANTS if v.timed]
 
 
 def constant_state_mixers(d_model: int = 64, n_heads: int = 4) -> list[str]:

@@ -15,9 +15,9 @@ import torch
 from ..config import load_config
 from ..model import Decoder
 from ..timing import round_robin
+from .instruments import count_flops, matmul_peak, peak_share
 from .mixers import precision_context
 from .models import adamw_step, random_batch
-from .timing import count_flops, matmul_peak, peak_share
 
 
 def bench_utilisation(shapes: dict[str, list[str]], precisions=("fp32", "bf16"), repeats: int = 5,

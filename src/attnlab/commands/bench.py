@@ -8,7 +8,7 @@ from ..plugins import unknown_mixer
 
 
 def add_parser(sub) -> None:
-    from ..experiments import BENCH_CASES  # declarations only: cheap to import
+    from ..bench.registry import BENCH_CASES  # the papers' cases, registered before the parser is built (cli)
 
     p = sub.add_parser("bench", help="every mixer and op form timed side by side, against peers and goals")
     view = p.add_mutually_exclusive_group()  # each picks what the run measures: one at a time
@@ -46,7 +46,7 @@ EXAMPLES = {"mixers": "--lengths 1024 4096", "model": "--model demo"}
 def _part(args) -> str:
     """The part of the bench that the flags pick, in the order `main` tries them: a paper's case, the op forms,
     packed documents, a model's training step, the mixers alone, else the whole bench."""
-    from ..experiments import BENCH_CASES
+    from ..bench.registry import BENCH_CASES
 
     for part in [*BENCH_CASES, "ops", "packed", "model"]:
         if getattr(args, case_flag(part) if part in BENCH_CASES else part, False):
@@ -85,19 +85,19 @@ def check(args) -> None:
 
 
 def main(args) -> None:
-    from .. import bench
-    from ..experiments import BENCH_CASES
+    from ..bench import forms, mixers, models, packed, whole
+    from ..bench.registry import BENCH_CASES
 
     part = _part(args)
     if part in BENCH_CASES:
         BENCH_CASES[part].run()
     elif part == "packed":
-        bench.bench_packed(seq_len=(args.lengths or [512])[-1], repeats=args.repeats or 3)
+        packed.bench_packed(seq_len=(args.lengths or [512])[-1], repeats=args.repeats or 3)
     elif part == "ops":
-        bench.bench_ops(seq_len=(args.lengths or [4096])[-1], repeats=args.repeats or 3)
+        forms.bench_ops(seq_len=(args.lengths or [4096])[-1], repeats=args.repeats or 3)
     elif part == "model":
-        bench.bench_training_step(args.model, args.mixers, repeats=args.repeats or 10)
+        models.bench_training_step(args.model, args.mixers, repeats=args.repeats or 10)
     elif part == "mixers":
-        bench.bench_mixers(lengths=args.lengths, batch=args.batch or 1, repeats=args.repeats or 3)
+        mixers.bench_mixers(lengths=args.lengths, batch=args.batch or 1, repeats=args.repeats or 3)
     else:
-        bench.run_bench("quick" if args.quick else "default", args.out)
+        whole.run_bench("quick" if args.quick else "default", args.out)

@@ -23,6 +23,6 @@ def check(args) -> None:
 
 
 def main(args) -> None:
-    from ..demo import run_demo
+    from ..experiments.demo import run_demo  # the papers' arms with it
 
     run_demo(out_dir=args.out, quick=args.quick)

@@ -3,12 +3,14 @@ context length, or lm-evaluation-harness tasks."""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from pathlib import Path
 
 from ..arguments import RUN, check_folder, positive_int, require_extra
 from ..errors import UserError, unknown_name
 from ..paths import user_path
+from ..typed import from_dict
 
 
 def add_parser(sub) -> None:
@@ -34,28 +36,48 @@ def add_parser(sub) -> None:
     p.set_defaults(func=main, check=check)
 
 
-# the options each measurement reads (None: loss and perplexity); one given to another would be ignored
-OPTIONS = {"split": (None,), "batches": (None,), "seq_len": (None,), "kind": ("niah",), "samples": ("niah",),
-           "lengths": ("niah", "extrapolation"), "out": ("extrapolation",), "include_path": ("lm-eval",),
-           "limit": ("lm-eval",)}
+# the options each measurement but a task reads (None: loss and perplexity); one given to another would be ignored
+OPTIONS = {"split": (None,), "batches": (None,), "seq_len": (None,), "lengths": ("extrapolation",),
+           "out": ("extrapolation",), "include_path": ("lm-eval",), "limit": ("lm-eval",)}
+# the options a registered task reads where its eval_options dataclass has a field of that name
+TASK_OPTIONS = ("kind", "samples", "lengths")
 
 
 def _measurement(task: str | None) -> str:
     return {None: "the loss (no --task)", "lm-eval": "--lm-eval"}.get(task, f"--task {task}")
 
 
+def _readers(name: str) -> tuple:
+    """The measurements that read option `name`: the registered tasks whose settings have it, then the others."""
+    from ..data import TASKS
+
+    tasks = [task for task, t in TASKS.items() if name in {f.name for f in dataclasses.fields(t.eval_options)}]
+    return (*tasks, *OPTIONS.get(name, ()))
+
+
 def check(args) -> None:
     if args.lm_eval and args.task:
         raise UserError(f"--task {args.task} and --lm-eval are two measurements; give one of them")
-    measurement = "lm-eval" if args.lm_eval else args.task
-    for name, tasks in OPTIONS.items():
-        if getattr(args, name) is not None and measurement not in tasks:
-            flag = "--" + name.replace("_", "-")
-            raise UserError(f"{flag} applies to {' and '.join(map(_measurement, tasks))}, not to "
-                            f"{_measurement(measurement)}; drop it")
+    _refuse_unread_options(args)
     check_folder(args.out, "--out")
     if args.include_path is not None and not user_path(args.include_path).is_dir():
         raise UserError(f"--include-path {args.include_path} is not a folder; give the folder of your task YAML files")
+
+
+def _refuse_unread_options(args) -> None:
+    """An option that the measurement does not read is refused. A task that a run's own plugin registers is
+    checked once the run is loaded (main calls this again)."""
+    from ..data import TASKS
+
+    measurement = "lm-eval" if args.lm_eval else args.task
+    if measurement not in (None, "lm-eval", "extrapolation", *TASKS):
+        return
+    for name in [*OPTIONS, *TASK_OPTIONS]:
+        readers = _readers(name)
+        if getattr(args, name) is not None and measurement not in readers:
+            flag = "--" + name.replace("_", "-")
+            raise UserError(f"{flag} applies to {' and '.join(map(_measurement, readers))}, not to "
+                            f"{_measurement(measurement)}; drop it")
 
 
 def main(args) -> None:
@@ -73,12 +95,17 @@ def main(args) -> None:
         return
     if args.task not in [*TASKS, "extrapolation"]:  # the tasks the run's own plugins register included
         raise UserError(unknown_name("--task", args.task, [*TASKS, "extrapolation"]))
+    _refuse_unread_options(args)
     task = TASKS.get(args.task)  # else perplexity against the context length, on text
     fits, needs = (task.fits_run(run), task.needed()) if task else (trained_on_text(run), "a run trained on text")
     if not fits:
         raise UserError(f"--task {args.task} needs {needs}; {run.folder} was trained on "
                         f"data.source={run.config.data.source}")
-    (task.evaluate if task else _extrapolation)(run, args)
+    if task is None:
+        _extrapolation(run, args)
+        return
+    given = {name: getattr(args, name) for name in TASK_OPTIONS if getattr(args, name) is not None}
+    task.evaluate(run, from_dict(task.eval_options, given, f"--task {args.task}"))
 
 
 def _check_window(run, corpus, split: str, length: int, option: str) -> None:
@@ -109,6 +136,8 @@ def _loss(run, args) -> None:
                                packed=run.config.data.pack)  # documents as the run trained on them
     if batches:
         scored = f"{batches} batch{'es' if batches > 1 else ''} of {t.batch_size} x {seq_len} tokens, --batches"
+    elif not trained_on_text(run):
+        scored = f"every example of the split once, {evaluate.scored_positions(corpus, split):,} scored targets"
     else:
         scored = f"every position of the split once, {evaluate.scored_positions(corpus, split):,} tokens in " \
                  f"windows of {seq_len}"
@@ -133,13 +162,13 @@ def _extrapolation(run, args) -> None:
 
 
 def _lm_eval(args) -> None:
-    """lm-evaluation-harness tasks on the run, through attnlab's model type (attnlab.harness)."""
+    """lm-evaluation-harness tasks on the run, through attnlab's model type (attnlab.hf.lm_eval)."""
     require_extra("lm_eval", "--lm-eval", "eval")
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
     from lm_eval.utils import make_table
 
-    from ..harness import AttnlabLM
+    from ..hf.lm_eval import AttnlabLM
 
     tasks = TaskManager(include_path=args.include_path)
     for task in args.lm_eval:

@@ -104,12 +104,13 @@ def _model_as_trained(cfg):
     data as train fits them, and how the vocabulary was found. A BPE is not trained here, nor a Hugging Face
     corpus downloaded: their vocabulary is the bound that sized_model gives."""
     from ..data import TASKS, load_data
-    from ..train import fit_to_data
 
     data = cfg.data
     local = data.tokenizer != "bpe" and not data.source.startswith("hf:")
     if data.source in TASKS or local:  # a task's tokens, or local text read once (and cached for train)
-        return fit_to_data(cfg.model, load_data(data, cfg.train.seq_len)), "fitted to the data, as train builds it"
+        loaded = load_data(data, cfg.train.seq_len)
+        model = cfg.model.fitted(loaded.vocab_size, getattr(loaded, "output_size", 0))
+        return model, "fitted to the data, as train builds it"
     if cfg.model.vocab_size:
         return cfg.model, "model.vocab_size"
     if data.tokenizer == "bpe":

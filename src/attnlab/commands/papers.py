@@ -1,10 +1,19 @@
-"""The papers' own commands (``experiments.register_command``): inspections of what their mechanisms learned."""
+"""The papers' own commands (`Paper.commands`: inspections of what their mechanisms learned), and the one place
+that loads the papers for the commands that read what they register."""
 
 from __future__ import annotations
 
 
-def add_parser(sub) -> None:
-    from ..experiments import COMMANDS  # declarations only: cheap to import
+def papers() -> dict:
+    """The registered papers by name. Importing them registers what each brings with the code that reads it (the
+    presets, the bench's cases and variants, the doctor's speed goals, the demo's arms): the command line calls
+    this before it builds its parser. The papers are declarations: cheap to import, --help included."""
+    from ..experiments import PAPERS
 
-    for add in COMMANDS:
-        add(sub)
+    return PAPERS
+
+
+def add_parser(sub) -> None:
+    for paper in papers().values():
+        for add in paper.commands:
+            add(sub)

@@ -7,14 +7,13 @@ from pathlib import Path
 
 from ..arguments import check_folder, positive_float, positive_int, seed_count
 from ..errors import UserError, unknown_name
+from .papers import papers
 
 
 def add_parser(sub) -> None:
-    from ..experiments import PAPERS  # declarations only: cheap to import
-
     p = sub.add_parser("reproduce", help="a paper's claims in miniature over seeds, with a report")
     # checked when the command runs, after --import has registered any other suite
-    p.add_argument("suite", help=f"the paper's suite ({', '.join(PAPERS)}, or one that --import registers), or "
+    p.add_argument("suite", help=f"the paper's suite ({', '.join(papers())}, or one that --import registers), or "
                    "all of them")
     p.add_argument("--tier", default="default", help="default (about 45 minutes on 2 CPU cores each), converged "
                    "(trained until validation stops improving) or paper (the paper's protocol or scale); reports "
@@ -74,12 +73,13 @@ def check_writable(path: str, option: str) -> None:
 
 
 def main(args) -> None:
-    from ..experiments import PAPERS, get_suite
+    from ..experiments import get_suite
     from ..experiments.runner import dry_run, run_suite
 
-    if args.suite not in (*PAPERS, "all"):
-        raise UserError(unknown_name("suite", args.suite, [*PAPERS, "all"]))
-    names = [n for n in PAPERS if args.tier in PAPERS[n].TIERS] if args.suite == "all" else [args.suite]
+    known = papers()
+    if args.suite not in (*known, "all"):
+        raise UserError(unknown_name("suite", args.suite, [*known, "all"]))
+    names = [n for n, paper in known.items() if args.tier in paper.tiers] if args.suite == "all" else [args.suite]
     if not names:
         raise UserError(f"no suite has a tier '{args.tier}'; see attnlab reproduce --help")
     suites = {name: get_suite(name, args.tier) for name in names}  # every name and tier checked before any run
@@ -90,7 +90,7 @@ def main(args) -> None:
     runner = None if args.dry_run or args.estimate else executor(args)  # a cluster out of reach: said before any run
     for name, suite in suites.items():
         if suite.gpu or args.estimate:
-            from ..experiments.gpu import describe_estimate
+            from ..experiments.estimate import describe_estimate
 
             print(f"{name} ({args.tier}): {describe_estimate(suite, seeds=args.seeds)}")
         if args.estimate:

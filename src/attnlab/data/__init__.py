@@ -10,16 +10,17 @@ from __future__ import annotations
 
 from . import brackets, mqar, niah  # noqa: F401  (the built-in tasks, registered on import)
 from .corpus import TokenCorpus, load_corpus
-from .tasks import TASKS, Task, register_task
+from .tasks import TASKS, NoOptions, Task, register_task
 from .tokenizer import ByteTokenizer, CharTokenizer, tokenizer_from_dict
 
-__all__ = ["TASKS", "ByteTokenizer", "CharTokenizer", "Task", "TokenCorpus", "load_corpus", "load_data",
+__all__ = ["TASKS", "ByteTokenizer", "CharTokenizer", "NoOptions", "Task", "TokenCorpus", "load_corpus", "load_data",
            "register_task", "tokenizer_from_dict"]
 
 
 def load_data(cfg, seq_len: int, tokenizer=None):
     """The data source named by cfg.source (a DataConfig), for sequences of seq_len tokens: a registered task's
-    examples, or a text corpus, read with `tokenizer` where given (a trained model's) instead of one fitted to it."""
+    examples, made from its typed settings, or a text corpus, read with `tokenizer` where given (a trained model's)
+    instead of one fitted to it."""
     if cfg.source in TASKS:
-        return TASKS[cfg.source].load(cfg, seq_len)
+        return TASKS[cfg.source].load(cfg.task_config(), seq_len)
     return load_corpus(cfg, tokenizer)

@@ -85,11 +85,11 @@ class BracketData(FixedExamples):
         return f"bracket matching: {len(self.train[0]):,} training sequences of {self.seq_len} tokens, vocabulary 12"
 
 
-def load(data_config, seq_len: int) -> BracketData:
-    data = BracketData(data_config.brackets, seq_len)
+def load(cfg: BracketsConfig, seq_len: int) -> BracketData:
+    data = BracketData(cfg, seq_len)
     data.tokenizer = IdTokenizer(data.vocab_size)
     return data
 
 
-register_task(Task("brackets", load, section="brackets",
+register_task(Task("brackets", load, BracketsConfig,
                    needs="a run trained on data.source=brackets (attnlab train brackets)"))

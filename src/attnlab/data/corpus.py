@@ -10,6 +10,8 @@ Preparing also records in ``doc_starts.npy`` the token offset where every docume
 0). Documents are joined by DOC_SEPARATOR in the token stream, and a document's tokens open with the
 separator that precedes it (the first document has none): the separator is then the context its first
 token is predicted from, and the stream is the same whether batches are windows or packed documents.
+
+The functions here take `cfg`, the run's data config (attnlab.config.DataConfig).
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -36,16 +37,21 @@ from .hf import DOCUMENT_OPENERS, hf_documents, local_files, parse_source, reads
 from .texts import heterogeneous_text
 from .tokenizer import BPETokenizer, ByteTokenizer, CharTokenizer, token_dtype, tokenizer_from_dict
 
-if TYPE_CHECKING:
-    from ..config import DataConfig
-
 FORMAT_VERSION = 3  # 3: doc_starts.npy
 READ_CHUNK = 1 << 22  # characters per read when streaming a file
 DOC_SEPARATOR = "\n\n"
 IGNORE = -100  # the target of a position that is not scored
+# the local text corpora: the plays as printed, their speeches in Tiny Shakespeare's layout (Coriolanus first),
+# data.path's files, and the plays mixed with Python's source and documentation; hf:<dataset> names the others
+TEXT_SOURCES = ("shakespeare", "shakespeare-dialogue", "text", "mixed")
 
 
-def source_files(cfg: DataConfig) -> list[Path]:
+def is_text(source: str) -> bool:
+    """Whether data.source names a text corpus (not a synthetic task)."""
+    return source in TEXT_SOURCES or source.startswith("hf:")
+
+
+def source_files(cfg) -> list[Path]:
     """The files a corpus is read from (none for the generated mixed corpus or remote datasets)."""
     if cfg.source == "shakespeare":
         return shakespeare_files()
@@ -58,13 +64,13 @@ def source_files(cfg: DataConfig) -> list[Path]:
     return []
 
 
-def read_text(cfg: DataConfig) -> Iterator[str]:
+def read_text(cfg) -> Iterator[str]:
     """The corpus as a stream of text pieces: documents joined by a blank line, cut at max_chars."""
     for _, piece in read_pieces(cfg):
         yield piece
 
 
-def read_pieces(cfg: DataConfig) -> Iterator[tuple[bool, str]]:
+def read_pieces(cfg) -> Iterator[tuple[bool, str]]:
     """The pieces of read_text, each with whether it opens a document."""
     budget = cfg.max_chars if cfg.max_chars is not None else float("inf")
     for document in _documents(cfg):
@@ -76,7 +82,7 @@ def read_pieces(cfg: DataConfig) -> Iterator[tuple[bool, str]]:
             yield i == 0, piece
 
 
-def _documents(cfg: DataConfig) -> Iterator[Iterable[str]]:
+def _documents(cfg) -> Iterator[Iterable[str]]:
     """Every document as a stream of pieces; each after the first opens with DOC_SEPARATOR."""
     if cfg.source == "mixed":
         yield [heterogeneous_text(cfg.max_chars, cfg.mix, cfg.chunk_chars, cfg.seed)]
@@ -89,7 +95,7 @@ def _documents(cfg: DataConfig) -> Iterator[Iterable[str]]:
         yield _file_document(cfg, path, DOC_SEPARATOR if i else "")
 
 
-def _file_document(cfg: DataConfig, path: Path, separator: str) -> Iterator[str]:
+def _file_document(cfg, path: Path, separator: str) -> Iterator[str]:
     if separator:
         yield separator
     if cfg.source == "shakespeare-dialogue":
@@ -239,7 +245,7 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("ATTNLAB_CACHE", Path.home() / ".cache" / "attnlab"))
 
 
-def cache_key(cfg: DataConfig) -> str:
+def cache_key(cfg) -> str:
     """A hash of everything that determines the token array."""
     identity = {
         "format": FORMAT_VERSION,
@@ -257,7 +263,7 @@ def cache_key(cfg: DataConfig) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
 
 
-def load_corpus(cfg: DataConfig, tokenizer=None) -> TokenCorpus:
+def load_corpus(cfg, tokenizer=None) -> TokenCorpus:
     """Prepare the corpus once (cached) and memory-map it. With a tokenizer (a trained model's, which a run
     resumed or fine-tuned reads its text with) the text is read with it: the corpus it fits to itself where that
     is the same tokenizer, else one cached by the tokenizer's contents too."""
@@ -282,7 +288,7 @@ def _complete(folder: Path) -> bool:
     return (folder / "meta.json").is_file() and (folder / "doc_starts.npy").is_file()
 
 
-def _fit_tokenizer(cfg: DataConfig):
+def _fit_tokenizer(cfg):
     """A first pass over the text: the tokenizer (fitted where it needs to be) and the character count."""
     n_chars, chars = 0, set()
     for piece in read_text(cfg):
@@ -298,7 +304,7 @@ def _fit_tokenizer(cfg: DataConfig):
     return ByteTokenizer()
 
 
-def _prepare(cfg: DataConfig, folder: Path, tokenizer=None) -> None:
+def _prepare(cfg, folder: Path, tokenizer=None) -> None:
     tokenizer = tokenizer or _fit_tokenizer(cfg)
     dtype = token_dtype(tokenizer.vocab_size)
     folder.parent.mkdir(parents=True, exist_ok=True)

@@ -29,8 +29,8 @@ class FixedExamples:
         return inputs[index], targets[index]
 
 
-def check_counts(section: str, cfg, *names: str) -> None:
+def check_counts(task: str, cfg, *names: str) -> None:
     """Each named example count of a task's config is at least 1: an empty split has no batch to draw."""
     for name in names:
         if getattr(cfg, name) < 1:
-            raise ConfigError(f"data.{section}.{name}={getattr(cfg, name)} must be at least 1")
+            raise ConfigError(f"data.task_options.{task}.{name}={getattr(cfg, name)} must be at least 1")

@@ -41,13 +41,15 @@ class MQARConfig:
         if seq_len % 2:
             raise ConfigError(f"MQAR needs an even train.seq_len, got {seq_len}")
         if self.vocab_size <= seq_len:
-            raise ConfigError(f"data.mqar.vocab_size={self.vocab_size} must exceed train.seq_len={seq_len}")
+            raise ConfigError(f"data.task_options.mqar.vocab_size={self.vocab_size} must exceed "
+                              f"train.seq_len={seq_len}")
         for pairs in [self.pairs, *self.test_pairs]:
             if pairs < 1 or 4 * pairs > seq_len:
                 raise ConfigError(f"MQAR with {pairs} pairs needs 4 * pairs <= train.seq_len={seq_len}: "
                                   f"lower the pairs or raise seq_len to {4 * max(pairs, 1)}")
             if pairs >= self.vocab_size // 2:
-                raise ConfigError(f"{pairs} distinct keys do not fit in data.mqar.vocab_size={self.vocab_size}")
+                raise ConfigError(f"{pairs} distinct keys do not fit in "
+                                  f"data.task_options.mqar.vocab_size={self.vocab_size}")
 
 
 def generate(n: int, seq_len: int, pairs: int, vocab_size: int, power_a: float, random_non_queries: bool,
@@ -101,11 +103,11 @@ class MQARData(FixedExamples):
                 f"pairs, vocabulary {self.vocab_size}")
 
 
-def load(data_config, seq_len: int) -> MQARData:
-    data = MQARData(data_config.mqar, seq_len)
+def load(cfg: MQARConfig, seq_len: int) -> MQARData:
+    data = MQARData(cfg, seq_len)
     data.tokenizer = IdTokenizer(data.vocab_size)
     return data
 
 
-register_task(Task("mqar", load, vocab_size=lambda data_config: data_config.mqar.vocab_size, section="mqar",
+register_task(Task("mqar", load, MQARConfig, vocab_size=lambda cfg: cfg.vocab_size,
                    needs="a run trained on data.source=mqar (e.g. attnlab train mqar)"))

@@ -14,17 +14,20 @@ trained on; with the prompt alone at L, the answer would run len(answer) - 1 pos
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 import numpy as np
 import torch
 
 from ..errors import ConfigError, UserError
+from ..typed import check_choices
 from .examples import TEST_SEED_OFFSET, VAL_SEED_OFFSET, FixedExamples, check_counts
 from .tasks import Task, register_task, trained_on_text
 from .texts import python_docs_text, source_text
 from .tokenizer import CharTokenizer
 
-KINDS = ("passkey", "number", "uuid")
+Kind = Literal["passkey", "number", "uuid"]
+KINDS = get_args(Kind)
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
 ADJECTIVES = ["quiet", "bright", "hollow", "amber", "gentle", "wild", "silver", "crooked", "ancient", "swift"]
 NOUNS = ["river", "lantern", "meadow", "falcon", "harbor", "orchard", "thistle", "compass", "ember", "willow"]
@@ -33,21 +36,27 @@ VALUE_SHAPES = {"passkey": "0123456", "number": "0123456", "uuid": "01234567-89a
 
 @dataclass
 class NIAHConfig:
-    kind: str = "passkey"
-    prose: str = "plays"  # haystack for number and uuid: plays | docs
+    kind: Kind = "passkey"
+    prose: Literal["plays", "docs"] = "plays"  # haystack for number and uuid
     depths: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
     train_examples: int = 5_000  # when training on the task (data.source=niah)
     test_per_depth: int = 20
     seed: int = 0
 
     def validate(self) -> None:
+        check_choices(self, "data.task_options.niah")
         check_counts("niah", self, "train_examples", "test_per_depth")
-        if self.kind not in KINDS:
-            raise ConfigError(f"data.niah.kind={self.kind!r} must be one of {', '.join(KINDS)}")
-        if self.prose not in ("plays", "docs"):
-            raise ConfigError(f"data.niah.prose={self.prose!r} must be plays or docs")
         if not self.depths or any(not 0.0 <= d <= 1.0 for d in self.depths):
-            raise ConfigError(f"data.niah.depths={self.depths} must be fractions between 0 and 1")
+            raise ConfigError(f"data.task_options.niah.depths={self.depths} must be fractions between 0 and 1")
+
+
+@dataclass
+class NIAHEval:
+    """The settings of `attnlab eval --task niah`, from its flags of the same names."""
+
+    kind: Kind = "passkey"  # the needle
+    samples: int = 10  # prompts per depth
+    lengths: list[int] | None = None  # context lengths in tokens; None: the training length and twice it
 
 
 @dataclass
@@ -137,8 +146,8 @@ class NIAHData(FixedExamples):
         cfg.validate()
         need = shortest_length(cfg.kind, tokenizer.encode)
         if seq_len < need:
-            raise ConfigError(f"train.seq_len={seq_len} is too short for data.niah.kind={cfg.kind}: its sequences "
-                              f"need at least {need} tokens; raise train.seq_len")
+            raise ConfigError(f"train.seq_len={seq_len} is too short for data.task_options.niah.kind={cfg.kind}: its "
+                              f"sequences need at least {need} tokens; raise train.seq_len")
         self.cfg, self.seq_len, self.tokenizer = cfg, seq_len, tokenizer
         self.vocab_size = tokenizer.vocab_size
         self.haystacks = haystacks  # {"train": text, "val": text}
@@ -201,22 +210,22 @@ def haystacks(prose: str):
     return {"train": text[:cut], "val": text[cut:]}, CharTokenizer(text + extra)
 
 
-def load(data_config, seq_len: int) -> NIAHData:
-    texts, tokenizer = haystacks(data_config.niah.prose)
-    return NIAHData(data_config.niah, seq_len, texts, tokenizer)
+def load(cfg: NIAHConfig, seq_len: int) -> NIAHData:
+    texts, tokenizer = haystacks(cfg.prose)
+    return NIAHData(cfg, seq_len, texts, tokenizer)
 
 
-def evaluate_run(run, args) -> None:
-    """`attnlab eval --task niah`: accuracy by depth at each length (--lengths, by default multiples of the
-    training length), in held-out text (the run's validation split) or the task's own validation haystack."""
-    kind, seq_len = args.kind or "passkey", run.config.train.seq_len
+def evaluate_run(run, options: NIAHEval) -> None:
+    """`attnlab eval --task niah`: accuracy by depth at each length (by default the training length and twice
+    it), in held-out text (the run's validation split) or the task's own validation haystack."""
+    kind, seq_len = options.kind, run.config.train.seq_len
     try:  # encoding the needle and question also checks that the vocabulary has their characters
         shortest = shortest_length(kind, run.tokenizer.encode)
     except UserError as err:
         raise UserError(f"--task niah --kind {kind}: {err}; its prompts need a run trained on text that has them "
                         "(e.g. data.source=shakespeare) or on data.source=niah") from None
-    lengths = args.lengths or default_lengths(seq_len, shortest)
-    if args.lengths is None and lengths[0] != seq_len:
+    lengths = options.lengths or default_lengths(seq_len, shortest)
+    if options.lengths is None and lengths[0] != seq_len:
         print(f"note: a {kind} sample needs at least {shortest} tokens, more than train.seq_len={seq_len}; "
               f"measuring at {lengths[0]} and {lengths[1]} tokens")
     for length in lengths:
@@ -226,13 +235,13 @@ def evaluate_run(run, args) -> None:
     corpus = run.corpus()
     haystack = corpus.haystacks["val"] if run.config.data.source == "niah" else corpus.tokenizer.decode(
         corpus.split("val"))
-    results = accuracy_by_length(run.model, run.tokenizer.encode, haystack, kind, lengths, args.samples or 10,
+    results = accuracy_by_length(run.model, run.tokenizer.encode, haystack, kind, lengths, options.samples,
                                  NIAHConfig().depths, run.device)
     for length, by_depth in results.items():
         cells = "  ".join(f"{d:.2f}: {100 * a:5.1f}%" for d, a in by_depth.items())
         print(f"S-NIAH {kind} at {length} tokens, accuracy by depth  {cells}")
 
 
-register_task(Task("niah", load, section="niah", evaluate=evaluate_run,
+register_task(Task("niah", load, NIAHConfig, evaluate=evaluate_run, eval_options=NIAHEval,
                    fits=lambda run: trained_on_text(run) or run.config.data.source == "niah",
                    needs="a run trained on text or on data.source=niah"))

@@ -4,7 +4,7 @@ A CPU-sized suite's job is estimated by the step-cost probe: a forward+backward 
 job's model, on this machine, now, times the micro-batches of a step and the steps (an upper bound: a run that
 stops early costs less). A whole micro-batch, not one sequence times the batch: a small model's step is mostly
 fixed overhead, which one sequence would count once per sequence. A GPU-sized suite's (`Suite.gpu`) models are
-too large to build here: its jobs are estimated from their training FLOPs at the throughput `gpu.py` assumes.
+too large to build here: its jobs are estimated from their training FLOPs at the throughput `estimate.py` assumes.
 A job that measures a model trained already costs its evaluation only, which is not estimated.
 """
 
@@ -23,7 +23,7 @@ def job_seconds(suite: Suite, job: Job, settings, probes: dict) -> float | None:
     cfg = job.cfg or run_config(job.experiment, job.arm, job.key.trained_seed, None, settings)  # rate: same cost
     steps = cfg.train.steps
     if suite.gpu and not settings.smoke:  # a smoke run's models are CPU-sized
-        from .gpu import SUSTAINED_TFLOPS, training_flops
+        from .estimate import SUSTAINED_TFLOPS, training_flops
 
         return training_flops(cfg) / (SUSTAINED_TFLOPS * 1e12)
     t = cfg.train
@@ -56,7 +56,7 @@ def describe_plan(suite: Suite, plan: Plan) -> str:
 
     probes: dict = {}
     by_flops = suite.gpu and not plan.settings.smoke
-    unit = "GPU time at the FLOP rate gpu.py assumes" if by_flops else "this machine's CPU (step-cost probe)"
+    unit = "GPU time at the FLOP rate estimate.py assumes" if by_flops else "this machine's CPU (step-cost probe)"
     lines = [f"{suite.name} ({suite.tier}): {len(plan.jobs)} jobs; estimated training time on {unit}"]
     total = 0.0
     for job in plan.jobs:

@@ -112,7 +112,7 @@ def niah_accuracy(experiment: Experiment, run_dir: Path) -> dict:
 
     run = _load(run_dir)
     data, lengths = run.corpus(), [int(run.config.train.seq_len * f) for f in experiment.lengths]
-    cfg = run.config.data.niah
+    cfg = run.config.data.task_config("niah")
 
     def by_length() -> dict:
         measured = niah.accuracy_by_length(run.model, run.tokenizer.encode, data.haystacks["val"], cfg.kind,

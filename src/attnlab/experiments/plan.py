@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from ..config import RunConfig, apply_overrides, load_config, load_yaml
+from ..config import RunConfig, apply_overrides, load_config, preset_values
 from ..model import Decoder
 from ..typed import from_dict
 from .claims import anchors_of, failed_calibrations
@@ -284,14 +284,12 @@ def _configured(experiment: str, label: str, preset: str, overrides: tuple, seed
 
 
 def _stamp(preset: str) -> int:
-    """When the preset's file last changed (a preset edited since is read again; 0 where there is no file)."""
-    from ..config import PRESET_DIR
+    """When a config file given by path last changed (a file edited since is read again); 0 for a registered
+    preset, whose code does not change while the process runs."""
     from ..paths import user_path
 
-    for path in (user_path(preset), PRESET_DIR / f"{preset}.yaml"):
-        if path.is_file():
-            return path.stat().st_mtime_ns
-    return 0
+    path = user_path(preset)
+    return path.stat().st_mtime_ns if path.is_file() else 0
 
 
 def settings_of(suite: Suite, results: Results, runs_dir: Path = Path("runs")) -> Settings:
@@ -304,8 +302,8 @@ def settings_of(suite: Suite, results: Results, runs_dir: Path = Path("runs")) -
 def _read_by_run(preset: str, own: list[str], extra: list[str]) -> list[str]:
     """The caller's overrides but those of data fields that this run's source does not read (which its config
     would refuse): one list of them shrinks a suite whose arms train on text and on tasks alike."""
-    data = from_dict(RunConfig, apply_overrides(load_yaml(preset), [*own, *extra])).data
-    return [o for o in extra if not o.startswith("data.") or data.reads(o.partition("=")[0].split(".")[1])]
+    data = from_dict(RunConfig, apply_overrides(preset_values(preset), [*own, *extra])).data
+    return [o for o in extra if not o.startswith("data.") or data.reads(o.partition("=")[0].removeprefix("data."))]
 
 
 def learning_rate(arm: Arm, lr: float) -> list[str]:
@@ -366,7 +364,7 @@ def fingerprint(cfg: RunConfig) -> str:
     run's name and folder, train.compile (how the same arithmetic runs) and train.log_to (where its numbers
     are also sent). A field added later at its default leaves earlier runs valid (like the code, a changed
     default is not seen: delete results.json to train everything again)."""
-    settings = _changed(cfg.to_dict(), type(cfg)().to_dict())
+    settings = _changed(cfg.settings(), type(cfg)().settings())
     for where in ("name", "out_dir"):
         settings.pop(where, None)
     for how in ("compile", "log_to"):

@@ -1,10 +1,10 @@
 """What would settle a headline claim that a run leaves inconclusive: the seeds its measured spread says the
 paper's effect needs, what they would cost at this tier (the runs' step cap and the time a run took here),
-and at the paper's scale (the GPU-hours gpu.estimate gives the paper tier's experiment of the same name)."""
+and at the paper's scale (the GPU-hours estimate.estimate gives the paper tier's experiment of the same name)."""
 
 from __future__ import annotations
 
-from . import gpu
+from . import estimate
 from .claims import MIN_SEEDS, Claim, Verdict, evaluate, not_learned
 from .plan import run_config, settings_of
 from .spec import Suite
@@ -74,18 +74,18 @@ def _seconds_per_run(results: Results, experiments: list[str], arms: list[str]) 
 
 
 def _paper_scale(suite: Suite, experiments: list[str], seeds: int) -> str:
-    from . import SUITES  # the suite modules import this package's modules
+    from . import SUITES  # the papers import this package's modules
 
-    module = SUITES.get(suite.name)
-    if module is None or "paper" not in module.TIERS:
+    registered = SUITES.get(suite.name)
+    if registered is None or "paper" not in registered.tiers:
         return "This suite has no paper-scale tier."
     if suite.tier == "paper":
         return f"This is the paper tier: `attnlab reproduce {suite.name} --tier paper --seeds {seeds}`."
-    paper = module.suite("paper")
+    paper = registered.suite("paper")
     if not paper.gpu:
         return f"The paper's own protocol is CPU-sized: `attnlab reproduce {suite.name} --tier paper --seeds {seeds}`."
     capped = [e.name for e in paper.experiments if e.name in experiments and e.seeds and e.seeds < seeds]
-    one, two = (dict(gpu.estimate(paper, seeds=n)) for n in (1, 2))
+    one, two = (dict(estimate.estimate(paper, seeds=n)) for n in (1, 2))
     missing = [name for name in experiments if name not in one]
     if missing:
         return f"The paper tier has no {' or '.join(missing)} experiment to put a GPU figure on."

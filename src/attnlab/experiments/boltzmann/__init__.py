@@ -8,13 +8,13 @@ the others and T = 8, 5 for brackets, whose generator the spec reconstructs."""
 
 from __future__ import annotations
 
-import sys
-
 from ..claims import Anchor, Claim, relative
-from ..registry import register_suite
+from ..paper import Paper
+from ..registry import register_paper
 from ..spec import ABLATED, QUICK, Arm, Experiment, Suite, ablated, sensitivity
-from . import bench  # noqa: F401  (its bench case, variants and demo arm, registered on import)
-from .couplings import learned_couplings  # noqa: F401  (the couplings metric and command, registered on import)
+from . import bench, presets
+from .couplings import METRIC as COUPLINGS
+from .couplings import add_parser as couplings_command
 
 PROVENANCE = {"Boltzmann attention": "from the paper's full text ([P]: the Ising energy, the marginals, the "
                    "ablations and the learning rates); the sum normalisation over visible keys is inferred ([I]), "
@@ -438,4 +438,6 @@ def bracket_claims(anchors: Anchors, no_ffn_T: list[int]) -> list[Claim]:
     return brackets
 
 
-register_suite(sys.modules[__name__])
+PAPER = register_paper(Paper(NAME, TIERS, suite, PROVENANCE, ABLATION, presets=presets.PRESETS, metrics=(COUPLINGS,),
+                             commands=(couplings_command,), bench_cases=(bench.CASE,), variants=bench.VARIANTS,
+                             speed_goals=bench.SPEED_GOALS, demo_arms=bench.DEMO_ARMS))

@@ -3,22 +3,26 @@ sliding-window forms that the bench and the doctor time beside every mixer, its 
 
 from __future__ import annotations
 
-from ..registry import BenchCase, register_bench_case, register_demo_arm, register_speed_goal, register_variant
+from ...bench.registry import BenchCase, SpeedGoal, Variant
+from ..demo import DemoArm
 
 # a form that runs at any length: banded inference over a sliding window of distance couplings
-SLIDING = "boltzmann (banded 4, window 64)"
-register_variant(SLIDING, "boltzmann", {"inference": "banded", "couplings": "distance", "window": 64, "band": 4})
-# fields only over the same window: FlexAttention's case, whose fused backend the doctor compares with the torch form
-register_variant("boltzmann (h-only, window 64)", "boltzmann",
-                 {"mode": "h-only", "inference": "banded", "couplings": "distance", "window": 64, "band": 4},
-                 timed=False)
-register_speed_goal(SLIDING, 2048, "<=", 8.0)
+SLIDING = Variant("boltzmann (banded 4, window 64)", "boltzmann",
+                  {"inference": "banded", "couplings": "distance", "window": 64, "band": 4})
+VARIANTS = (
+    SLIDING,
+    # fields only over the same window: FlexAttention's case, whose fused backend the doctor compares with the
+    # torch form
+    Variant("boltzmann (h-only, window 64)", "boltzmann",
+            {"mode": "h-only", "inference": "banded", "couplings": "distance", "window": 64, "band": 4}, timed=False),
+)
+SPEED_GOALS = (SpeedGoal(SLIDING.label, 2048, "<=", 8.0),)
 # exact enumeration stops at short windows, so the demo's 64-token contexts use the mean-field marginals
-register_demo_arm("boltzmann", "model.mixer_options.boltzmann.inference=mean-field",
-                  "model.mixer_options.boltzmann.couplings=distance", "model.mixer_options.boltzmann.window=64",
-                  note="Boltzmann attention runs with mean-field marginals and distance couplings here (exact "
-                  "enumeration is for short windows).")
-
+DEMO_ARMS = (DemoArm("boltzmann", ("model.mixer_options.boltzmann.inference=mean-field",
+                                   "model.mixer_options.boltzmann.couplings=distance",
+                                   "model.mixer_options.boltzmann.window=64"),
+                     note="Boltzmann attention runs with mean-field marginals and distance couplings here (exact "
+                     "enumeration is for short windows)."),)
 
 def bench_inference(exact_lengths=(8, 12, 16), banded_lengths=(256, 1024, 4096), exact_batch: int = 32,
                     banded_batch: int = 1, band: int = 8, window: int = 64, head_dim: int = 64, repeats: int = 1,
@@ -67,7 +71,7 @@ def linear_growth(timings: dict) -> list[tuple]:
              banded[last] / banded[first], "<=", 1.125 * last / first)]
 
 
-register_bench_case(BenchCase(
+CASE = BenchCase(
     "boltzmann",
     "only Boltzmann attention: exact enumeration at T=8,12,16 and banded inference at T=256..4096",
     bench_inference,
@@ -75,4 +79,4 @@ register_bench_case(BenchCase(
               "quick": {"exact_lengths": [4], "banded_lengths": [32, 64], "exact_batch": 2, "head_dim": 8,
                         "window": 16}},
     goals=linear_growth,
-))
+)

@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...arguments import RUN, check_folder
-from ..metrics import Curve, Metric, register_metric
-from ..registry import register_command
+from ..metrics import Curve, Metric
 
 if TYPE_CHECKING:
     import torch
@@ -74,8 +73,7 @@ def learned_couplings(experiment: Experiment, run_dir: Path) -> dict:
     return {f"J@{d}": value for d, value in enumerate(mean.tolist(), start=1)}
 
 
-register_metric(Metric("couplings", learned_couplings,
-                       curve=Curve("distance |j - k|", "mean J", log_x=False, zero_line=True)))
+METRIC = Metric("couplings", learned_couplings, curve=Curve("distance |j - k|", "mean J", log_x=False, zero_line=True))
 
 
 def inspect_couplings(args) -> None:
@@ -97,8 +95,7 @@ def inspect_couplings(args) -> None:
         raise UserError(f"{run.folder} has no Boltzmann layer with couplings J")
 
 
-@register_command
-def couplings_command(sub) -> None:
+def add_parser(sub) -> None:
     p = sub.add_parser("couplings", help="a Boltzmann model's learned J: profile over distance and heat map")
     p.add_argument("checkpoint", help=RUN)
     p.add_argument("--out", help="folder for the PNG files (default: the run folder)")

@@ -10,17 +10,17 @@ Tiers:
 - `paper`: the 1.3B shape of the paper's table 1 on GPUs (FineWeb-Edu, a locally trained 32K BPE, 4K context,
   40B tokens), one seed as the paper: perplexity from the training length to 5x. The paper's S-NIAH is a
   zero-shot probe of these language models, which the runner's niah metric (a model trained on the task)
-  does not measure: it is left out of this tier. About 830 GPU-hours by gpu.estimate (2,500 with 3 seeds).
+  does not measure: it is left out of this tier. About 830 GPU-hours by estimate.estimate (2,500 with 3 seeds).
 """
 
 from __future__ import annotations
 
-import sys
-
-from .. import gpu, recall
+from .. import estimate, recall
 from ..claims import Claim, per_token, relative
-from ..registry import register_suite
+from ..paper import Paper
+from ..registry import register_paper
 from ..spec import ABLATED, CONVERGED_LM, QUICK, Arm, Experiment, Suite, ablated, sensitivity, sweep_around
+from . import bench
 from .bench import PAIRS
 
 PROVENANCE = {"CCQ": "from the paper's full text ([P]: the query correction q − λΣq and λ = σ(w·q + b)); the "
@@ -181,12 +181,12 @@ def paper() -> Suite:
         lengths=[1, 2, 3, 4, 5],
     )
     return Suite(NAME, "The Curvature-Conditioned Query at the paper's 1.3B scale (GPUs)", [extrapolation],
-                 [*QUICK, *gpu.SMOKE],
+                 [*QUICK, *estimate.SMOKE],
                  "The paper's 1.3B models and recipe on FineWeb-Edu (sample-100BT) with a locally trained 32K BPE, "
                  "one seed as the paper (no interval: every claim is inconclusive; --seeds 3 gives intervals at 3x "
                  "the cost). S-NIAH is a zero-shot probe of these models that the runner does not measure. Claims: "
                  "CCQ-GLA lowers perplexity, CCQ-GDN is at parity, and both beat their backbones at 5x the training "
-                 f"length. {gpu.ASSUMPTION}.",
+                 f"length. {estimate.ASSUMPTION}.",
                  seeds=1, tier="paper", gpu=True,
                  claims=extrapolation_claims("extrapolation", 4096, 20480, headline=True, characters=False))
 
@@ -243,4 +243,5 @@ def extrapolation_claims(experiment: str, train: int, longest: int, headline: bo
     ]
 
 
-register_suite(sys.modules[__name__])
+PAPER = register_paper(Paper(NAME, TIERS, suite, PROVENANCE, ABLATION, bench_cases=(bench.CASE,),
+                             speed_goals=bench.SPEED_GOALS, demo_arms=bench.DEMO_ARMS))

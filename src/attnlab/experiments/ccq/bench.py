@@ -3,14 +3,15 @@ demo arms."""
 
 from __future__ import annotations
 
-from ..registry import BenchCase, register_bench_case, register_demo_arm, register_speed_goal
+from ...bench.registry import BenchCase, SpeedGoal
+from ..demo import DemoArm
 
 PAIRS = [("gla", "ccq-gla"), ("gdn", "ccq-gdn")]  # each backbone and its CCQ variant
+MIXERS = [name for pair in PAIRS for name in pair]
 # on a GPU, fused: no slower than 1.5x softmax at 2K tokens, and faster from 8K on
-for name in [name for pair in PAIRS for name in pair]:
-    register_speed_goal(name, 2048, "<=", 1.5)
-    register_speed_goal(name, 8192, "<", 1.0)
-    register_demo_arm(name)
+SPEED_GOALS = tuple(goal for name in MIXERS for goal in (SpeedGoal(name, 2048, "<=", 1.5),
+                                                         SpeedGoal(name, 8192, "<", 1.0)))
+DEMO_ARMS = tuple(DemoArm(name) for name in MIXERS)
 OVERHEAD = 1.3  # the curvature correction's forward+backward cost on top of its backbone, at most
 
 
@@ -47,11 +48,11 @@ def overhead(timings: dict) -> list[tuple]:
     return [(f"{name.upper()} mixer fwd+bwd (x)", ratio, "<=", OVERHEAD) for name, ratio in timings["ratios"].items()]
 
 
-register_bench_case(BenchCase(
+CASE = BenchCase(
     "ccq",
     "only the CCQ mixers against their backbones (GLA, gated delta rule), forward+backward at T=4096",
     bench_backbones,
     settings={"default": {"seq_len": 4096, "repeats": 10},
               "quick": {"seq_len": 32, "heads": 2, "d_model": 16, "repeats": 1}},
     goals=overhead,
-))
+)

@@ -11,19 +11,18 @@ Tiers:
   reaches its cap (a rough figure). Softmax's MQAR models are those of the other suites' converged tiers.
 - `paper`: the 60M shape (coupled-qk-60m) on WikiText-103 with a locally trained BPE of GPT-2's size, on GPUs,
   3 seeds (the paper reports seed variance without a count): the main table, the compute-matched softmax
-  and the integration steps. About 4 GPU-hours by gpu.estimate (its assumed throughput; FLOPs do not show
+  and the integration steps. About 4 GPU-hours by estimate.estimate (its assumed throughput; FLOPs do not show
   the 2.4x wall-clock per token that the paper reports for coupling).
 """
 
 from __future__ import annotations
 
-import sys
-
-from .. import gpu, recall
+from .. import estimate, recall
 from ..claims import Claim, per_token, relative
-from ..registry import register_suite
+from ..paper import Paper
+from ..registry import register_paper
 from ..spec import ABLATED, CONVERGED_LM, QUICK, Arm, Experiment, Suite, ablated, sensitivity, sweep_around
-from . import bench  # noqa: F401  (its bench case and demo arms)
+from . import bench, presets
 
 PROVENANCE = {"coupled-qk": "**reconstructed**: the paper's method section could not be read; the update rule "
                 "(q' = q + dt·k, k' = k + dt·f(q)) and the coupling MLP come from a secondary, AI-written review "
@@ -233,10 +232,10 @@ def paper() -> Suite:
     compute_matched = Claim(f"softmax on {PAPER_TOKENS_RATIO:g}x the tokens matches coupled", "lm", "val_ppl", matched,
                             "coupled-euler", "equal", relative=True, margin=SAME_PPL)
     return Suite(NAME, "Coupled Query-Key Dynamics at the paper's 60M scale (GPUs)", [lm, integration],
-                 [*QUICK, *gpu.SMOKE],
+                 [*QUICK, *estimate.SMOKE],
                  "The paper's 60M shape on WikiText-103, 3 seeds. Claims: coupling lowers perplexity with Euler ≈ "
                  "leapfrog < uncoupled ≤ standard; standard attention on 2.4x the tokens catches up; step count "
-                 f"does not matter. {gpu.ASSUMPTION}.",
+                 f"does not matter. {estimate.ASSUMPTION}.",
                  tier="paper", gpu=True,
                  claims=[*lm_claims("lm", characters=False), compute_matched, *steps_claims("steps", characters=False)])
 
@@ -298,4 +297,5 @@ def recall_claim(experiment: str) -> Claim:
                  ablation=ablated("accuracy"))
 
 
-register_suite(sys.modules[__name__])
+PAPER = register_paper(Paper(NAME, TIERS, suite, PROVENANCE, ABLATION, presets=presets.PRESETS,
+                             bench_cases=(bench.CASE,), demo_arms=bench.DEMO_ARMS))

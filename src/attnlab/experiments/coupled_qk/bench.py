@@ -3,10 +3,10 @@ and of differential attention, its peer in the paper's table."""
 
 from __future__ import annotations
 
-from ..registry import BenchCase, register_bench_case, register_demo_arm
+from ...bench.registry import BenchCase
+from ..demo import DemoArm
 
-register_demo_arm("coupled-qk")
-register_demo_arm("differential")
+DEMO_ARMS = (DemoArm("coupled-qk"), DemoArm("differential"))
 OVERHEAD = 1.2  # the coupling's cost per training step on top of softmax's, at most
 
 
@@ -21,7 +21,7 @@ def overhead(timings: dict) -> list[tuple]:
     return [("coupled-qk / softmax training step (x)", timings["coupled-qk"]["x_softmax"], "<=", OVERHEAD)]
 
 
-register_bench_case(BenchCase(
+CASE = BenchCase(
     "coupled-qk",
     "only training steps of coupled QK against softmax (the coupled-qk-char preset)",
     training_step,
@@ -29,4 +29,4 @@ register_bench_case(BenchCase(
               "quick": {"repeats": 1, "overrides": ["model.d_model=32", "model.n_layers=1", "model.n_heads=2",
                                                     "train.batch_size=2", "train.seq_len=32"]}},
     goals=overhead,
-))
+)

@@ -12,20 +12,20 @@ Tiers:
   converged tiers.
 - `paper`: the paper's protocol on GPUs (FineWeb-Edu, a locally trained 32K BPE in place of Llama-2's, 4K
   context, about 20 tokens per parameter), one seed as the paper: the cube at 125M, IA / S4D-only / softmax at
-  350M, 760M and 1.3B, and extrapolation to 3.5x at 1.3B. About 630 GPU-hours by gpu.estimate (1,900 with
+  350M, 760M and 1.3B, and extrapolation to 3.5x at 1.3B. About 630 GPU-hours by estimate.estimate (1,900 with
   3 seeds), three quarters of it at 1.3B.
 """
 
 from __future__ import annotations
 
 import math
-import sys
 
-from .. import gpu, recall
+from .. import estimate, recall
 from ..claims import Claim, per_token, relative
-from ..registry import register_suite
+from ..paper import Paper
+from ..registry import register_paper
 from ..spec import ABLATED, CONVERGED_LM, QUICK, Arm, Experiment, Suite, ablated, sweep_around
-from . import bench  # noqa: F401  (its bench case, GPU goal and demo arms)
+from . import bench, presets
 
 PROVENANCE = {"interdomain attention": "from the paper's full text ([P]: the S4D state read through the "
                      "query path, the cube of ingredients); discretisation and initialisation details the paper "
@@ -172,12 +172,13 @@ def paper() -> Suite:
         *extrapolation_claims("extrapolation", 4096, 14336, characters=False),
     ]
     return Suite(NAME, "Interdomain attention at the paper's scale (GPUs)", [cube, *scales.values(), extrapolation],
-                 [*QUICK, *gpu.SMOKE, "model.mixer_options.interdomain.modes=16", "model.mixer_options.s4d.modes=16"],
+                 [*QUICK, *estimate.SMOKE, "model.mixer_options.interdomain.modes=16",
+                  "model.mixer_options.s4d.modes=16"],
                  "The paper's protocol: FineWeb-Edu (sample-100BT) with a locally trained 32K BPE, 4K context, "
                  "about 20 tokens per parameter, one seed as the paper (no interval: every claim is inconclusive; "
                  "--seeds 3 gives intervals at 3x the cost). Claims: the query-conditioned read is the dominant "
                  "ingredient (cube); IA beats S4D-only at every scale and softmax from 350M on; its fixed state "
-                 f"keeps perplexity flat to 3.5x the training length. {gpu.ASSUMPTION}.",
+                 f"keeps perplexity flat to 3.5x the training length. {estimate.ASSUMPTION}.",
                  seeds=1, tier="paper", gpu=True, claims=claims)
 
 
@@ -264,4 +265,5 @@ def recall_claims(experiment: str) -> list[Claim]:
     ]
 
 
-register_suite(sys.modules[__name__])
+PAPER = register_paper(Paper(NAME, TIERS, suite, PROVENANCE, ABLATION, presets=presets.PRESETS,
+                             bench_cases=(bench.CASE,), speed_goals=bench.SPEED_GOALS, demo_arms=bench.DEMO_ARMS))

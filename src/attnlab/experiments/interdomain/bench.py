@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-from ..registry import BenchCase, register_bench_case, register_demo_arm, register_speed_goal
+from ...bench.registry import BenchCase, SpeedGoal
+from ..demo import DemoArm
 
-register_speed_goal("interdomain", 2048, "<=", 2.0)
-register_demo_arm("interdomain", "model.mixer_options.interdomain.modes=16")
-register_demo_arm("s4d", "model.mixer_options.s4d.modes=16")
+SPEED_GOALS = (SpeedGoal("interdomain", 2048, "<=", 2.0),)
+DEMO_ARMS = (DemoArm("interdomain", ("model.mixer_options.interdomain.modes=16",)),
+             DemoArm("s4d", ("model.mixer_options.s4d.modes=16",)))
 
 # one measurement in a fresh process, so that its peak resident memory is its own
 _INTERDOMAIN_RUN = """
@@ -70,8 +71,8 @@ def bench_forms(lengths=(1024, 4096, 16384), head_dim: int = 64, modes: int = 64
     return results
 
 
-register_bench_case(BenchCase(
+CASE = BenchCase(
     "interdomain",
     "only interdomain's chunked vs FFT form at T=1K..16K (time, memory) and decode latency",
     bench_forms,
-))
+)

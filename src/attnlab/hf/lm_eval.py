@@ -1,7 +1,7 @@
 """lm-evaluation-harness on attnlab runs: the model type ``attnlab`` (``path=`` a run or checkpoint folder).
 
     attnlab eval runs/<name> --lm-eval TASK ...                     # the shortcut
-    python -m attnlab.harness run --model attnlab --model_args path=runs/<name> --tasks TASK ...
+    python -m attnlab.hf.lm_eval run --model attnlab --model_args path=runs/<name> --tasks TASK ...
 
 (lm-eval's own command finds only its built-in model types; the module form registers this one first.)
 
@@ -19,10 +19,10 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from .errors import UserError
-from .inference import load_run
+from ..errors import UserError
+from ..inference import load_run
 
-MISSING = "attnlab.harness needs lm-evaluation-harness: pip install 'attnlab[eval]'"
+MISSING = "attnlab.hf.lm_eval needs lm-evaluation-harness: pip install 'attnlab[eval]'"
 
 try:
     from lm_eval.api.model import TemplateLM
@@ -31,7 +31,7 @@ try:
 except ModuleNotFoundError as err:
     if (err.name or "").split(".")[0] != "lm_eval":  # lm-eval is there, and what it lacks its error says
         raise
-    if __name__ == "__main__":  # python -m attnlab.harness: the command line's one line and exit code
+    if __name__ == "__main__":  # python -m attnlab.hf.lm_eval: the command line's one line and exit code
         print(f"error: {MISSING}", file=sys.stderr)
         raise SystemExit(2) from None
     raise UserError(MISSING) from None
