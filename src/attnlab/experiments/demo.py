@@ -5,11 +5,9 @@ this module imports nothing heavy."""
 
 from __future__ import annotations
 
-import logging
 import shutil
 import sys
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,36 +93,19 @@ def suite(tier: str = "default") -> Suite:
 DEMO = Paper("demo", ("default",), suite)
 
 
-@contextmanager
-def _each_note_once():
-    """Each distinct note of the configs said once: the demo's runs share their settings, and each run's
-    config is read more than once (to train it, to fingerprint it, for the report), so a note such as a
-    warmup cut to fit a shortened run would come again and again."""
-    said = set()
-
-    def first_time(record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if message in said:
-            return False
-        said.add(message)
-        return True
-
-    notes = logging.getLogger("attnlab.config")
-    notes.addFilter(first_time)
-    try:
-        yield
-    finally:
-        notes.removeFilter(first_time)
-
-
-@_each_note_once()
 def run_demo(out_dir: str = "runs/demo", quick: bool = False) -> dict:
+    from .plan import notes_once
+
+    with notes_once():  # the demo's runs share their settings, and each run's config is read more than once
+        return _run_demo(Path(out_dir), quick)
+
+
+def _run_demo(out: Path, quick: bool) -> dict:
     from .report import write_report
     from .runner import run_suite
     from .stats import mean_std
     from .store import RunKey
 
-    out = Path(out_dir)
     if out.exists():
         print(f"replacing the previous demo in {out}")
         shutil.rmtree(out)
