@@ -114,6 +114,17 @@ def expect_sigmoid(m, x):
     return linear(merge((torch.sigmoid(scores) * causal(x.shape[1])) @ v), m.out_proj)
 
 
+def expect_stick_breaking(m, x):
+    """Key j < i gets beta_ij prod_{j < l < i} (1 - beta_il) of query i, from the definition's products."""
+    q, k, v = attention_qkv(m, x)  # no position encoding, as the paper has it
+    beta = torch.sigmoid(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]))
+    weights = torch.zeros_like(beta)
+    for i in range(x.shape[1]):
+        for j in range(i):
+            weights[..., i, j] = beta[..., i, j] * torch.prod(1 - beta[..., i, j + 1 : i], dim=-1)
+    return linear(merge(weights @ v), m.out_proj)
+
+
 def differential_heads(m, q, k, v):
     """Heads 2i and 2i+1 form differential head i: (A_2i - lambda A_2i+1) [v_2i, v_2i+1], RMSNorm, (1 - lambda_init)."""
     lambda_init = 0.8 - 0.6 * math.exp(-0.3 * m.cfg.layer_idx)
@@ -356,6 +367,7 @@ BOLTZMANN = {"j_init_std": 0.3}  # exact inference needs window >= the 11 positi
 CASES = [
     ("softmax", {"rope_base": 500.0}, expect_softmax),
     ("sigmoid", {"bias": -1.3, "rope_base": 500.0}, expect_sigmoid),
+    ("stick-breaking", {}, expect_stick_breaking),
     ("differential", {"layer_idx": 3, "norm_eps": 1e-3}, expect_differential),
     ("coupled-qk", {"steps": 2, "dt_init": 0.5}, expect_coupled("euler")),
     ("coupled-qk", {"integrator": "leapfrog", "steps": 3, "dt_init": 0.5, "per_head_mlp": True},

@@ -1,4 +1,5 @@
-"""Softmax attention (the Transformer baseline) and sigmoid attention."""
+"""Softmax attention (the Transformer baseline), and sigmoid and stick-breaking attention, whose weights are not a
+softmax."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch.nn.functional as F
 
 from ..nn import at_least_fp32, causal_mask
 from ..ops.sigmoid_attention import sigmoid_attention
+from ..ops.stick_breaking import stick_breaking
 from .attention import AttentionConfig, AttentionMixer
 from .registry import register_mixer
 
@@ -68,3 +70,22 @@ class SigmoidAttention(AttentionMixer):
 
     def attend(self, q, k, v):
         return sigmoid_attention(q, k, v, self.cfg.bias)  # blockwise: no [T, S] matrix
+
+
+@dataclass
+class StickBreakingConfig(AttentionConfig):
+    # the nearest keys claim the stick first, which orders the keys by distance: the paper uses no position
+    # encoding (RoPE stays available)
+    rope: bool = False
+    attend_current: bool = False  # True: a query may also read its own position's key
+
+
+@register_mixer("stick-breaking")
+class StickBreakingAttention(AttentionMixer):
+    """Stick-breaking attention (Tan et al. 2024): key j gets sigmoid(z_ij) of what the keys nearer to query i left
+    of a unit stick, so a near key's weight suppresses every farther key's; the weights sum to at most one."""
+
+    config_class = StickBreakingConfig
+
+    def attend(self, q, k, v):
+        return stick_breaking(q, k, v, attend_current=self.cfg.attend_current)[0]  # blockwise: no [T, S] matrix
