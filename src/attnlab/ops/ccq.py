@@ -52,7 +52,9 @@ def covariance_times(q, second, total, count):
     return (second @ q[..., None]).squeeze(-1) / n - total * (total * q).sum(-1, keepdim=True) / n**2
 
 
-def _prepare(q, k, lam, stats, log_decay):
+def prepare_inputs(q, k, lam, stats, log_decay):
+    """The inputs in one dtype of at least fp32, empty statistics where none are carried, and log-decays of zero
+    where the statistics do not age: what every form of the read (this one's and the ridge's) starts from."""
     B, H, T, D = q.shape
     q = at_least_fp32(q)
     dtype = q.dtype
@@ -65,7 +67,7 @@ def _prepare(q, k, lam, stats, log_decay):
 def ccq_reference(q, k, lam, stats: CCQStats | None = None, log_decay=None):
     """Loop over time: update the statistics with k_t, then clean q_t. Returns (q_clean, stats)."""
     out_dtype = q.dtype
-    q, k, lam, stats, g = _prepare(q, k, lam, stats, log_decay)
+    q, k, lam, stats, g = prepare_inputs(q, k, lam, stats, log_decay)
     second, total, count = stats.second, stats.total, stats.count
     cleaned = []
     for t in range(q.shape[2]):
@@ -101,7 +103,7 @@ def ccq_chunk(q, k, lam, stats: CCQStats | None = None, log_decay=None, chunk_si
     if cu_seqlens is not None:
         return aligned(ccq_chunk, cu_seqlens, chunk_size, (q, k, lam, None, log_decay))
     out_dtype = q.dtype
-    q, k, lam, stats, g = _prepare(q, k, lam, stats, log_decay)
+    q, k, lam, stats, g = prepare_inputs(q, k, lam, stats, log_decay)
     B, H, T, D = q.shape
     C, padded = chunk_layout(T, chunk_size)
     qc, kc = (to_chunks(x, C, padded) for x in (q, k))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .ccq import CCQStats, _prepare
+from .ccq import CCQStats, prepare_inputs
 from .packing import autocast_off
 
 
@@ -33,7 +33,7 @@ def ridge_read(q, lam, sigma):
 def ccq_ridge_reference(q, k, lam, stats: CCQStats | None = None, log_decay=None):
     """Loop over time: update the statistics with k_t, then read q_t through the ridge. Returns (q_clean, stats)."""
     out_dtype = q.dtype
-    q, k, lam, stats, g = _prepare(q, k, lam, stats, log_decay)
+    q, k, lam, stats, g = prepare_inputs(q, k, lam, stats, log_decay)
     second, total, count = stats.second, stats.total, stats.count
     cleaned = []
     for t in range(q.shape[2]):
@@ -53,7 +53,7 @@ def ccq_ridge(q, k, lam, stats: CCQStats | None = None, log_decay=None, chunk_si
         P_i = exp(b_i) P_prev + sum_{j<=i} Gamma_ij k_j k_j^T,   m_i and n_i alike,
     then one batched solve per chunk; the chunk's last statistics carry to the next."""
     out_dtype = q.dtype
-    q, k, lam, stats, g = _prepare(q, k, lam, stats, log_decay)
+    q, k, lam, stats, g = prepare_inputs(q, k, lam, stats, log_decay)
     second, total, count = stats.second, stats.total, stats.count
     cleaned = []
     for start in range(0, q.shape[2], chunk_size):
