@@ -65,6 +65,12 @@ def exclusive_scan(pairs: list[tuple[torch.Tensor, torch.Tensor]], rank: int, in
     return h
 
 
+def _start_and_end(pairs, rank: int, initial_state, diagonal: bool):
+    """(the state at the start of shard `rank`, the state after the last shard), from one pass over the pairs."""
+    h = exclusive_scan(pairs, rank, initial_state, diagonal)
+    return h, exclusive_scan(pairs[rank:], len(pairs) - rank, h, diagonal)
+
+
 class _ShardStart(torch.autograd.Function):
     """(this rank's h_start, the whole sequence's h_end) from this rank's (M, U): all-gather the pairs, scan them.
 
@@ -81,9 +87,7 @@ class _ShardStart(torch.autograd.Function):
         rows = _complex_like(torch.stack(gathered), mine)
         ctx.group, ctx.shapes, ctx.diagonal = group, (M.shape, U.shape), diagonal
         ctx.save_for_backward(rows, initial_state)
-        pairs = _unflatten(rows, M.shape, U.shape)
-        return (exclusive_scan(pairs, rank, initial_state, diagonal),
-                exclusive_scan(pairs, world, initial_state, diagonal))
+        return _start_and_end(_unflatten(rows, M.shape, U.shape), rank, initial_state, diagonal)
 
     @staticmethod
     def backward(ctx, grad_start, grad_final):
@@ -91,9 +95,7 @@ class _ShardStart(torch.autograd.Function):
         with torch.enable_grad():
             rows = rows.detach().requires_grad_()
             start = None if initial_state is None else initial_state.detach().requires_grad_()
-            pairs = _unflatten(rows, *ctx.shapes)
-            outputs = (exclusive_scan(pairs, dist.get_rank(ctx.group), start, ctx.diagonal),
-                       exclusive_scan(pairs, len(pairs), start, ctx.diagonal))
+            outputs = _start_and_end(_unflatten(rows, *ctx.shapes), dist.get_rank(ctx.group), start, ctx.diagonal)
             grads = [torch.zeros_like(out) if grad is None else grad
                      for out, grad in zip(outputs, (grad_start, grad_final), strict=True)]
             found = torch.autograd.grad(outputs, [rows] if start is None else [rows, start], grads,

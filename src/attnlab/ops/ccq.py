@@ -42,6 +42,11 @@ class CCQStats:
                         torch.zeros(batch, heads, dim, device=device, dtype=dtype),
                         torch.zeros(batch, heads, device=device, dtype=dtype))
 
+    def added(self, k_t, decay) -> CCQStats:
+        """The statistics aged by decay [B, H] and given one more key k_t [B, H, D]."""
+        return CCQStats(decay[..., None, None] * self.second + k_t[..., :, None] * k_t[..., None, :],
+                        decay[..., None] * self.total + k_t, decay * self.count + 1)
+
     def to(self, dtype) -> CCQStats:
         return CCQStats(self.second.to(dtype), self.total.to(dtype), self.count.to(dtype))
 
@@ -68,18 +73,13 @@ def ccq_reference(q, k, lam, stats: CCQStats | None = None, log_decay=None):
     """Loop over time: update the statistics with k_t, then clean q_t. Returns (q_clean, stats)."""
     out_dtype = q.dtype
     q, k, lam, stats, g = prepare_inputs(q, k, lam, stats, log_decay)
-    second, total, count = stats.second, stats.total, stats.count
     cleaned = []
     for t in range(q.shape[2]):
-        decay = g[:, :, t].exp()
-        k_t = k[:, :, t]
-        second = decay[..., None, None] * second + k_t[..., :, None] * k_t[..., None, :]
-        total = decay[..., None] * total + k_t
-        count = decay * count + 1
+        stats = stats.added(k[:, :, t], g[:, :, t].exp())
         q_t = q[:, :, t]
-        cleaned.append(q_t - lam[:, :, t, None] * covariance_times(q_t, second, total, count))
+        cleaned.append(q_t - lam[:, :, t, None] * covariance_times(q_t, stats.second, stats.total, stats.count))
     q_clean = torch.stack(cleaned, dim=2) if cleaned else q
-    return q_clean.to(out_dtype), CCQStats(second, total, count)
+    return q_clean.to(out_dtype), stats
 
 
 def ccq_step(q, k, lam, stats: CCQStats, log_decay=None):

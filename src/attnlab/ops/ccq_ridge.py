@@ -34,16 +34,12 @@ def ccq_ridge_reference(q, k, lam, stats: CCQStats | None = None, log_decay=None
     """Loop over time: update the statistics with k_t, then read q_t through the ridge. Returns (q_clean, stats)."""
     out_dtype = q.dtype
     q, k, lam, stats, g = prepare_inputs(q, k, lam, stats, log_decay)
-    second, total, count = stats.second, stats.total, stats.count
     cleaned = []
     for t in range(q.shape[2]):
-        decay, k_t = g[:, :, t].exp(), k[:, :, t]
-        second = decay[..., None, None] * second + k_t[..., :, None] * k_t[..., None, :]
-        total = decay[..., None] * total + k_t
-        count = decay * count + 1
-        cleaned.append(ridge_read(q[:, :, t], lam[:, :, t], covariance(second, total, count)))
+        stats = stats.added(k[:, :, t], g[:, :, t].exp())
+        cleaned.append(ridge_read(q[:, :, t], lam[:, :, t], covariance(stats.second, stats.total, stats.count)))
     q_clean = torch.stack(cleaned, dim=2) if cleaned else q
-    return q_clean.to(out_dtype), CCQStats(second, total, count)
+    return q_clean.to(out_dtype), stats
 
 
 @autocast_off
