@@ -251,3 +251,27 @@ def test_a_run_of_several_ranks_trains_under_torchrun_and_records_what_one_proce
     assert records[2]["val_ppl"] == pytest.approx(records[1]["val_ppl"], rel=1e-4)
     assert records[2]["steps"] == records[1]["steps"] == 4
     assert (tmp_path / "ranks2" / "s" / "runs" / "lm-softmax-s0.yaml").is_file()  # the config torchrun read
+
+
+def test_a_worker_interrupted_with_its_driver_leaves_quietly_sending_nothing(monkeypatch, capsys):
+    """Ctrl-C reaches every process of the driver's group: the worker says nothing (no traceback) and sends no
+    record; the driver stops the suite, and the job continues from its checkpoint next time."""
+    import pickle
+    from multiprocessing import Pipe
+
+    def interrupted(work, log):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "execute", interrupted)
+    monkeypatch.setattr(executors, "_exit_with_driver", lambda: None)
+    threads = torch.get_num_threads()
+    receiver, sender = Pipe(duplex=False)
+    try:
+        executors.work_in_process(pickle.dumps(RunKey("lm", "softmax", seed=0)), {"gpu": None, "threads": 1}, [],
+                                  sender)
+    finally:
+        torch.set_num_threads(threads)
+    with pytest.raises(EOFError):  # closed, nothing sent
+        receiver.recv()
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.out + captured.err

@@ -29,6 +29,9 @@ def add_parser(sub) -> None:
     p.add_argument("--out", default="results", help="reports go to <out>/<suite>/")
     p.add_argument("--dry-run", action="store_true", help="print the plan (what trains, what is reused, what waits, "
                    "each job's estimated time) and stop")
+    p.add_argument("--predict-on", metavar="DOCTOR_JSON", help="with --dry-run: predict each job's time on the GPU "
+                   "whose `attnlab doctor` report this is (e.g. results/doctor/doctor.json), and with --jobs, from "
+                   "start to end")
     p.add_argument("--jobs", type=positive_int, help="run this many jobs at once, each in its own process: on GPUs "
                    "each holds one GPU (or a share: --runs-per-gpu), on a CPU its share of the cores")
     p.add_argument("--runs-per-gpu", type=positive_int, help="pack this many small runs on each GPU")
@@ -42,6 +45,8 @@ def add_parser(sub) -> None:
 def check(args) -> None:
     """Every option that decides where jobs run, checked before anything trains."""
     check_folder(args.out, "--out")
+    if args.predict_on and not args.dry_run:
+        raise UserError("--predict-on predicts a plan's times without training: give it with --dry-run")
     if args.runs_dir is not None:
         check_writable(args.runs_dir, "--runs-dir")
     if args.executor == "local" and args.runs_per_gpu and not args.dry_run:
@@ -88,6 +93,11 @@ def main(args) -> None:
     if args.arms and not any(_has_arm(s, args.arms) for s in suites.values()):
         raise UserError(f"--arms {' '.join(args.arms)} matches no arm of {', '.join(names)}")
     runner = None if args.dry_run or args.estimate else executor(args)  # a cluster out of reach: said before any run
+    device = None
+    if args.predict_on:
+        from ..experiments.device_times import DeviceTimes
+
+        device = DeviceTimes.load(args.predict_on)
     for name, suite in suites.items():
         if suite.gpu or args.estimate:
             from ..experiments.estimate import describe_estimate
@@ -107,7 +117,7 @@ def main(args) -> None:
         if args.dry_run:
             from ..experiments.costs import describe_plan
 
-            print(describe_plan(suite, dry_run(suite, out, **options)))
+            print(describe_plan(suite, dry_run(suite, out, **options), device, args.jobs))
             continue
         results = run_suite(suite, out, executor=runner, **options)
         from ..experiments.report import write_report

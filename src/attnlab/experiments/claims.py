@@ -367,6 +367,12 @@ def judge(deltas: list[float], claim: Claim) -> Verdict:
                    detectable_effect(sd, n, equivalence=equivalence), needed, p)
 
 
+def noted(claims: list[Claim], note: str) -> list[Claim]:
+    """The claims with a note after each statement: the same claims tested again by another experiment read apart
+    in its report."""
+    return [replace(claim, statement=f"{claim.statement} ({note})") for claim in claims]
+
+
 def evaluate(claims: list[Claim], results: Results) -> list[tuple[Claim, Verdict]]:
     """Each claim's verdict: the checks RULES lists before judging, then the rule on its interval, in our units
     (the same nats per character), with the verdict under the other transfer assumption beside it."""

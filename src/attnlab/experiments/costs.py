@@ -5,23 +5,30 @@ job's model, on this machine, now, times the micro-batches of a step and the ste
 stops early costs less). A whole micro-batch, not one sequence times the batch: a small model's step is mostly
 fixed overhead, which one sequence would count once per sequence. A GPU-sized suite's (`Suite.gpu`) models are
 too large to build here: its jobs are estimated from their training FLOPs at the throughput `estimate.py` assumes.
-A job that measures a model trained already costs its evaluation only, which is not estimated.
+A job that measures a model trained already costs its evaluation only, which is not estimated. Given a GPU's
+doctor report (`--predict-on`), every job is predicted on that GPU instead (`device_times`), and the plan says
+how long it takes from start to end with its jobs spread over --jobs workers.
 """
 
 from __future__ import annotations
 
+from .device_times import DeviceTimes, wall_seconds
 from .plan import Job, Plan, run_config
 from .spec import Suite
 
 STATUS = {"done": "done", "train": "trains", "measure": "measures", "waiting": "waits for", "blocked": "not trained:"}
 
 
-def job_seconds(suite: Suite, job: Job, settings, probes: dict) -> float | None:
-    """The job's estimated training seconds (None: it trains nothing); probes caches one probe per model shape."""
+def job_seconds(suite: Suite, job: Job, settings, probes: dict, device: DeviceTimes | None = None) -> float | None:
+    """The job's estimated training seconds (None: it trains nothing, or the device did not time its mixer);
+    probes caches one probe per model shape."""
     if job.status in ("done", "measure", "blocked") or (job.status == "waiting" and job.model is not None):
         return None
     cfg = job.cfg or run_config(job.experiment, job.arm, job.key.trained_seed, None, settings)  # rate: same cost
     steps = cfg.train.steps
+    if device is not None:
+        step = device.step_seconds(cfg)
+        return None if step is None else step * steps
     if suite.gpu and not settings.smoke:  # a smoke run's models are CPU-sized
         from .estimate import SUSTAINED_TFLOPS, training_flops
 
@@ -49,27 +56,35 @@ def step_seconds(cfg) -> float:
     return seconds * cfg.train.grad_accum
 
 
-def describe_plan(suite: Suite, plan: Plan) -> str:
+def describe_plan(suite: Suite, plan: Plan, device: DeviceTimes | None = None, workers: int | None = None) -> str:
     """The plan, a line a job: its stage, its key, what it does (or waits for) and its estimated time; then the
-    counts and the total."""
+    counts and the total, and on a device with several workers, from start to end."""
     from ..step_cost import duration
 
     probes: dict = {}
-    by_flops = suite.gpu and not plan.settings.smoke
-    unit = "GPU time at the FLOP rate estimate.py assumes" if by_flops else "this machine's CPU (step-cost probe)"
+    by_flops = suite.gpu and not plan.settings.smoke and device is None
+    unit = ("GPU time at the FLOP rate estimate.py assumes" if by_flops else
+            f"{device.device}, predicted from {device.source}" if device else "this machine's CPU (step-cost probe)")
     lines = [f"{suite.name} ({suite.tier}): {len(plan.jobs)} jobs; estimated training time on {unit}"]
-    total = 0.0
+    costs, unknown = [], 0
     for job in plan.jobs:
-        seconds = job_seconds(suite, job, plan.settings, probes)
-        total += seconds or 0.0
+        seconds = job_seconds(suite, job, plan.settings, probes, device)
+        unknown += seconds is None and job.status == "train"
         what = STATUS[job.status] + (f" {job.why}" if job.why and job.status in ("waiting", "blocked") else "")
         if job.status == "measure" and job.model is not None:
             what += f" the model of {job.model}"
         if job.supersedes:
             what += " (replaces a record of another config)"
-        cost = duration(seconds) if seconds is not None else ""
-        lines.append(f"  {job.stage:<12} {str(job.key):<44} {what:<60} {cost:>8}")
+        if seconds is not None:
+            costs.append(seconds)
+        cost = duration(seconds) if seconds is not None else ("no timing" if job.status == "train" else "")
+        lines.append(f"  {job.stage:<12} {str(job.key):<44} {what:<60} {cost:>9}")
     counts = ", ".join(f"{plan.count(s)} {STATUS[s].rstrip(':')}" for s in STATUS if plan.count(s))
-    lines.append(f"{counts}; about {duration(total)} of training in all (the jobs that wait counted at their "
-                 "presets' rates)")
+    lines.append(f"{counts}; about {duration(sum(costs))} of training in all (the jobs that wait counted at their "
+                 "presets' rates)" + (f"; {unknown} that train have no timing on this device" if unknown else ""))
+    if device is not None and workers:
+        at_once = min(workers, len(costs)) or 1
+        wall = wall_seconds([c * device.slowdown(at_once) for c in costs], workers)
+        lines.append(f"with {workers} at once, from start to end: about {duration(wall)} ({wall:.0f} s; each job "
+                     f"given a worker in plan order, waiting aside; {device.assumption()})")
     return "\n".join(lines)

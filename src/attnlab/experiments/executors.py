@@ -153,6 +153,8 @@ def work_in_process(payload: bytes, slot: dict, imports: list[str], sender) -> N
         sender.send(("done", record))
     except Exception as err:  # the driver stops the suite with this line
         sender.send(("error", _said(err)))
+    except KeyboardInterrupt:  # Ctrl-C reaches the driver's whole process group: the driver stops the suite, and
+        pass  # the job continues from its checkpoint (train wrote one) next time; no traceback of it here
     finally:
         sender.close()
 

@@ -245,7 +245,10 @@ def training_table(suite: Suite, experiment: Experiment, results: Results) -> li
     """Where each arm's runs stopped, and for a learning-rate sweep what each rate reached on validation."""
     lines = _sweep_lines(experiment, results) if experiment.lrs else []
     if experiment.sweep_of:
-        lines += [f"Learning rates: each arm's as the sweep of {experiment.sweep_of} chose it (the same models).", ""]
+        source = next(e for e in suite.experiments if e.name == experiment.sweep_of)
+        same = [a.overrides for a in source.arms] == [a.overrides for a in experiment.arms]
+        lines += [f"Learning rates: each arm's as the sweep of {experiment.sweep_of} chose it"
+                  f"{' (the same models)' if same else ''}.", ""]
     stops = {arm.label: _runs(results, experiment, arm.label, "seconds") for arm in experiment.arms}
     if any("steps" in r for runs in stops.values() for r in runs):
         lines += ["Training: steps per seed (* stopped early; in brackets the step of the best checkpoint, which "

@@ -63,8 +63,8 @@ class Experiment:
     lrs: list[float] = field(default_factory=list)  # a learning-rate sweep: each arm trains at the one of these
     # (extended past an edge that wins: sweep_rates) whose first seed reaches the lowest validation loss (sweep runs
     # are kept under "<name>/<arm>/lr=<lr>")
-    # the experiment whose sweep chooses this one's rates: the same arms trained the same way, so the same models,
-    # measured again (its sweep runs are not measured by this experiment too)
+    # the experiment whose sweep chooses this one's rates: usually the same arms trained the same way, so the same
+    # models measured again, or those arms trained longer (its sweep runs are not measured by this experiment too)
     sweep_of: str | None = None
     lengths: list[float] = field(default_factory=lambda: [1, 2, 3.5, 5])  # extrapolation: x training length
     target_losses: list[float] = field(default_factory=list)  # tokens_to_loss: training losses (nats) to reach

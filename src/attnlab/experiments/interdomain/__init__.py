@@ -9,7 +9,8 @@ Tiers:
   one core shared with another job; the default tier's runs suggest 0.57 / 0.24 / 0.16 s for the LM on a quiet
   machine. On 2 cores that is roughly 3-6 hours for the LM and up to 8-17 for MQAR if every run reaches its cap (a
   rough upper bound; early stopping ends runs sooner). Softmax's MQAR models are shared with the other suites'
-  converged tiers.
+  converged tiers. `cube-patient` trains the same arms to a cap of 10,000 steps, which their patience can
+  reach, at the rates the cube's sweep chose: a GPU's protocol (scripts/gpu-science.sh).
 - `paper`: the paper's protocol on GPUs (FineWeb-Edu, a locally trained 32K BPE in place of Llama-2's, 4K
   context, about 20 tokens per parameter), one seed as the paper: the cube at 125M, IA / S4D-only / softmax at
   350M, 760M and 1.3B, and extrapolation to 3.5x at 1.3B. About 630 GPU-hours by estimate.estimate (1,900 with
@@ -21,7 +22,7 @@ from __future__ import annotations
 import math
 
 from .. import estimate, recall
-from ..claims import Claim, per_token, relative
+from ..claims import Claim, noted, per_token, relative
 from ..paper import Paper
 from ..registry import register_paper
 from ..spec import ABLATED, CONVERGED_LM, QUICK, Arm, Experiment, Suite, ablated, sweep_around
@@ -55,6 +56,7 @@ NEUTRAL = 0.5 * relative(PAPER_CUBE["single input"], PAPER_CUBE["interdomain"])
 # "As flat as S4D-only": the growth factors ppl@3.5x / ppl@1x differ by at most 0.04, the spread of two
 # curves that each stay within ±2% of their 1x value (spec B3).
 SAME_FLATNESS = 0.04
+PATIENT_CAP = 10_000  # steps of the converged tier's patient runs: 2.5x its cap, 5 passes over the plays
 
 CUBE = [  # the cube's corners: label and overrides of the interdomain preset
     ("interdomain", []),
@@ -131,10 +133,22 @@ def converged() -> Suite:
                       lrs=sweep_around("interdomain-char"))
     extrapolation = Experiment("extrapolation", "Perplexity against context length (the converged models, trained "
                                "at 128)", "extrapolation", arms, "softmax", lengths=[1, 2, 3.5], sweep_of=cube.name)
+    # the same arms with a cap their patience can reach (every run above stopped at 4,000 steps, still improving),
+    # at the rates the cube's sweep chose: a GPU's protocol (scripts/gpu-science.sh), CPU-hours here
+    patient = [Arm(a.label, a.preset, [*a.overrides, f"train.steps={PATIENT_CAP}", f"train.ckpt_every={PATIENT_CAP}"])
+               for a in arms]
+    cube_patient = Experiment("cube-patient", f"The cube's main comparison, early stopping or {PATIENT_CAP:,} steps "
+                              "at the rates the cube's sweep chose: validation perplexity", "val_ppl", patient,
+                              "softmax", cube.paper, sweep_of=cube.name)
+    extrapolation_patient = Experiment("extrapolation-patient", "Perplexity against context length (the "
+                                       "cube-patient models, trained at 128)", "extrapolation", patient, "softmax",
+                                       lengths=[1, 2, 3.5], sweep_of=cube.name)
     mqar = recall.mqar(["softmax", "interdomain", "s4d"])
     claims = [
         *cube_claims("cube", corners=False),
         *extrapolation_claims("extrapolation", 128, 448),
+        *noted([*cube_claims("cube-patient", corners=False, headline=False),
+                *extrapolation_claims("extrapolation-patient", 128, 448)], f"to patience or {PATIENT_CAP:,} steps"),
         *(claim for e in mqar for claim in [recall.learned(e.name), *recall_claims(e.name)]),
         Claim("IA falls further behind softmax with 4x the pairs (B1: IA decays as pairs grow)", mqar[1].name,
               "accuracy", "interdomain", "softmax", "lower", scale=100, contrast=mqar[0].name,
@@ -142,7 +156,7 @@ def converged() -> Suite:
     ]
     return Suite(NAME, "Interdomain attention: recall and the cube's main comparison, early stopping or at most "
                  "8,000 and 4,000 steps",
-                 [*mqar, cube, extrapolation], QUICK,
+                 [*mqar, cube, extrapolation, cube_patient, extrapolation_patient], QUICK,
                  "Claims: IA beats S4D-only at iso-state and ties softmax at small scale; its fixed state keeps "
                  "perplexity flat beyond the training length; on MQAR, IA beats S4D-only but not softmax, and "
                  "falls further behind as the pairs grow.",
@@ -204,7 +218,8 @@ def arm(label: str, size: str, *overrides: str) -> Arm:
                                               "train.precision=bf16"], ranks=RANKS.get(size, 1))
 
 
-def cube_claims(experiment: str, corners: bool = True, characters: bool = True) -> list[Claim]:
+def cube_claims(experiment: str, corners: bool = True, characters: bool = True, headline: bool = True
+                ) -> list[Claim]:
     """The cube (table 4): IA vs S4D-only and softmax, and with all corners, which ingredient matters. The paper's
     perplexities are per BPE token at 125M: converted where the tier models characters."""
     def claim(statement, label, baseline, direction, **options):
@@ -215,7 +230,7 @@ def cube_claims(experiment: str, corners: bool = True, characters: bool = True) 
 
     claims = [
         # both rest on the query path: removed at evaluation (Mixer.ablated), it must move perplexity by more
-        claim("IA beats S4D-only", "interdomain", "s4d", "lower", headline=True, ablation=ABLATED),
+        claim("IA beats S4D-only", "interdomain", "s4d", "lower", headline=headline, ablation=ABLATED),
         claim("IA ties softmax at small scale", "interdomain", "softmax", "equal", margin=NEUTRAL, ablation=ABLATED),
     ]
     if corners:
