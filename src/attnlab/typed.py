@@ -41,7 +41,7 @@ def check_choices(obj, where: str) -> None:
     hints = typing.get_type_hints(type(obj))
     for f in dataclasses.fields(obj):
         if _has_choices(hints[f.name]):
-            _coerce(hints[f.name], getattr(obj, f.name), f"{where}.{f.name}")
+            _coerce(hints[f.name], getattr(obj, f.name), f"{where}.{f.name}" if where else f.name)
 
 
 def _has_choices(hint) -> bool:

@@ -140,8 +140,9 @@ def test_three_body_and_bias_parameters():
 
 @pytest.mark.parametrize(
     "options, message",
-    [({"mode": "hJ"}, r"unknown mode 'hJ'; did you mean 'h\+J'"),
-     ({"inference": "sampling"}, "unknown inference 'sampling'"),
+    [({"mode": "hJ"}, r"unknown boltzmann.mode 'hJ'; did you mean 'h\+J'"),
+     ({"inference": "sampling"}, "unknown boltzmann.inference 'sampling'"),
+     ({"couplings": "pair"}, "unknown boltzmann.couplings 'pair'. Known: distance, position"),
      ({"mode": "h+J+K", "inference": "banded"}, "banded inference handles pair couplings only"),
      ({"mode": "h+K", "couplings": "distance"}, "three-body couplings, which are indexed by position"),
      ({"inference": "banded", "band": 20}, "band=20 must be between 1 and window - 1 = 15"),

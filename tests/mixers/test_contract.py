@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from attnlab.errors import UserError
+from attnlab.errors import ConfigError, UserError
 from attnlab.mixers import KVCache, build_mixer, list_mixers
 from attnlab.mixers.differential import lambda_init
 from helpers import CASE_IDS, CASES
@@ -206,3 +206,11 @@ def test_rope_option_changes_outputs():
     with_rope, _ = make("softmax")(x)
     without, _ = make("softmax", rope=False)(x)
     assert not torch.allclose(with_rope, without)
+
+
+def test_a_choice_of_a_config_built_in_python_is_refused_as_from_a_file():
+    """Literal-typed options are checked by validate() too, not only when read from a file or the command line."""
+    from attnlab.mixers.boltzmann import BoltzmannConfig
+
+    with pytest.raises(ConfigError, match=r"unknown inference 'bnd'; did you mean 'banded'\?"):
+        BoltzmannConfig(inference="bnd").validate()

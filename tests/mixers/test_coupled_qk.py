@@ -74,7 +74,7 @@ def test_sixty_million_preset_overhead_is_about_0_11_percent():
     "options, message",
     [({"steps": 0}, "steps=0 must be between 1 and 7"), ({"steps": 8}, "steps=8 must be between 1 and 7"),
      ({"dt_init": 0.0}, "dt_init=0.0 must be positive"),
-     ({"integrator": "rk4"}, "unknown integrator 'rk4'")],
+     ({"integrator": "rk4"}, "unknown coupled-qk.integrator 'rk4'. Known: euler, leapfrog")],
 )
 def test_bad_coupling_options(options, message):
     with pytest.raises(ConfigError, match=message):

@@ -133,7 +133,9 @@ def test_long_contexts_stay_finite():
 
 
 @pytest.mark.parametrize("options, message",
-                         [({"input": "both"}, "unknown input 'both'"), ({"readout": "re"}, "unknown readout 're'"),
+                         [({"input": "both"}, "unknown interdomain.input 'both'"),
+                          ({"readout": "re"}, "unknown interdomain.readout 're'"),
+                          ({"init": "legs"}, "unknown interdomain.init 'legs'. Known: inv, lin"),
                           ({"query": "linear", "normalize": True}, "query=linear has no query readout")])
 def test_bad_options(options, message):
     with pytest.raises(ConfigError, match=message):

@@ -21,6 +21,7 @@ from torch import nn
 
 from ..errors import ConfigError, UserError
 from ..ops.packing import padded_groups, sequences, stack_rows, state_batch
+from ..typed import check_choices
 
 
 @dataclass
@@ -48,6 +49,7 @@ class MixerConfig:
         return None
 
     def validate(self) -> None:
+        check_choices(self, "")  # a config built in Python is refused as one read from a file
         if self.d_model <= 0 or self.n_heads <= 0 or self.d_model % self.n_heads:
             raise ConfigError(
                 f"n_heads={self.n_heads} must be positive and divide d_model={self.d_model}"

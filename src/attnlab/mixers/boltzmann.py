@@ -11,12 +11,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import partial
+from typing import Literal
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ..errors import ConfigError, UserError, unknown_name
+from ..errors import ConfigError, UserError
 from ..nn import at_least_fp32, causal_mask, no_autocast, overwritten, positions_in_sequences, set_optim
 from ..ops import annealing, ising, ising_triton
 from ..ops.field_attention import field_attention
@@ -30,6 +31,9 @@ MODES = {
 }
 INFERENCE = ("exact", "banded", "mean-field", "dqa")
 BACKENDS = ("torch", "flex", "triton", "auto")
+Mode = Literal[tuple(MODES)]
+Inference = Literal[INFERENCE]
+Backend = Literal[BACKENDS]
 MAX_DQA_WINDOW = 12  # a state vector of 2^window amplitudes per query
 # the cheap configuration that runs at any length: banded inference over a sliding window of distance
 # couplings, one chain of `window` spins with 2^band states per query (a few times a softmax step)
@@ -54,13 +58,13 @@ def max_exact_positions(n_heads: int, memory_budget_gib: float, element_size: in
 
 @dataclass
 class BoltzmannConfig(AttentionConfig):
-    mode: str = "h+J"
-    inference: str = "exact"  # exact | banded | mean-field | dqa
+    mode: Mode = "h+J"
+    inference: Inference = "exact"
     window: int = 16  # the most positions a query sees; position couplings are a window x window matrix
     # position: J_jk per pair of window positions (the paper) | distance: J by k - j, which also lets
     # banded and mean-field inference run past the window as a sliding window (each query sees its last
     # `window` keys)
-    couplings: str = "position"
+    couplings: Literal["position", "distance"] = "position"
     band: int = 8  # banded inference: couplings reach at most this far (others are dropped)
     j_init_std: float = 0.0  # J = 0 at start is h-only attention, and J still gets gradients
     j_lr: float = 3e-5  # the paper's separate learning rate for couplings (LM; 1e-4 for brackets)
@@ -74,22 +78,17 @@ class BoltzmannConfig(AttentionConfig):
     dqa_tau: float = 2.0  # anneal time of the linear schedule (dimensionless)
     dqa_steps: int = 200  # Trotter steps
     dqa_shots: int = 256  # 0: use the simulated measurement probabilities (infinitely many shots)
-    dqa_gradient: str = "ste"  # ste: through the simulated circuit | covariance: sample correlations
+    # ste: through the simulated circuit | covariance: sample correlations
+    dqa_gradient: Literal["ste", "covariance"] = "ste"
     memory_budget_gib: float = 2.0  # exact inference: log-weights held at once
     # torch (the forms below); flex, fields only (mode=h-only, no bias_field): FlexAttention, softmax of
     # log sigma(2h) over a sliding causal block mask, one fused kernel on a GPU; triton, banded inference: each
     # chain's messages in one Triton kernel per pass; auto: on a CUDA GPU, flex where it applies, else triton
     # for banded inference; torch otherwise
-    backend: str = "auto"
+    backend: Backend = "auto"
 
     def validate(self) -> None:
         super().validate()
-        if self.mode not in MODES:
-            raise ConfigError(unknown_name("mode", self.mode, MODES))
-        if self.inference not in INFERENCE:
-            raise ConfigError(unknown_name("inference", self.inference, INFERENCE))
-        if self.couplings not in ("position", "distance"):
-            raise ConfigError(unknown_name("couplings", self.couplings, ["position", "distance"]))
         if self.window < 2:
             raise ConfigError(f"window={self.window} must be at least 2")
         uses_K = MODES[self.mode][2]
@@ -99,8 +98,6 @@ class BoltzmannConfig(AttentionConfig):
         if uses_K and self.inference == "banded":
             raise ConfigError(f"banded inference handles pair couplings only; mode={self.mode} has three-body "
                               "terms: use inference=exact, mean-field or dqa")
-        if self.backend not in BACKENDS:
-            raise ConfigError(unknown_name("backend", self.backend, BACKENDS))
         # exact inference gives the marginals themselves only in its closed forms: fields alone, or pair
         # couplings alone (every marginal 1/2)
         closed_form = self.mode == "h-only" or (self.mode == "j-only" and not self.bias_field)
@@ -126,8 +123,6 @@ class BoltzmannConfig(AttentionConfig):
             if self.window > MAX_DQA_WINDOW:
                 raise ConfigError(f"dqa simulates 2^window amplitudes per query; window={self.window} is above "
                                   f"{MAX_DQA_WINDOW}: lower it or use inference=exact, banded or mean-field")
-            if self.dqa_gradient not in ("ste", "covariance"):
-                raise ConfigError(unknown_name("dqa_gradient", self.dqa_gradient, ["ste", "covariance"]))
             if self.dqa_gradient == "covariance" and self.dqa_shots < 2:
                 raise ConfigError("dqa_gradient=covariance estimates correlations from shots: set dqa_shots >= 2")
         if self.dqa_tau <= 0 or self.dqa_steps < 1 or self.dqa_shots < 0:

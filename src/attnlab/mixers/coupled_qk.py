@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import ConfigError, unknown_name
+from ..errors import ConfigError
 from ..nn import inverse_softplus, overwritten
 from ..ops.coupled_qk import INTEGRATORS, head_mlp
 from .attention import AttentionConfig
@@ -42,11 +43,7 @@ class CouplingOptions:
 
 @dataclass
 class IntegratorOption:
-    integrator: str = "euler"  # euler | leapfrog
-
-    def validate_integrator(self) -> None:
-        if self.integrator not in ("euler", "leapfrog"):
-            raise ConfigError(unknown_name("integrator", self.integrator, ["euler", "leapfrog"]))
+    integrator: Literal["euler", "leapfrog"] = "euler"
 
 
 @dataclass
@@ -54,7 +51,6 @@ class CoupledQKConfig(CouplingOptions, IntegratorOption, AttentionConfig):
     def validate(self) -> None:
         super().validate()
         self.validate_coupling()
-        self.validate_integrator()
 
 
 @dataclass
@@ -69,7 +65,6 @@ class CoupledDifferentialConfig(CouplingOptions, IntegratorOption, DifferentialC
     def validate(self) -> None:
         super().validate()
         self.validate_coupling()
-        self.validate_integrator()
 
 
 class QKCoupling(nn.Module):

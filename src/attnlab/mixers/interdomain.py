@@ -12,12 +12,13 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import ConfigError, unknown_name
+from ..errors import ConfigError
 from ..nn import Rotary, ShortConv, at_least_fp32, no_autocast, positions_in_sequences
 from ..ops import fla as fla_ops
 from ..ops import interdomain as ops
@@ -28,31 +29,26 @@ from .s4d import HeadNorm, S4DConfig, SSMState, StateSpaceMixer, contract
 
 @dataclass
 class InterdomainConfig(S4DConfig):
-    input: str = "dual"  # dual: [RMSNorm(xi(k)) + b, RMSNorm(v) + b] | single: generic halves [a, b]
-    query: str = "conditioned"  # conditioned: o = Gamma^T U xi(q) | linear: a learned contraction over modes
+    # dual: [RMSNorm(xi(k)) + b, RMSNorm(v) + b] | single: generic halves [a, b]
+    input: Literal["dual", "single"] = "dual"
+    # conditioned: o = Gamma^T U xi(q) | linear: a learned contraction over modes
+    query: Literal["conditioned", "linear"] = "conditioned"
     rope: bool = True  # on q and on the key half (k, or a)
-    readout: str = "re_first"  # re_first | bilinear | hermitian (where the real part is taken)
+    readout: Literal[ops.READOUTS] = "re_first"  # where the real part is taken
     normalize: bool = False  # divide by the readout of a constant channel (the derivation's denominator)
     normalize_eps: float = 1e-6
-    form: str = "chunk"  # training form: chunk (bounded memory) | fft (all states at once)
+    form: Literal["chunk", "fft"] = "chunk"  # training form: chunk (bounded memory) | fft (all states at once)
     # where the chunk form's query read runs: torch (ours), fla (two reads on flash-linear-attention's Triton
     # kernels) or auto (fla on a CUDA GPU where it is installed, said once; else torch)
-    backend: str = "auto"
+    backend: Literal[BACKENDS] = "auto"
     chunk_size: int = 64
 
     def validate(self) -> None:
         super().validate()
-        choices = {"input": ("dual", "single"), "query": ("conditioned", "linear"), "readout": ops.READOUTS,
-                   "form": ("chunk", "fft")}
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ConfigError(unknown_name(name, getattr(self, name), allowed))
         if self.chunk_size < 1:
             raise ConfigError("need chunk_size >= 1")
         if self.query == "linear" and (self.normalize or self.readout != "re_first"):
             raise ConfigError("query=linear has no query readout: normalize and readout apply to query=conditioned")
-        if self.backend not in BACKENDS:
-            raise ConfigError(unknown_name("backend", self.backend, BACKENDS))
         if self.backend == "fla":
             if self.query == "linear" or self.form == "fft":
                 raise ConfigError(f"backend=fla runs the chunk form's query read (query=conditioned, form=chunk), "

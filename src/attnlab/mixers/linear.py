@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -39,7 +40,7 @@ class LinearConfig(MixerConfig):
     # where sequences (training, prefill) run: torch (our chunkwise forms), fla (flash-linear-attention's
     # Triton kernels) or auto (fla on a CUDA GPU where its kernels train correctly, said once; else torch).
     # Single tokens always use our steps.
-    backend: str = "auto"
+    backend: Literal[BACKENDS] = "auto"
 
     @property
     def key_dim(self) -> int:
@@ -62,8 +63,6 @@ class LinearConfig(MixerConfig):
             raise ConfigError(f"conv_size={self.conv_size} must be at least 2")
         if self.chunk_size < 1:
             raise ConfigError(f"chunk_size={self.chunk_size} must be positive")
-        if self.backend not in BACKENDS:
-            raise ConfigError(f"backend={self.backend!r} must be one of: {', '.join(BACKENDS)}")
         if self.backend == "fla":
             fla_ops.require()
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import ConfigError, unknown_name
+from ..errors import ConfigError
 from ..nn import Rotary, ShortConv, at_least_fp32, log_uniform_dt, no_autocast, positions_in_sequences, set_optim
 from ..ops import s4d
 from ..ops.packing import span_groups
@@ -31,8 +32,8 @@ class S4DConfig(MixerConfig):
     rope_base: float = 10000.0
     gate: bool = False  # o <- silu(W_g x) * o before the output projection
     conv_size: int = 4
-    discretization: str = "zoh"  # zoh | bilinear
-    init: str = "inv"  # S4D-Inv (the paper) | lin
+    discretization: Literal["zoh", "bilinear"] = "zoh"
+    init: Literal["inv", "lin"] = "inv"  # S4D-Inv (the paper) | S4D-Lin
     inv_uses_2M: bool = False  # S4D-Inv with N = 2M (the s4 code) instead of the paper's N = M
     dt_min: float = 1e-3
     dt_max: float = 1e-1
@@ -41,9 +42,6 @@ class S4DConfig(MixerConfig):
 
     def validate(self) -> None:
         super().validate()
-        for name, allowed in {"discretization": ("zoh", "bilinear"), "init": ("inv", "lin")}.items():
-            if getattr(self, name) not in allowed:
-                raise ConfigError(unknown_name(name, getattr(self, name), allowed))
         if self.modes < 1 or self.conv_size < 2:
             raise ConfigError("need modes >= 1 and conv_size >= 2")
         if not 0 < self.dt_min <= self.dt_max:
