@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -476,9 +475,10 @@ def _positive(cfg, section: str, *names: str) -> None:
 
 
 def list_presets() -> list[str]:
-    """The registered presets (attnlab.presets; a paper's register when attnlab.experiments is imported)."""
+    """The registered presets: attnlab.presets' and those of the installed papers (plugins.import_papers)."""
     from .presets import PRESETS  # it builds configs: imported when asked
 
+    plugins.import_papers()
     return sorted(PRESETS)
 
 
@@ -489,10 +489,9 @@ def preset_values(preset_or_path: str) -> dict:
 
     if user_path(preset_or_path).is_file():
         return load_yaml(preset_or_path)
+    plugins.import_papers()
     if preset_or_path not in PRESETS:
-        hint = ("" if "attnlab.experiments" in sys.modules else
-                " (the papers' presets register when attnlab.experiments is imported: import it first)")
-        raise ConfigError(unknown_name("config preset or file", preset_or_path, list_presets()) + hint)
+        raise ConfigError(unknown_name("config preset or file", preset_or_path, list_presets()))
     return dataclasses.asdict(PRESETS[preset_or_path]())
 
 

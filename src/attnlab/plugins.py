@@ -22,11 +22,13 @@ from .paths import user_path
 
 ENV_VAR = "ATTNLAB_IMPORT"
 ENTRY_POINTS = "attnlab.mixers"
+PAPER_ENTRY_POINTS = "attnlab.papers"  # packages of paper suites: attnlab's own, and any other installed one
 HINT = f"pass --import <module or file.py> (before the command) or set {ENV_VAR}"
 
 _files: dict[Path, str] = {}  # a .py file imported by its path -> the name of its module
 IMPORTED: list[str] = []  # what import_plugin imported, as another process imports it again (a suite's workers)
 _entry_points_loaded = False
+_papers_loaded = False
 
 
 def import_plugin(spec: str, where: str) -> None:
@@ -49,6 +51,16 @@ def import_installed() -> None:
     for spec in os.environ.get(ENV_VAR, "").split(","):
         if spec.strip():
             import_plugin(spec.strip(), f"{ENV_VAR} entry")
+
+
+def import_papers() -> None:
+    """The installed paper packages (entry points in the group attnlab.papers), loaded once: each registers its
+    Paper manifest, so that its presets load by name without an import of the package first."""
+    global _papers_loaded
+    if not _papers_loaded:
+        _papers_loaded = True
+        for point in entry_points(group=PAPER_ENTRY_POINTS):
+            _import(point.value, f"the entry point '{point.name}' of {PAPER_ENTRY_POINTS}", point.load)
 
 
 def absolute(spec: str) -> str:

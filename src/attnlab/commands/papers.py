@@ -7,9 +7,12 @@ from __future__ import annotations
 def papers() -> dict:
     """The registered papers by name. Importing them registers what each brings with the code that reads it (the
     presets, the bench's cases and variants, the doctor's speed goals, the demo's arms): the command line calls
-    this before it builds its parser. The papers are declarations: cheap to import, --help included."""
+    this before it builds its parser. The papers are declarations: cheap to import, --help included. attnlab's
+    own load from its package, an installed one's from its entry point (plugins.import_papers)."""
+    from .. import plugins
     from ..experiments import PAPERS
 
+    plugins.import_papers()
     return PAPERS
 
 
