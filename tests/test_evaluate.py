@@ -89,6 +89,9 @@ class Echo(torch.nn.Module):
     def forward(self, x):
         return F.one_hot(x, 5).double(), None
 
+    def read_limit(self):
+        return None
+
 
 def test_accuracy_counts_only_the_scored_positions():
     from attnlab.evaluate import accuracy, task_accuracy
@@ -101,6 +104,7 @@ def test_accuracy_counts_only_the_scored_positions():
     class Task:
         test = (inputs, targets)
         slices = {2: (inputs[:1], targets[:1]), 4: (inputs[2:], targets[2:])}
+        slice_label = "pairs={}"
 
     assert task_accuracy(Echo(), Task()) == {"accuracy": 3 / 5, "pairs=2": 1 / 2, "pairs=4": 1 / 2}
 

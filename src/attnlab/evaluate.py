@@ -140,10 +140,14 @@ def accuracy(model, inputs: torch.Tensor, targets: torch.Tensor, device=None, ba
 
 
 def task_accuracy(model, data, device=None) -> dict:
-    """Test accuracy of a synthetic task: overall and, for MQAR, per number of key-value pairs."""
+    """Test accuracy of a synthetic task: overall and on each of its test slices where it has them (MQAR's per
+    number of key-value pairs, a word problem's at longer lengths), named by its slice_label. A slice longer than
+    the model can read (its learned positions, a window: Decoder.read_limit) is left out."""
     result = {"accuracy": accuracy(model, *data.test, device=device)}
-    for pairs, (x, y) in getattr(data, "slices", {}).items():
-        result[f"pairs={pairs}"] = accuracy(model, x, y, device=device)
+    limit = model.read_limit()
+    for key, (x, y) in getattr(data, "slices", {}).items():
+        if limit is None or x.shape[1] <= limit[0]:
+            result[data.slice_label.format(key)] = accuracy(model, x, y, device=device)
     return result
 
 

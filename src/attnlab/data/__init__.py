@@ -8,7 +8,7 @@ also set ``output_size``. Text corpora also serve whole documents packed into ro
 
 from __future__ import annotations
 
-from . import brackets, mqar, niah  # noqa: F401  (the built-in tasks, registered on import)
+from . import brackets, mqar, niah, state_tracking  # noqa: F401  (the built-in tasks, registered on import)
 from .corpus import TokenCorpus, load_corpus
 from .tasks import TASKS, NoOptions, Task, register_task
 from .tokenizer import ByteTokenizer, CharTokenizer, tokenizer_from_dict

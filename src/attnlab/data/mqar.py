@@ -82,6 +82,7 @@ class MQARData(FixedExamples):
     pair count, so accuracy can be reported as a function of the number of pairs."""
 
     kind = "mqar"
+    slice_label = "pairs={}"
 
     def __init__(self, cfg: MQARConfig, seq_len: int):
         cfg.validate()

@@ -32,8 +32,15 @@ def test_accuracy(run, options) -> None:
     """Accuracy on the task's test set (each slice it reports, e.g. per number of pairs)."""
     from .. import evaluate
 
-    for name, value in evaluate.task_accuracy(run.model, run.corpus(), run.device).items():
+    data = run.corpus()
+    measured = evaluate.task_accuracy(run.model, data, run.device)
+    for name, value in measured.items():
         print(f"{run.config.data.source} test {name}: {100 * value:.2f}%")
+    for key in getattr(data, "slices", {}):
+        if (name := data.slice_label.format(key)) not in measured:
+            tokens, setting = run.model.read_limit()
+            print(f"{run.config.data.source} test {name}: not measured, the model reads at most {tokens} tokens "
+                  f"({setting})")
 
 
 @dataclass(frozen=True)
