@@ -17,8 +17,9 @@ from attnlab.experiments.store import Record, Results, RunKey
 from attnlab.mixers import list_mixers
 
 
-def random_linear_inputs(B=2, H=3, T=37, K=8, V=6, seed=0, per_channel_decay=True, decay_scale=1.0):
-    """fp64 inputs for the linear-attention ops, each requiring grad (the initial state too)."""
+def random_linear_inputs(B=2, H=3, T=37, K=8, V=6, seed=0, per_channel_decay=True, decay_scale=1.0, max_beta=1.0):
+    """fp64 inputs for the linear-attention ops, each requiring grad (the initial state too); write strengths
+    beta uniform in (0, max_beta)."""
     g = torch.Generator().manual_seed(seed)
 
     def rand(*shape):
@@ -27,7 +28,7 @@ def random_linear_inputs(B=2, H=3, T=37, K=8, V=6, seed=0, per_channel_decay=Tru
     q, k, v = rand(B, H, T, K), torch.nn.functional.normalize(rand(B, H, T, K), dim=-1), rand(B, H, T, V)
     decay_shape = (B, H, T, K) if per_channel_decay else (B, H, T)
     log_decay = torch.nn.functional.logsigmoid(rand(*decay_shape)) * decay_scale
-    beta = torch.rand(B, H, T, generator=g, dtype=torch.float64)
+    beta = max_beta * torch.rand(B, H, T, generator=g, dtype=torch.float64)
     h0 = rand(B, H, K, V)
     return [t.requires_grad_() for t in (q, k, v, log_decay, beta, h0)]
 
@@ -91,6 +92,7 @@ CASES = [(name, {}) for name in list_mixers()] + [
     ("boltzmann", {"inference": "banded", "couplings": "distance", "band": 3, "window": 6, "j_init_std": 0.3,
                    "normalise": False}),
     ("ccq-gdn", {"ccq_decay": True}),
+    ("gdn", {"negative_eigenvalues": True}),
     ("interdomain", {"form": "fft", "readout": "hermitian", "modes": 8}),
     ("interdomain", {"input": "single", "gate": True, "chunk_size": 5, "modes": 8}),
     ("interdomain", {"query": "linear", "rope": False, "modes": 8}),

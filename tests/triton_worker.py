@@ -32,9 +32,9 @@ CHUNK = 16
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-5}  # fp32
 
 
-def fp32_inputs(per_channel_decay=True, T=T):
-    """q, k (unit), v, log-decay, beta, initial state: fp32 leaves, B=1, H=2, D=16."""
-    tensors = random_linear_inputs(B=1, H=2, T=T, K=16, V=16, per_channel_decay=per_channel_decay)
+def fp32_inputs(per_channel_decay=True, T=T, max_beta=1.0):
+    """q, k (unit), v, log-decay, beta in (0, max_beta), initial state: fp32 leaves, B=1, H=2, D=16."""
+    tensors = random_linear_inputs(B=1, H=2, T=T, K=16, V=16, per_channel_decay=per_channel_decay, max_beta=max_beta)
     return [t.detach().float().requires_grad_() for t in tensors]
 
 
@@ -64,7 +64,7 @@ def check_linear():
 
 
 def check_delta_rule():
-    inputs = fp32_inputs(per_channel_decay=False)
+    inputs = fp32_inputs(per_channel_decay=False, max_beta=2.0)  # beta past 1 too: GDN's negative_eigenvalues
     assert_forms_agree(lambda *x: delta_rule_chunk(*x[:5], initial_state=x[5], chunk_size=CHUNK),
                        lambda *x: fla.delta_rule_fla(*x[:5], initial_state=x[5], chunk_size=CHUNK),
                        inputs, ["q", "k", "v", "g", "beta", "h0"])

@@ -78,6 +78,10 @@ class GDNConfig(LinearConfig):
     expand_k: float = 0.75
     expand_v: float = 1.5
     short_conv: bool = True
+    # beta = 2 sigmoid(.) in (0, 2) instead of sigmoid(.) in (0, 1): the transition I - beta k k^T then has the
+    # eigenvalue 1 - beta in (-1, 1) along k, which lets the state flip a sign each token, as parity and
+    # permutation groups need (Grazzi et al. 2025; fla's allow_neg_eigval)
+    negative_eigenvalues: bool = False
 
 
 @dataclass
@@ -277,6 +281,8 @@ class GatedDeltaNet(LinearAttention):
         # gates in fp32 or wider (fp64 stays fp64)
         log_decay = -at_least_fp32(self.A_log).exp() * F.softplus(at_least_fp32(self.decay_proj(x)) + self.dt_bias)
         beta = torch.sigmoid(at_least_fp32(self.beta_proj(x)))
+        if self.cfg.negative_eigenvalues:
+            beta = 2 * beta
         return {"log_decay": log_decay.transpose(1, 2), "beta": beta.transpose(1, 2)}  # [B, H, T]
 
     def read_query(self, q, k, gates, ccq_state, form, cu_seqlens=None):

@@ -1,6 +1,7 @@
 """The gated delta rule (Gated DeltaNet, Yang et al. 2025).
 
-Per head, with state h [D_k, D_v], scalar log-decay g_t <= 0 and write strength beta_t in (0, 1):
+Per head, with state h [D_k, D_v], scalar log-decay g_t <= 0 and write strength beta_t in (0, 1) (or (0, 2),
+where the transition's eigenvalue 1 - beta_t along k_t may be negative):
     h' = exp(g_t) h_{t-1};   u_t = beta_t (v_t - h'^T k_t);   h_t = h' + k_t u_t^T;   o_t = h_t^T (scale q_t)
 i.e. S_t = exp(g_t) S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T in the layout S = h^T.
 Shapes: q, k [B, H, T, D_k] (k normally L2-normalised); v [B, H, T, D_v]; g, beta [B, H, T];
