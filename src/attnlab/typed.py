@@ -101,6 +101,14 @@ def _kind(hint, origin) -> str:
     return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
+def choices(hint) -> tuple | None:
+    """The values a field typed Literal[...] (or Optional of one) takes; None for any other type."""
+    if typing.get_origin(hint) is typing.Literal:
+        return typing.get_args(hint)
+    inner = [a for a in typing.get_args(hint) if a is not type(None)]
+    return choices(inner[0]) if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(inner) == 1 else None
+
+
 def field_docs(cls) -> dict[str, str]:
     """{field: its documentation} for a dataclass: the comment on the field's line in the source, else the
     comment lines just above it, taken from the class that declares it or, if that has none, a base."""

@@ -35,7 +35,7 @@ def test_unknown_backend_is_a_one_line_error():
     with pytest.raises(ConfigError) as error:
         build_mixer("gla", backend="cuda")
     message = str(error.value)
-    assert "backend='cuda'" in message and "torch, fla, auto" in message and "\n" not in message
+    assert "gla.backend 'cuda'" in message and "auto, fla, torch" in message and "\n" not in message
 
 
 def test_fla_backend_without_fla_names_the_fix(monkeypatch):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import MISSING, fields
 
 from ..errors import UserError
@@ -54,19 +55,23 @@ def main(args) -> None:
 def _fields(name: str) -> None:
     """A mixer's own config fields: name, type, default and the comment that documents it in the source."""
     from ..mixers import MixerConfig, mixer_class
-    from ..typed import field_docs
+    from ..typed import choices, field_docs
 
     cls = mixer_class(name)
     summary = describe(cls)
     print(f"  {name}: {summary}" if summary else f"  {name}")
     shared = {f.name for f in fields(MixerConfig)}  # set by the model for every layer
     docs = field_docs(cls.config_class)
+    hints = typing.get_type_hints(cls.config_class)
     for f in fields(cls.config_class):
         if f.name in shared:
             continue
         default = f.default if f.default is not MISSING else f.default_factory()
-        kind = f.type if isinstance(f.type, str) else f.type.__name__
-        print(f"    {f.name:<22} {kind:<6} {default!r:<12} {docs[f.name]}".rstrip())
+        kind, doc = (f.type if isinstance(f.type, str) else f.type.__name__), docs[f.name]
+        options = choices(hints[f.name])
+        if options:  # a choice: its type is the values' type, and the row lists the values
+            kind, doc = type(options[0]).__name__, f"one of {' | '.join(map(str, options))}" + (f". {doc}" if doc else "")
+        print(f"    {f.name:<22} {kind:<6} {default!r:<12} {doc}".rstrip())
 
 
 def describe(mixer_class) -> str:
