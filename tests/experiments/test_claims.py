@@ -633,11 +633,18 @@ def test_a_paired_token_bootstrap_gives_the_validation_samples_share_of_the_unce
         results.records[RunKey("lm", "softmax", seed=seed)]["val_blocks"] = list(base)
         # the arm: the same blocks shifted by its seed's gap, plus block noise of its own
         results.records[RunKey("lm", "hJ", seed=seed)]["val_blocks"] = list(base + shift + rng.normal(0, 0.001, 40))
-    low, high, blocks = token_interval(claim, results)
-    v = evaluate([claim], results)[0][1]
-    assert blocks == 40 and low < v.delta < high and high - low < 0.1  # paired: the block variation cancels
+    tokens = token_interval(claim, results)
+    (low, high), v = tokens.interval, evaluate([claim], results)[0][1]
+    assert tokens.blocks == 40 and low < v.delta < high and high - low < 0.1  # paired: the block variation cancels
     assert f"the validation tokens alone (a paired bootstrap of 40 blocks): [{low:+.3g}%, {high:+.3g}%]" in \
         verdict_table([claim], results)[2]
+    # seeds retrained to keep their blocks (reproduce --remeasure) are enough from MIN_SEEDS on, and say so
     del results.records[RunKey("lm", "hJ", seed=0)]["val_blocks"]
-    assert token_interval(claim, results) is None
-    assert "the validation tokens alone: not measured" in verdict_table([claim], results)[2]
+    tokens = token_interval(claim, results)
+    assert (tokens.seeds, tokens.paired) == (4, 5) and tokens.interval != (low, high)
+    assert "a paired bootstrap of 40 blocks over the 4 of 5 seeds that keep them" in verdict_table([claim], results)[2]
+    for seed in (1, 2):
+        del results.records[RunKey("lm", "softmax", seed=seed)]["val_blocks"]
+    assert token_interval(claim, results).interval is None
+    assert "the validation tokens alone: not measured (2 of 5 seeds keep them, 3 needed)" in \
+        verdict_table([claim], results)[2]

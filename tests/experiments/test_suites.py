@@ -362,6 +362,28 @@ def test_a_record_from_before_its_metric_measured_the_model_without_its_componen
                                                                             if k != "lm/ccq/0"}
 
 
+def test_remeasure_trains_a_run_whose_model_is_gone_again_and_then_only_measures_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    suite = Suite("s", "s", [Experiment("lm", "lm", "val_ppl", [Arm("softmax", "demo")], "softmax")])
+    first = run_suite(suite, tmp_path / "suite", seeds=2, extra=TINY, log=lambda *_: None)
+    # records from before the metric kept per-block losses, their models deleted since
+    old = {key: {k: v for k, v in record.items() if k != "val_ppl"} | {"val_ppl": 9.0}
+           for key, record in runs_of(first).items()}
+    (tmp_path / "suite" / "results.json").write_text(json.dumps({**first.to_json(), "runs": old}))
+    shutil.rmtree(tmp_path / "suite" / "runs")
+    calls = []
+    again = run_suite(suite, tmp_path / "suite", seeds=2, extra=TINY, log=calls.append, again=("lm/*/1",))
+    assert [c for c in calls if c.startswith("[s]")] == ["[s] lm/softmax/1"]  # seed 0 left as it stands
+    assert runs_of(again)["lm/softmax/0"] == old["lm/softmax/0"]
+    assert runs_of(again)["lm/softmax/1"]["val_ppl"] == pytest.approx(runs_of(first)["lm/softmax/1"]["val_ppl"])
+    assert runs_of(again)["lm/softmax/1"]["trained"]
+    calls = []  # asked again (a session that stopped part-way starts over): the model is there, so only measured
+    run_suite(suite, tmp_path / "suite", seeds=2, extra=TINY, log=calls.append, again=("lm/*/1",))
+    assert calls[:2] == ["[s] lm/softmax/1", "    the same model as lm-softmax-s1"]
+    with pytest.raises(UserError, match=r"--remeasure lm/x/\* matches no run .* e.g. lm/softmax/0"):
+        run_suite(suite, tmp_path / "suite", seeds=2, extra=TINY, log=lambda *_: None, again=("lm/x/*",))
+
+
 def test_a_runs_fingerprint_is_its_config_apart_from_names_folders_and_compilation():
     from attnlab.config import load_config
     from attnlab.experiments.plan import fingerprint

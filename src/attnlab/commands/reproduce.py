@@ -23,6 +23,9 @@ def add_parser(sub) -> None:
                    "e.g. 'mqar-*'); the report still lists them all")
     p.add_argument("--arms", nargs="+", metavar="ARM", help="train only these arms of them (shell patterns, e.g. "
                    "'h+*'), so that two processes can share a suite's runs")
+    p.add_argument("--remeasure", nargs="+", metavar="RUN", help="measure these runs again whatever their records "
+                   "hold (shell patterns over experiment/arm/seed, e.g. 'lm-T12/softmax/[0-2]'): from their models "
+                   "where their folders hold them, else trained again")
     p.add_argument("--estimate", action="store_true", help="print the tier's training FLOPs as GPU-hours and stop")
     p.add_argument("--quick", action="store_true", help="the smoke version: a few steps per run")
     p.add_argument("--scale", type=positive_float, default=1.0, help="multiply every run's training steps")
@@ -113,7 +116,7 @@ def main(args) -> None:
         variant = "-quick" if args.quick else (f"-scale{args.scale:g}" if args.scale != 1 else "")
         out = Path(args.out) / f"{name}{'' if args.tier == 'default' else '-' + args.tier}{variant}"
         options = dict(seeds=args.seeds, quick=args.quick, scale=args.scale, only=args.only or (), arms=args.arms or (),
-                       runs_dir=args.runs_dir and Path(args.runs_dir) / out.name)
+                       runs_dir=args.runs_dir and Path(args.runs_dir) / out.name, again=tuple(args.remeasure or ()))
         if args.dry_run:
             from ..experiments.costs import describe_plan
 

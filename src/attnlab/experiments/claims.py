@@ -702,46 +702,58 @@ def verdict_table(claims: list[Claim], results: Results, planned_seeds=lambda cl
 BOOTSTRAP_DRAWS = 2000
 
 
-def token_interval(claim: Claim, results: Results, draws: int = BOOTSTRAP_DRAWS) -> tuple[float, float, int] | None:
+def token_interval(claim: Claim, results: Results, draws: int = BOOTSTRAP_DRAWS) -> TokenInterval | None:
     """The 95% interval of a relative perplexity claim's mean Δ over the validation tokens alone: the same models,
     the split's blocks of windows (runner records val_blocks) resampled with replacement, the same draw for both
-    arms and every seed (paired). Beside the seed interval it says how much of the uncertainty is the validation
-    sample's. (low, high, blocks), None where a compared record has no blocks or the claim is not one of them."""
+    arms and every seed (paired), over the paired seeds whose records keep their blocks (at least MIN_SEEDS).
+    Beside the seed interval it says how much of the uncertainty is the validation sample's. None where the claim
+    is not one of them; an interval of None where too few seeds keep blocks."""
     if claim.metric != "val_ppl" or not claim.relative or claim.contrast or claim.baseline is None:
         return None
     import numpy as np
 
-    arms, bases = [], []
+    arms, bases, paired = [], [], 0
     for seed in _seeds(results, [claim.experiment]):
         arm, base = (results.get(RunKey(claim.experiment, label, seed=seed)) or {}
                      for label in (claim.arm, claim.baseline))
         if "val_ppl" not in arm or "val_ppl" not in base:
             continue  # as paired_deltas: a seed without both values is left out
-        if "val_blocks" not in arm or "val_blocks" not in base:
-            return None
-        arms.append(arm["val_blocks"])
-        bases.append(base["val_blocks"])
+        paired += 1
+        if "val_blocks" in arm and "val_blocks" in base:
+            arms.append(arm["val_blocks"])
+            bases.append(base["val_blocks"])
     if len(arms) < MIN_SEEDS:
-        return None
+        return TokenInterval(None, 0, len(arms), paired)
     arm_blocks, base_blocks = np.array(arms), np.array(bases)  # [seeds, blocks]
     picks = np.random.default_rng(0).integers(0, arm_blocks.shape[1], size=(draws, arm_blocks.shape[1]))
     gap = arm_blocks[:, picks].mean(-1) - base_blocks[:, picks].mean(-1)  # [seeds, draws]: loss per token, arm - base
     deltas = (100 * np.expm1(gap)).mean(0)
     low, high = np.percentile(deltas, [2.5, 97.5])
-    return float(low), float(high), arm_blocks.shape[1]
+    return TokenInterval((float(low), float(high)), arm_blocks.shape[1], len(arms), paired)
+
+
+@dataclass(frozen=True)
+class TokenInterval:
+    interval: tuple[float, float] | None  # None: fewer than MIN_SEEDS seeds keep their blocks
+    blocks: int
+    seeds: int  # the paired seeds whose records keep their blocks
+    paired: int  # the paired seeds in all
 
 
 def _tokens_cell(claim: Claim, v: Verdict, results: Results) -> str:
     """The interval over the validation tokens alone, beside the seed interval (a headline's says where the
     records cannot give it)."""
     tokens = token_interval(claim, results) if v.n >= MIN_SEEDS else None
-    if tokens is not None:
-        low, high, blocks = tokens
-        return f"; the validation tokens alone (a paired bootstrap of {blocks} blocks): [{_num(low, claim)}, " \
-               f"{_num(high, claim)}]"
-    if claim.headline and claim.metric == "val_ppl" and claim.relative and v.n >= MIN_SEEDS:
-        return "; the validation tokens alone: not measured (these records keep no per-block losses)"
-    return ""
+    if tokens is None or (tokens.interval is None and not claim.headline):
+        return ""
+    if tokens.interval is None:
+        kept = f"{tokens.seeds} of {tokens.paired} seeds keep them, {MIN_SEEDS} needed" if tokens.seeds else \
+            "these records keep no per-block losses"
+        return f"; the validation tokens alone: not measured ({kept})"
+    over = "" if tokens.seeds == tokens.paired else f" over the {tokens.seeds} of {tokens.paired} seeds that keep them"
+    low, high = tokens.interval
+    return f"; the validation tokens alone (a paired bootstrap of {tokens.blocks} blocks{over}): " \
+           f"[{_num(low, claim)}, {_num(high, claim)}]"
 
 
 def holm_corrected(judged: list[tuple[Claim, Verdict]]) -> dict[int, float]:

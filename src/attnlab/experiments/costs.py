@@ -75,6 +75,8 @@ def describe_plan(suite: Suite, plan: Plan, device: DeviceTimes | None = None, w
             what += f" the model of {job.model}"
         if job.supersedes:
             what += " (replaces a record of another config)"
+        elif job.again:
+            what += " again (--remeasure)"
         if seconds is not None:
             costs.append(seconds)
         cost = duration(seconds) if seconds is not None else ("no timing" if job.status == "train" else "")

@@ -22,11 +22,13 @@ import logging
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
+from fnmatch import fnmatch
 from pathlib import Path
 
 import torch
 
 from ..config import RunConfig, apply_overrides, load_config, preset_values
+from ..errors import UserError
 from ..model import Decoder
 from ..typed import from_dict
 from .claims import anchors_of, failed_calibrations
@@ -67,6 +69,7 @@ class Job:
     why: str = ""  # what it waits for, why it is blocked, or what it replaces
     model: RunKey | None = None  # the job whose model it measures (a model shared with another experiment)
     supersedes: bool = False  # its key holds a record of another config, which it replaces
+    again: bool = False  # measured again on request, whatever its record: from its model, else trained again
 
     @property
     def runnable(self) -> bool:
@@ -89,11 +92,13 @@ class Plan:
 
 
 def plan(suite: Suite, experiments: list[Experiment], results: Results, settings: Settings,
-         models: frozenset = frozenset(), attempted: frozenset = frozenset(), beside: tuple = ()) -> Plan:
+         models: frozenset = frozenset(), attempted: frozenset = frozenset(), beside: tuple = (),
+         again: tuple[str, ...] = ()) -> Plan:
     """Every job of the selected experiments as the results stand. models: the fingerprints of the trained models
     on disk (in this suite's folder and those beside it); beside: the records of the folders beside this suite's,
     which a job may copy where one is of its model measured its way; attempted: keys this attempt has already run,
-    which count as done whatever their record lacks, so that a measure that records nothing cannot loop."""
+    which count as done whatever their record lacks, so that a measure that records nothing cannot loop; again:
+    shell patterns over run keys (experiment/arm/seed) whose records are measured again whatever they hold."""
     jobs: list[Job] = []
     rates: dict[tuple[str, str], float | None | str] = {}  # (sweeping experiment, arm) -> rate, or why not yet
     for experiment in experiments:
@@ -112,7 +117,12 @@ def plan(suite: Suite, experiments: list[Experiment], results: Results, settings
                 job = _job(RunKey(experiment.name, arm.label, seed=seed), stage, experiment, arm,
                            rates.get(_sweep_of(suite, experiment, arm)), settings)
                 jobs.append(dataclasses.replace(job, **held) if held and stage == "seed" else job)
-    _settle(jobs, results, models, attempted, beside)
+    for pattern in again:
+        if not any(not job.key.sweep and fnmatch(str(job.key), pattern) for job in jobs):
+            example = next((str(job.key) for job in jobs if not job.key.sweep), "lm/softmax/0")
+            raise UserError(f"--remeasure {pattern} matches no run of the selected experiments; a run is named "
+                            f"experiment/arm/seed, e.g. {example}")
+    _settle(jobs, results, models, attempted, beside, again)
     return Plan(jobs, settings)
 
 
@@ -196,11 +206,13 @@ def _job(key: RunKey, stage: str, experiment: Experiment, arm: Arm, rate, settin
     return Job(key, stage, experiment, arm, lr, cfg, print_, status="")
 
 
-def _settle(jobs: list[Job], results: Results, models: frozenset, attempted: frozenset, beside: tuple = ()) -> None:
+def _settle(jobs: list[Job], results: Results, models: frozenset, attempted: frozenset, beside: tuple = (),
+            again: tuple[str, ...] = ()) -> None:
     """Each job with its config: done where its record stands (or this attempt ran it); where another job of this
     plan trains its model, measure once that job is done (until then it waits); else measure where a model of its
     config is on disk or a record of it measured alike can be copied, train where neither is. A job held back by
-    its calibration keeps waiting (or blocked)."""
+    its calibration keeps waiting (or blocked). A job asked for `again` is measured from its model where one is on
+    disk, else trained again, whatever its record holds (its next attempt finds the model and only measures)."""
     trainer: dict[str, Job] = {}  # fingerprint -> the first job of the plan with that model
     records = [*(r for _, r in results.items()), *beside]
     for job in jobs:
@@ -208,12 +220,16 @@ def _settle(jobs: list[Job], results: Results, models: frozenset, attempted: fro
             continue
         record = results.get(job.key)
         first = trainer.setdefault(job.fingerprint, job)
-        if job.key in attempted or _stands(record, job):
+        job.again = not job.key.sweep and any(fnmatch(str(job.key), pattern) for pattern in again)
+        if job.key in attempted or (_stands(record, job) and not job.again):
             job.status = "done"
             continue
         if job.status == "waiting":  # on its calibration
             continue
         job.supersedes = record is not None and record.fingerprint != job.fingerprint
+        if job.again:
+            job.status, job.why = ("measure" if job.fingerprint in models else "train"), "asked for again"
+            continue
         if first is not job and first.status != "done":
             job.model, job.status, job.why = first.key, "waiting", f"the model of {first.key}"
         elif job.fingerprint in models or any(r.fingerprint == job.fingerprint and _stands(r, job) for r in records):

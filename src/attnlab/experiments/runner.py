@@ -45,11 +45,13 @@ def measure(experiment: Experiment, run_dir: Path) -> dict:
 
 def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick: bool = False, scale: float = 1.0,
               extra: list[str] = (), log=print, only: list[str] = (), arms: list[str] = (), executor=None,
-              runs_dir: str | Path | None = None) -> Results:
+              runs_dir: str | Path | None = None, again: tuple[str, ...] = ()) -> Results:
     """Train and measure every run of the suite (seeds: the suite's own count unless given; only: the
     experiments whose names match one of these shell patterns; arms: their arms whose labels match one), keeping
     the runs that an earlier attempt finished with the same config. executor: where jobs run (default: in this
-    process, one after another); runs_dir: where models and checkpoints go (default <out>/runs)."""
+    process, one after another); runs_dir: where models and checkpoints go (default <out>/runs); again: runs to
+    measure again whatever their records hold (shell patterns over experiment/arm/seed), from their models where
+    their folders hold them, else trained again."""
     from .executors import InProcess
 
     seeds = seeds or suite.seeds
@@ -77,7 +79,7 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
             while True:  # the folders beside read again each time: a suite there may have trained a model since
                 beside = _results_beside(out, warn)
                 jobs = plan(suite, experiments, results, settings, _models(out, results, beside), frozenset(finished),
-                            _records(beside))
+                            _records(beside), again)
                 for job in jobs.runnable():
                     if job.key in running or any(j.fingerprint == job.fingerprint for j in running.values()):
                         continue  # running, or its model is being trained: it waits for that
@@ -101,7 +103,8 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
 
 
 def dry_run(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick: bool = False, scale: float = 1.0,
-            extra: list[str] = (), only: list[str] = (), arms: list[str] = (), runs_dir=None) -> Plan:
+            extra: list[str] = (), only: list[str] = (), arms: list[str] = (), runs_dir=None,
+            again: tuple[str, ...] = ()) -> Plan:
     """The plan as the folder's results stand, without training or writing anything."""
     seeds = seeds or suite.seeds
     out = Path(out_dir)
@@ -112,7 +115,7 @@ def dry_run(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick: 
     beside = _results_beside(out, log=lambda *_: None)
     with notes_once():
         return plan(suite, _selected(suite, only, arms), results, settings, _models(out, results, beside), frozenset(),
-                    _records(beside))
+                    _records(beside), again)
 
 
 def _models(out: Path, results: Results, beside: list[tuple[Path, Results]]) -> frozenset:
@@ -193,13 +196,15 @@ class Work:
     out: Path
     earlier: list[tuple[Path, dict]]
     ranks: int = 1  # processes that train it together (Arm.ranks)
+    again: bool = False  # measured again on request: no earlier record is copied
 
     @classmethod
     def of(cls, job: Job, out: Path, folders: list[tuple[Path, Results]], smoke: bool = False) -> Work:
         """The job's work (a smoke run's CPU-sized models train in one process, whatever their arm's ranks)."""
         earlier = [(folder / r.folder, dict(r)) for folder, results in folders for _, r in results.items()
                    if r.fingerprint == job.fingerprint]
-        return cls(job.key, job.cfg, job.experiment, job.fingerprint, out, earlier, 1 if smoke else job.arm.ranks)
+        return cls(job.key, job.cfg, job.experiment, job.fingerprint, out, earlier, 1 if smoke else job.arm.ranks,
+                   job.again)
 
 
 def execute(work: Work, log=print) -> dict:
@@ -208,7 +213,7 @@ def execute(work: Work, log=print) -> dict:
     an earlier attempt stopped part-way)."""
     start = time.perf_counter()
     cfg, experiment, out = work.cfg, work.experiment, work.out
-    for run_dir, record in work.earlier:
+    for run_dir, record in [] if work.again else work.earlier:
         if stands(Record(record), work.key, experiment, cfg, work.fingerprint):  # the same model, measured alike
             log(f"    the same model and measurement as {record['run']}")
             return {**record, "run": os.path.relpath(run_dir, out), "seconds": 0.0, "trained": False}
