@@ -80,6 +80,8 @@ CASES = [(name, {}) for name in list_mixers()] + [
     ("coupled-differential", {"integrator": "leapfrog", "steps": 2}),
     ("uncoupled-qk", {"steps": 3}),
     ("softmax", {"rope": False}),
+    ("softmax", {"output_gate": True}),
+    ("differential", {"output_gate": True}),
     ("boltzmann", {"j_init_std": 0.3}),
     ("boltzmann", {"mode": "h+J+K", "j_init_std": 0.3}),
     ("boltzmann", {"inference": "banded", "couplings": "distance", "band": 3, "j_init_std": 0.3}),

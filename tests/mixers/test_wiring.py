@@ -104,7 +104,12 @@ def softmax_map(q, k):
 def expect_softmax(m, x):
     q, k, v = attention_qkv(m, x)
     q, k = rope(q, m.cfg.rope_base), rope(k, m.cfg.rope_base)
-    return linear(merge(softmax_map(q, k) @ v), m.out_proj)
+    return linear(gated(m, x, merge(softmax_map(q, k) @ v)), m.out_proj)
+
+
+def gated(m, x, o):
+    """o * sigmoid(W_g x) where the mixer has an output gate."""
+    return o if m.gate is None else o * torch.sigmoid(linear(x, m.gate))
 
 
 def expect_sigmoid(m, x):
@@ -140,7 +145,7 @@ def differential_heads(m, q, k, v):
 def expect_differential(m, x):
     q, k, v = attention_qkv(m, x)
     q, k = rope(q, m.cfg.rope_base), rope(k, m.cfg.rope_base)
-    return linear(merge(differential_heads(m, q, k, v)), m.out_proj)
+    return linear(gated(m, x, merge(differential_heads(m, q, k, v))), m.out_proj)
 
 
 def couple(m, q, k, integrator):
@@ -366,9 +371,11 @@ def expect_s4d(m, x):
 BOLTZMANN = {"j_init_std": 0.3}  # exact inference needs window >= the 11 positions of the input
 CASES = [
     ("softmax", {"rope_base": 500.0}, expect_softmax),
+    ("softmax", {"output_gate": True}, expect_softmax),
     ("sigmoid", {"bias": -1.3, "rope_base": 500.0}, expect_sigmoid),
     ("stick-breaking", {}, expect_stick_breaking),
     ("differential", {"layer_idx": 3, "norm_eps": 1e-3}, expect_differential),
+    ("differential", {"output_gate": True}, expect_differential),
     ("coupled-qk", {"steps": 2, "dt_init": 0.5}, expect_coupled("euler")),
     ("coupled-qk", {"integrator": "leapfrog", "steps": 3, "dt_init": 0.5, "per_head_mlp": True},
      expect_coupled("leapfrog")),

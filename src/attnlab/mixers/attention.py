@@ -16,6 +16,9 @@ from .base import Mixer, MixerConfig, marked
 class AttentionConfig(MixerConfig):
     rope: bool = True
     rope_base: float = 10000.0
+    # o <- sigmoid(W_g x) * o before the output projection, one gate per channel: the gated attention of
+    # hybrid models' full-attention layers (Qiu et al. 2025, Qwen3-Next), which lets a head output nothing
+    output_gate: bool = False
 
 
 @dataclass
@@ -118,6 +121,7 @@ class AttentionMixer(Mixer):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.out_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self.rotary = Rotary(cfg.head_dim, cfg.rope_base) if cfg.rope else None
+        self.gate = nn.Linear(cfg.d_model, cfg.d_model, bias=False) if cfg.output_gate else None
 
     def forward(self, x: torch.Tensor, state: KVCache | None = None):
         q, k, v = self.projections(x, 0 if state is None else state.position)
@@ -135,9 +139,12 @@ class AttentionMixer(Mixer):
         return q, k, v
 
     def output(self, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """The output projection of attend's y [B, H', T, D'], in x's dtype."""
+        """The output projection of attend's y [B, H', T, D'] (gated by x where output_gate), in x's dtype."""
         B, T, _ = x.shape
-        return self.out_proj(y.transpose(1, 2).reshape(B, T, -1).to(x.dtype))
+        y = y.transpose(1, 2).reshape(B, T, -1).to(x.dtype)
+        if self.gate is not None:
+            y = torch.sigmoid(self.gate(x)) * y
+        return self.out_proj(y)
 
     def prepare_qk(self, q: torch.Tensor, k: torch.Tensor):
         """Per-token transform of q and k before RoPE and scoring (identity here)."""
