@@ -94,6 +94,8 @@ CASES = [(name, {}) for name in list_mixers()] + [
     ("boltzmann", {"inference": "banded", "couplings": "distance", "band": 3, "window": 6, "j_init_std": 0.3,
                    "normalise": False}),
     ("ccq-gdn", {"ccq_decay": True}),
+    ("ccq-gla", {"read": "ridge", "ccq_lambda_init": 0.7}),
+    ("ccq-gdn", {"read": "ridge", "ccq_decay": True}),
     ("gdn", {"negative_eigenvalues": True}),
     ("interdomain", {"form": "fft", "readout": "hermitian", "modes": 8}),
     ("interdomain", {"input": "single", "gate": True, "chunk_size": 5, "modes": 8}),

@@ -269,14 +269,33 @@ def linear_output(m, x, o):
 
 
 def ccq_query(m, q, k, log_decay):
-    """q - lambda Sigma q with lambda = sigmoid(w . q_bar + b) and Sigma from the normalised keys k_bar."""
+    """q - lambda Sigma q (the ridge read: (I + lambda Sigma)^-1 q, by an explicit inverse) with
+    lambda = sigmoid(w . q_bar + b) and Sigma from the normalised keys k_bar."""
     q_bar, k_bar = F.normalize(q, dim=-1, eps=1e-6), F.normalize(k, dim=-1, eps=1e-6)
     lam = torch.sigmoid((q_bar * m.lambda_weight[:, None]).sum(-1) + m.lambda_bias[:, None])
     if not m.cfg.ccq_decay:
         log_decay = None
     elif log_decay.ndim == 4:  # GLA's per-channel decay: its mean ages the statistics
         log_decay = log_decay.mean(-1)
+    if m.cfg.read == "ridge":
+        return ridge_query(q, k_bar, lam, log_decay)
     return ccq_reference(q, k_bar, lam, None, log_decay)[0]
+
+
+def ridge_query(q, k_bar, lam, log_decay):
+    """(I + lambda_t Sigma_t)^-1 q_t, Sigma_t the (decayed) covariance of k_bar_1..t, from explicit sums."""
+    T, D = q.shape[2], q.shape[-1]
+    g = torch.zeros(q.shape[:3], dtype=q.dtype) if log_decay is None else log_decay
+    out = torch.empty_like(q)
+    for t in range(T):
+        w = torch.stack([g[:, :, j + 1 : t + 1].sum(-1) for j in range(t + 1)], -1).exp()  # [B, H, t+1]
+        keys = k_bar[:, :, : t + 1]
+        n, m = w.sum(-1), (w[..., None] * keys).sum(2)
+        second = torch.einsum("bhj,bhjd,bhje->bhde", w, keys, keys)
+        sigma = second / n[..., None, None] - m[..., :, None] * m[..., None, :] / n[..., None, None] ** 2
+        out[:, :, t] = (torch.linalg.inv(torch.eye(D, dtype=q.dtype) + lam[:, :, t, None, None] * sigma)
+                        @ q[:, :, t, :, None])[..., 0]
+    return out
 
 
 def expect_gla(m, x, plain=False, ccq=False):
@@ -399,6 +418,9 @@ CASES = [
     ("ccq-gla", {"chunk_size": 4, "ccq_decay": True, "short_conv": True}, partial(expect_gla, ccq=True)),
     ("ccq-gdn", {"chunk_size": 4}, partial(expect_gdn, ccq=True)),
     ("ccq-gdn", {"chunk_size": 4, "ccq_decay": True, "ccq_lambda_init": 0.6}, partial(expect_gdn, ccq=True)),
+    ("ccq-gla", {"chunk_size": 4, "read": "ridge", "ccq_lambda_init": 0.7}, partial(expect_gla, ccq=True)),
+    ("ccq-gdn", {"chunk_size": 4, "read": "ridge", "ccq_decay": True, "ccq_lambda_init": 0.6},
+     partial(expect_gdn, ccq=True)),
     ("interdomain", {"modes": 8, "chunk_size": 4, "rope_base": 300.0}, expect_interdomain),
     ("interdomain", {"modes": 8, "form": "fft", "readout": "hermitian", "discretization": "bilinear", "gate": True,
                      "normalize": True, "norm_eps": 1e-3}, expect_interdomain),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 import torch
@@ -21,6 +22,7 @@ from ..errors import ConfigError
 from ..nn import ShortConv, at_least_fp32, inverse_softplus, log_uniform_dt, overwritten, rms_norm_fp32, set_optim
 from ..ops import fla as fla_ops
 from ..ops.ccq import CCQStats, ccq_chunk, ccq_step
+from ..ops.ccq_ridge import ccq_ridge, ccq_ridge_reference
 from ..ops.delta_rule import delta_rule_chunk, delta_rule_step
 from ..ops.gla import gla_chunk, gla_step
 from ..ops.packing import state_row
@@ -88,6 +90,9 @@ class GDNConfig(LinearConfig):
 class CCQOptions:
     ccq_lambda_init: float = 0.1  # lambda = sigmoid(w . q + b) with w = 0 and sigmoid(b) = this at start
     ccq_decay: bool = False  # age the key statistics with the backbone's gate (not in the paper)
+    # first-order: (I - lambda Sigma) q, the paper's | ridge: (I + lambda Sigma)^-1 q, the full regularised read
+    # that the paper's truncates (a solve per position: what the truncation costs; torch forms only)
+    read: Literal["first-order", "ridge"] = "first-order"
 
     def validate_ccq(self) -> None:
         if not 0.0 < self.ccq_lambda_init < 1.0:
@@ -310,9 +315,12 @@ class CCQRead:
         return super().scalar_gates or self.cfg.ccq_decay  # decayed statistics age with one gate per head
 
     @property
-    def packs(self) -> str:
+    def packs(self) -> str | None:
         """fla's kernel returns each packed sequence's key statistics; ours keep none (the zeros that move the
-        sequences to their chunks would count), so where states are kept mix runs the sequences one at a time."""
+        sequences to their chunks would count), so where states are kept mix runs the sequences one at a time.
+        The ridge read has no packed form: mix runs its sequences as rows."""
+        if self.cfg.read == "ridge":
+            return None
         return "states" if runs_fla(self.cfg.backend, self.lambda_bias, self.scalar_gates) else "outputs"
 
     def ablated(self):
@@ -330,6 +338,10 @@ class CCQRead:
         if self.cfg.ccq_decay:
             log_decay = gates["log_decay"]
             log_decay = log_decay.mean(-1) if log_decay.ndim == 4 else log_decay  # GLA: mean over channels
+        if self.cfg.read == "ridge":  # the loop over time for one token; else a chunk's statistics at a time
+            ridge = ccq_ridge_reference if form == "step" else partial(ccq_ridge, chunk_size=self.cfg.chunk_size)
+            q_clean, ccq_state = ridge(q, k_bar, lam, ccq_state, log_decay)
+            return q_clean, k, ccq_state
         if form == "step":
             stats = ccq_state if ccq_state is not None else CCQStats.empty(*q.shape[:2], q.shape[-1], q.device)
             q_clean, ccq_state = ccq_step(q[:, :, 0], k_bar[:, :, 0], lam[:, :, 0], stats,
