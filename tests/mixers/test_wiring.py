@@ -107,6 +107,14 @@ def expect_softmax(m, x):
     return linear(gated(m, x, merge(softmax_map(q, k) @ v)), m.out_proj)
 
 
+def expect_nonlinear_q(m, x):
+    """q = x + W_2 gelu(W_1 x + b_1) + b_2 split into heads; k and v from one projection."""
+    q = heads(x + linear(F.gelu(linear(x, m.query_in)), m.query_out))
+    k, v = (heads(t) for t in linear(x, m.kv).chunk(2, dim=-1))
+    q, k = rope(q, m.cfg.rope_base), rope(k, m.cfg.rope_base)
+    return linear(merge(softmax_map(q, k) @ v), m.out_proj)
+
+
 def gated(m, x, o):
     """o * sigmoid(W_g x) where the mixer has an output gate."""
     return o if m.gate is None else o * torch.sigmoid(linear(x, m.gate))
@@ -391,6 +399,7 @@ BOLTZMANN = {"j_init_std": 0.3}  # exact inference needs window >= the 11 positi
 CASES = [
     ("softmax", {"rope_base": 500.0}, expect_softmax),
     ("softmax", {"output_gate": True}, expect_softmax),
+    ("nonlinear-q", {"hidden_ratio": 0.25, "rope_base": 700.0}, expect_nonlinear_q),
     ("sigmoid", {"bias": -1.3, "rope_base": 500.0}, expect_sigmoid),
     ("stick-breaking", {}, expect_stick_breaking),
     ("differential", {"layer_idx": 3, "norm_eps": 1e-3}, expect_differential),

@@ -131,12 +131,16 @@ class AttentionMixer(Mixer):
 
     def projections(self, x: torch.Tensor, offset: int = 0, positions: torch.Tensor | None = None):
         """q, k, v [B, H, T, D] of x [B, T, d_model], q and k rotated to positions offset.. (or the given ones)."""
-        B, T, _ = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.cfg.n_heads, self.cfg.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = self.heads(x)
         q, k = self.prepare_qk(q, k)
         if self.rotary is not None:
             q, k = self.rotary(q, offset, positions), self.rotary(k, offset, positions)
         return q, k, v
+
+    def heads(self, x: torch.Tensor):
+        """q, k, v [B, H, T, D] of x [B, T, d_model], as projected."""
+        B, T, _ = x.shape
+        return self.qkv(x).view(B, T, 3, self.cfg.n_heads, self.cfg.head_dim).permute(2, 0, 3, 1, 4)
 
     def output(self, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The output projection of attend's y [B, H', T, D'] (gated by x where output_gate), in x's dtype."""

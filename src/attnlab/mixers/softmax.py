@@ -1,5 +1,5 @@
-"""Softmax attention (the Transformer baseline), and sigmoid and stick-breaking attention, whose weights are not a
-softmax."""
+"""Softmax attention (the Transformer baseline), softmax attention with nonlinear queries, and sigmoid and
+stick-breaking attention, whose weights are not a softmax."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
-from ..nn import at_least_fp32, causal_mask
+from ..errors import ConfigError
+from ..nn import at_least_fp32, causal_mask, overwritten
 from ..ops.sigmoid_attention import sigmoid_attention
 from ..ops.stick_breaking import stick_breaking
 from .attention import AttentionConfig, AttentionMixer
@@ -52,6 +54,46 @@ class SoftmaxAttention(AttentionMixer):
 
     def attend(self, q, k, v):
         return causal_sdpa(q, k, v)
+
+
+@dataclass
+class NonlinearQConfig(AttentionConfig):
+    # the width of f's hidden layer as a fraction of d_model: 0.5 gives f the d_model^2 weights of the W_q it
+    # replaces (plus its biases)
+    hidden_ratio: float = 0.5
+
+    def validate(self) -> None:
+        super().validate()
+        if not self.hidden_ratio > 0:
+            raise ConfigError(f"hidden_ratio={self.hidden_ratio} must be positive: f's hidden layer needs a width")
+
+
+@register_mixer("nonlinear-q")
+class NonlinearQueryAttention(SoftmaxAttention):
+    """Softmax attention whose query is the input plus a bottleneck MLP of it, q = x + f(x), in place of W_q x
+    (Karbevski 2026, "The Case for Nonlinear Queries"): the identity anchors the query, f bends it. The
+    uncoupled control of the coupled-QK follow-up, which bends q and k together. f = W_2 gelu(W_1 x + b_1) + b_2
+    (the activation is not given in the abstract: GELU, as the GPT-3-style models it reports on)."""
+
+    config_class = NonlinearQConfig
+
+    def __init__(self, cfg: NonlinearQConfig):
+        super().__init__(cfg)
+        del self.qkv  # the query is no projection: keys and values keep theirs
+        hidden = max(1, round(cfg.hidden_ratio * cfg.d_model))
+        self.kv = nn.Linear(cfg.d_model, 2 * cfg.d_model, bias=False)
+        self.query_in = nn.Linear(cfg.d_model, hidden)
+        self.query_out = nn.Linear(hidden, cfg.d_model)
+
+    def heads(self, x):
+        B, T, _ = x.shape
+        q = x + self.query_out(F.gelu(self.query_in(x)))  # q = x + f(x)
+        k, v = self.kv(x).view(B, T, 2, self.cfg.n_heads, self.cfg.head_dim).permute(2, 0, 3, 1, 4)
+        return q.view(B, T, self.cfg.n_heads, self.cfg.head_dim).transpose(1, 2), k, v
+
+    def ablated(self):
+        """f set to zero (its output layer's weights and bias): the query is the input itself."""
+        return overwritten((self.query_out.weight, 0.0), (self.query_out.bias, 0.0))
 
 
 @dataclass
