@@ -79,6 +79,8 @@ CASES = [(name, {}) for name in list_mixers()] + [
     ("coupled-qk", {"integrator": "leapfrog", "steps": 7, "per_head_mlp": True}),
     ("coupled-differential", {"integrator": "leapfrog", "steps": 2}),
     ("uncoupled-qk", {"steps": 3}),
+    ("coupled-qk", {"integrator": "affine", "steps": 2, "per_head_mlp": True}),
+    ("coupled-differential", {"integrator": "affine"}),
     ("softmax", {"rope": False}),
     ("softmax", {"output_gate": True}),
     ("differential", {"output_gate": True}),

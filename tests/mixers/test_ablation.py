@@ -8,15 +8,19 @@ from attnlab.mixers import build_mixer, list_mixers
 
 D_MODEL, N_HEADS = 16, 2
 
-# mixer -> (the mechanism it extends, options of both): with the component removed the two compute the same
-ABLATES_TO = {
-    "boltzmann": ("boltzmann", {"window": 8, "mode": "h-only"}, {"window": 8}),
-    "coupled-qk": ("softmax", {}, {}),
-    "uncoupled-qk": ("softmax", {}, {}),
-    "coupled-differential": ("differential", {}, {}),
-    "ccq-gla": ("gla", {}, {}),
-    "ccq-gdn": ("gdn", {}, {}),
-}
+# (mixer, its options, the mechanism it extends, that one's options): with the component removed the two compute
+# the same
+ABLATES_TO = [
+    ("boltzmann", {"window": 8}, "boltzmann", {"window": 8, "mode": "h-only"}),
+    ("coupled-qk", {}, "softmax", {}),
+    ("coupled-qk", {"integrator": "affine", "steps": 2}, "softmax", {}),
+    ("uncoupled-qk", {}, "softmax", {}),
+    ("coupled-differential", {}, "differential", {}),
+    ("coupled-differential", {"integrator": "affine"}, "differential", {}),
+    ("ccq-gla", {}, "gla", {}),
+    ("ccq-gla", {"read": "ridge"}, "gla", {}),
+    ("ccq-gdn", {}, "gdn", {}),
+]
 
 
 def trained_like(name: str, **options):
@@ -29,9 +33,9 @@ def trained_like(name: str, **options):
     return mixer
 
 
-@pytest.mark.parametrize("name", sorted(ABLATES_TO))
-def test_the_ablated_mixer_is_the_mechanism_it_extends_and_is_restored(name):
-    base, base_options, options = ABLATES_TO[name]
+@pytest.mark.parametrize("name, options, base, base_options", ABLATES_TO,
+                         ids=[f"{name}{options or ''}" for name, options, _, _ in ABLATES_TO])
+def test_the_ablated_mixer_is_the_mechanism_it_extends_and_is_restored(name, options, base, base_options):
     mixer = trained_like(name, **options)
     reference = build_mixer(base, d_model=D_MODEL, n_heads=N_HEADS, **base_options).double()
     reference.load_state_dict(mixer.state_dict(), strict=False)  # the shared projections
@@ -49,7 +53,23 @@ def test_the_ablated_mixer_is_the_mechanism_it_extends_and_is_restored(name):
 def test_mixers_without_a_component_of_their_own_have_no_ablation():
     without = [name for name in list_mixers() if build_mixer(name, d_model=D_MODEL, n_heads=N_HEADS).ablated() is None]
     assert {"softmax", "sigmoid", "gla", "gdn", "linear", "differential"} <= set(without)
-    assert not set(ABLATES_TO) & set(without)
+    assert not {name for name, *_ in ABLATES_TO} & set(without)
+
+
+def test_nonlinear_q_without_f_reads_the_input_itself_as_its_query():
+    """Its ablation is softmax attention whose W_q is the identity, with its own W_k and W_v."""
+    mixer = trained_like("nonlinear-q")
+    reference = build_mixer("softmax", d_model=D_MODEL, n_heads=N_HEADS).double()
+    with torch.no_grad():
+        reference.qkv.weight.copy_(torch.cat((torch.eye(D_MODEL, dtype=torch.float64), mixer.kv.weight)))
+        reference.out_proj.weight.copy_(mixer.out_proj.weight)
+    x = torch.randn(2, 8, D_MODEL, dtype=torch.float64)
+    intact, _ = mixer(x)
+    with mixer.ablated():
+        ablated, _ = mixer(x)
+    torch.testing.assert_close(ablated, reference(x)[0], rtol=1e-9, atol=1e-9)
+    assert not torch.allclose(intact, ablated)
+    torch.testing.assert_close(mixer(x)[0], intact, rtol=0, atol=0)
 
 
 def test_interdomain_without_its_query_path_reads_every_token_with_the_mean_query_and_is_restored():

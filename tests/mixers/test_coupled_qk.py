@@ -59,6 +59,27 @@ def test_parameter_counts_match_across_integrators_and_the_ablation():
     assert count("coupled-differential") == count("differential") + 2 * 16 * 16 + 4
 
 
+def test_the_affine_coupling_costs_six_head_dims_squared_a_step_and_starts_as_the_identity():
+    assert count("coupled-qk", integrator="affine", steps=2) == count("softmax") + 2 * 6 * 16 * 16
+    assert count("coupled-qk", integrator="affine", per_head_mlp=True) == count("softmax") + 4 * 6 * 16 * 16
+    torch.manual_seed(0)
+    coupled = build_mixer("coupled-qk", d_model=64, n_heads=4, integrator="affine", steps=3)
+    softmax = build_mixer("softmax", d_model=64, n_heads=4)
+    softmax.load_state_dict(coupled.state_dict(), strict=False)
+    x = torch.randn(2, 6, 64)
+    torch.testing.assert_close(coupled(x)[0], softmax(x)[0], rtol=0, atol=0)
+
+
+def test_the_affine_coupling_adds_about_0_3_percent_to_the_sixty_million_preset():
+    """The follow-up's "about 0.3% extra parameters"."""
+    model = load_config("coupled-qk-60m", ["model.mixer_options.coupled-qk.integrator=affine"]).sized_model()
+    with torch.device("meta"):
+        coupled = Decoder(model).num_params()
+        model.mixer = "softmax"
+        softmax = Decoder(model).num_params()
+    assert 100 * (coupled / softmax - 1) == pytest.approx(0.3, abs=0.05)
+
+
 def test_sixty_million_preset_overhead_is_about_0_11_percent():
     model = load_config("coupled-qk-60m").sized_model()  # its vocabulary: the preset's BPE of GPT-2's size
     with torch.device("meta"):
@@ -74,7 +95,7 @@ def test_sixty_million_preset_overhead_is_about_0_11_percent():
     "options, message",
     [({"steps": 0}, "steps=0 must be between 1 and 7"), ({"steps": 8}, "steps=8 must be between 1 and 7"),
      ({"dt_init": 0.0}, "dt_init=0.0 must be positive"),
-     ({"integrator": "rk4"}, "unknown coupled-qk.integrator 'rk4'. Known: euler, leapfrog")],
+     ({"integrator": "rk4"}, "unknown coupled-qk.integrator 'rk4'. Known: affine, euler, leapfrog")],
 )
 def test_bad_coupling_options(options, message):
     with pytest.raises(ConfigError, match=message):

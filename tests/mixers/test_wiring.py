@@ -157,8 +157,18 @@ def expect_differential(m, x):
 
 
 def couple(m, q, k, integrator):
-    """The pre-scoring dynamics with force f(x) = W_out silu(W_in x) (shared, or one per head) and dt per head."""
+    """The pre-scoring dynamics with force f(x) = W_out silu(W_in x) (shared, or one per head) and dt per head;
+    or affine coupling layers whose nets W_out silu(W_in x) give (s, t), scaling by exp(tanh s)."""
     c = m.coupling
+    if integrator == "affine":
+        D = q.shape[-1]
+        for step in range(m.cfg.steps):
+            (w_in_k, w_in_q), (w_out_k, w_out_q) = c.w_in[step], c.w_out[step]
+            st = F.silu(q @ w_in_k.T) @ w_out_k.T
+            k = k * torch.exp(torch.tanh(st[..., :D])) + st[..., D:]
+            st = F.silu(k @ w_in_q.T) @ w_out_q.T
+            q = q * torch.exp(torch.tanh(st[..., :D])) + st[..., D:]
+        return q, k
     dt = F.softplus(c.dt_raw)  # [H, 1, 1]
 
     def f(x):
@@ -408,6 +418,9 @@ CASES = [
     ("coupled-qk", {"integrator": "leapfrog", "steps": 3, "dt_init": 0.5, "per_head_mlp": True},
      expect_coupled("leapfrog")),
     ("uncoupled-qk", {"steps": 2, "dt_init": 0.5}, expect_coupled("uncoupled")),
+    ("coupled-qk", {"integrator": "affine", "steps": 2}, expect_coupled("affine")),
+    ("coupled-differential", {"integrator": "affine", "steps": 1, "layer_idx": 1},
+     expect_coupled("affine", differential=True)),
     ("coupled-differential", {"integrator": "leapfrog", "steps": 2, "dt_init": 0.5, "layer_idx": 2},
      expect_coupled("leapfrog", differential=True)),
     ("boltzmann", {**BOLTZMANN, "window": 12, "bias_field": True}, expect_boltzmann),

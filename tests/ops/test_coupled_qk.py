@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from attnlab.ops.coupled_qk import euler, head_mlp, leapfrog, uncoupled
+from attnlab.ops.coupled_qk import affine, affine_inverse, euler, head_mlp, leapfrog, uncoupled
 
 D = 4
 
@@ -106,3 +106,53 @@ def test_per_head_mlp_applies_each_heads_weights():
         expected = torch.nn.functional.silu(x[:, h] @ w_in[h].T) @ w_out[h].T
         torch.testing.assert_close(y[:, h], expected)
     assert math.isclose(head_mlp(x, w_in[0], w_out[0])[:, 0].sum().item(), y[:, 0].sum().item(), rel_tol=1e-5)
+
+
+def affine_layers(steps=2, scale=0.5, seed=0):
+    """Coupling layers whose nets return (s, t) [..., 2D] from [..., D]."""
+    g = torch.Generator().manual_seed(seed)
+
+    def net():
+        w_in, w_out = torch.randn(D, D, generator=g, dtype=torch.float64), torch.randn(2 * D, D, generator=g,
+                                                                                         dtype=torch.float64)
+        return lambda x: head_mlp(x, w_in, scale * w_out)
+
+    return [(net(), net()) for _ in range(steps)]
+
+
+def test_affine_rescales_and_shifts_each_half_by_a_net_of_the_other():
+    layers = affine_layers(steps=1)
+    q, k = torch.randn(2, 3, 5, D, dtype=torch.float64), torch.randn(2, 3, 5, D, dtype=torch.float64)
+    q1, k1 = affine(q, k, layers)
+    (net_k, net_q), = layers
+    k_expected = k * net_k(q)[..., :D].tanh().exp() + net_k(q)[..., D:]
+    torch.testing.assert_close(k1, k_expected, rtol=0, atol=0)
+    q_expected = q * net_q(k_expected)[..., :D].tanh().exp() + net_q(k_expected)[..., D:]
+    torch.testing.assert_close(q1, q_expected, rtol=0, atol=0)
+
+
+def test_affine_is_undone_by_its_inverse_and_is_the_identity_with_zero_nets():
+    layers = affine_layers(steps=3)
+    q, k = torch.randn(2, 3, 7, D, dtype=torch.float64), torch.randn(2, 3, 7, D, dtype=torch.float64)
+    q1, k1 = affine(q, k, layers)
+    assert (q1 - q).abs().max() > 1e-2 and (k1 - k).abs().max() > 1e-2
+    q0, k0 = affine_inverse(q1, k1, layers)
+    torch.testing.assert_close(q0, q, rtol=0, atol=1e-10)
+    torch.testing.assert_close(k0, k, rtol=0, atol=1e-10)
+    zero = [(lambda x: torch.zeros(*x.shape[:-1], 2 * D, dtype=x.dtype),) * 2]
+    assert all(torch.equal(a, b) for a, b in zip(affine(q, k, zero), (q, k), strict=True))
+
+
+def test_affine_changes_volume_by_the_exp_of_its_scales():
+    """log |det J| of one layer pair = sum of tanh s_1(q) + sum of tanh s_2(k'): a RealNVP map's volume change."""
+    layers = affine_layers(steps=1, seed=2)
+    (net_k, net_q), = layers
+
+    def flat_map(z):
+        return torch.cat(affine(z[:D], z[D:], layers))
+
+    z = torch.randn(2 * D, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    det = torch.linalg.det(torch.autograd.functional.jacobian(flat_map, z))
+    k1 = affine(z[:D], z[D:], layers)[1]
+    log_scales = net_k(z[:D])[:D].tanh().sum() + net_q(k1)[:D].tanh().sum()
+    assert math.isclose(det.log().item(), log_scales.item(), rel_tol=1e-9)

@@ -70,7 +70,8 @@ def _fields(name: str) -> None:
         kind, doc = (f.type if isinstance(f.type, str) else f.type.__name__), docs[f.name]
         options = choices(hints[f.name])
         if options:  # a choice: its type is the values' type, and the row lists the values
-            kind, doc = type(options[0]).__name__, f"one of {' | '.join(map(str, options))}" + (f". {doc}" if doc else "")
+            values = f"one of {' | '.join(map(str, options))}"
+            kind, doc = type(options[0]).__name__, f"{values}. {doc}" if doc else values
         print(f"    {f.name:<22} {kind:<6} {default!r:<12} {doc}".rstrip())
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 import torch
@@ -19,7 +20,7 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..nn import inverse_softplus, overwritten
-from ..ops.coupled_qk import INTEGRATORS, head_mlp
+from ..ops.coupled_qk import INTEGRATORS, affine, head_mlp
 from .attention import AttentionConfig
 from .differential import DifferentialAttention, DifferentialConfig
 from .registry import register_mixer
@@ -43,7 +44,9 @@ class CouplingOptions:
 
 @dataclass
 class IntegratorOption:
-    integrator: Literal["euler", "leapfrog"] = "euler"
+    # euler | leapfrog: the paper's dynamics | affine: alternating affine coupling layers that start as the
+    # identity (the follow-up's invertible coupling, reconstructed from its abstract; steps = layer pairs)
+    integrator: Literal["euler", "leapfrog", "affine"] = "euler"
 
 
 @dataclass
@@ -93,6 +96,35 @@ class QKCoupling(nn.Module):
     def forward(self, q: torch.Tensor, k: torch.Tensor):
         return self.integrate(q, k, self.force, self.dt, self.steps)
 
+    def ablated(self):
+        """dt = softplus(dt_raw) set to 0 (dt_raw = -30: dt ≈ 1e-13), so q and k stay as projected."""
+        return overwritten((self.dt_raw, -30.0))
+
+
+class AffineQKCoupling(nn.Module):
+    """`steps` pairs of affine coupling layers on (q, k) [B, H, T, D]: k rescaled (by exp tanh s) and shifted by
+    a net of q, then q by a net of the new k (ops.coupled_qk.affine). Each net is W_out silu(W_in x) with a hidden
+    width of D and an output of 2D (s and t); W_out starts at zero, so the map starts as the identity and costs
+    6 D^2 weights a step (shared by the heads; per_head_mlp: each head its own)."""
+
+    def __init__(self, n_heads: int, head_dim: int, steps: int, per_head_mlp: bool):
+        super().__init__()
+        heads = (n_heads,) if per_head_mlp else ()
+        bound = 1 / math.sqrt(head_dim)
+        self.w_in = nn.Parameter(torch.empty(steps, 2, *heads, head_dim, head_dim).uniform_(-bound, bound))
+        self.w_out = nn.Parameter(torch.zeros(steps, 2, *heads, 2 * head_dim, head_dim))
+
+    def layers(self) -> list[tuple]:
+        return [tuple(partial(head_mlp, w_in=self.w_in[i, j], w_out=self.w_out[i, j]) for j in range(2))
+                for i in range(self.w_in.shape[0])]
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor):
+        return affine(q, k, self.layers())
+
+    def ablated(self):
+        """Every net's output layer set to zero: the identity, q and k as projected."""
+        return overwritten((self.w_out, 0.0))
+
 
 class CoupledPreScoring:
     """Mixin for an AttentionMixer: replaces its identity ``prepare_qk`` with the coupling. integrator: the one
@@ -100,21 +132,26 @@ class CoupledPreScoring:
 
     def __init__(self, cfg, integrator: str | None = None):
         super().__init__(cfg)
-        self.coupling = QKCoupling(cfg.n_heads, cfg.head_dim, integrator or cfg.integrator, cfg.steps,
-                                   cfg.dt_init, cfg.per_head_mlp)
+        integrator = integrator or cfg.integrator
+        if integrator == "affine":
+            self.coupling = AffineQKCoupling(cfg.n_heads, cfg.head_dim, cfg.steps, cfg.per_head_mlp)
+        else:
+            self.coupling = QKCoupling(cfg.n_heads, cfg.head_dim, integrator, cfg.steps, cfg.dt_init,
+                                       cfg.per_head_mlp)
 
     def prepare_qk(self, q, k):
         return self.coupling(q, k)
 
     def ablated(self):
-        """The coupling's step dt = softplus(dt_raw) set to 0 (dt_raw = -30: dt ≈ 1e-13), so q and k stay as
-        projected: softmax attention with this layer's projections."""
-        return overwritten((self.coupling.dt_raw, -30.0))
+        """The coupling switched off, so q and k stay as projected: the wrapped attention with this layer's
+        projections."""
+        return self.coupling.ablated()
 
 
 @register_mixer("coupled-qk")
 class CoupledQKAttention(CoupledPreScoring, SoftmaxAttention):
-    """Softmax attention scoring coupled (q_N, k_N): Euler q' = q + dt k, k' = k + dt f(q), or leapfrog."""
+    """Softmax attention scoring coupled (q_N, k_N): Euler q' = q + dt k, k' = k + dt f(q), leapfrog, or affine
+    coupling layers."""
 
     config_class = CoupledQKConfig
 

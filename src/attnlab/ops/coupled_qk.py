@@ -45,10 +45,37 @@ def uncoupled(q: torch.Tensor, k: torch.Tensor, g: Force, dt: torch.Tensor, step
 INTEGRATORS = {"euler": euler, "leapfrog": leapfrog, "uncoupled": uncoupled}
 
 
+def affine(q: torch.Tensor, k: torch.Tensor, layers: list[tuple[Force, Force]]):
+    """Alternating affine coupling layers (RealNVP), each a pair of nets returning (s, t) side by side:
+        k' = k * exp(tanh s_1(q)) + t_1(q);   q' = q * exp(tanh s_2(k')) + t_2(k').
+    Each half is rescaled and shifted by a function of the other, so the map is invertible (affine_inverse)
+    whatever the nets; with nets that output zero it is the identity. tanh keeps each scale within (1/e, e), as
+    RealNVP implementations bound it, so that stacked layers cannot overflow. (The coupled-QK follow-up describes
+    an identity-initialised, invertible RealNVP-style coupling of q and k; this form is reconstructed from that
+    description, not from its code.)"""
+    for net_k, net_q in layers:
+        s, t = net_k(q).chunk(2, dim=-1)
+        k = k * s.tanh().exp() + t
+        s, t = net_q(k).chunk(2, dim=-1)
+        q = q * s.tanh().exp() + t
+    return q, k
+
+
+def affine_inverse(q: torch.Tensor, k: torch.Tensor, layers: list[tuple[Force, Force]]):
+    """The inverse of `affine`: the layers undone in reverse order, q first."""
+    for net_k, net_q in reversed(layers):
+        s, t = net_q(k).chunk(2, dim=-1)
+        q = (q - t) * (-s.tanh()).exp()
+        s, t = net_k(q).chunk(2, dim=-1)
+        k = (k - t) * (-s.tanh()).exp()
+    return q, k
+
+
 def head_mlp(x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor) -> torch.Tensor:
     """The force network f(x) = W_out silu(W_in x), bias-free, applied to every head's vector.
 
-    x: [B, H, T, D]. Weights [D, D] are shared by all heads; weights [H, D, D] give each head its own.
+    x: [B, H, T, D]. Weights [E, D] and [D_out, E] are shared by all heads; [H, E, D] and [H, D_out, E] give
+    each head its own.
     """
     if w_in.ndim == 2:
         return torch.nn.functional.silu(x @ w_in.T) @ w_out.T
