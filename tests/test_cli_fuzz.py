@@ -116,13 +116,14 @@ EVAL = {
     "--split": st.sampled_from(["train", "val", "test"]),
     "--batches": small(-2, 3),
     "--seq-len": st.one_of(small(-2, 48), st.just("1000000")),
-    "--kind": st.one_of(st.sampled_from(["passkey", "number", "uuid"]), junk),
+    "--kind": st.one_of(st.sampled_from(["passkey", "number", "uuid", "multikey"]), junk),
+    "--keys": st.one_of(st.just("2"), small(-1, 3)),
     "--samples": st.one_of(st.just("1"), small(-1, 1)),
     "--lengths": st.lists(small(-3, 260), min_size=1, max_size=2),
     "--out": st.sampled_from(["figures", "figures", "afile"]),
 }
 # the options each measurement reads, so that most examples get past the check that refuses the others
-EVAL_TASKS = {None: ["--split", "--batches", "--seq-len"], "niah": ["--kind", "--lengths"],
+EVAL_TASKS = {None: ["--split", "--batches", "--seq-len"], "niah": ["--kind", "--keys", "--lengths"],
               "extrapolation": ["--lengths", "--out"], "mqar": [], "brackets": [], "nosuchtask": []}
 
 

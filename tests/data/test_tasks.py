@@ -3,6 +3,7 @@
 import dataclasses
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -118,7 +119,7 @@ ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-:?.\n
 TOKENIZER = CharTokenizer(HAYSTACK + niah.NOISE + ALPHABET)
 
 
-@pytest.mark.parametrize("kind", niah.KINDS)
+@pytest.mark.parametrize("kind", [kind for kind in niah.KINDS if kind != "multikey"])
 @pytest.mark.parametrize("depth", [0.0, 0.3, 0.5, 1.0])
 def test_niah_prompt_has_one_needle_at_the_depth_and_the_exact_length(kind, depth):
     rng = np.random.default_rng(0)
@@ -135,6 +136,26 @@ def test_niah_prompt_has_one_needle_at_the_depth_and_the_exact_length(kind, dept
     assert (len(value) == 7 and value.isdigit()) if kind != "uuid" else len(value) == 36
 
 
+@pytest.mark.parametrize("depth", [0.0, 0.5, 1.0])
+def test_multikey_hides_needles_under_distinct_keys_and_asks_for_the_one_at_the_depth(depth):
+    for seed in range(5):
+        sample = niah.make_sample("multikey", 700, depth, np.random.default_rng(seed), HAYSTACK, TOKENIZER.encode,
+                                  keys=4)
+        text = TOKENIZER.decode(sample.prompt)
+        assert len(sample.prompt) + len(sample.answer) - 1 == 700
+        needles = re.findall(r"The special magic number for (\w+-\w+) is: (\d{7})\.", text)
+        asked = re.search(r"What is the special magic number for (\w+-\w+)\?", text)[1]
+        assert len(needles) == 4 and len({key for key, _ in needles}) == 4  # distinct keys
+        assert dict(needles)[asked] == TOKENIZER.decode(sample.answer)  # the answer follows from the prompt
+        assert text.index(f"for {asked} is:") == sample.needle_at + len(" The special magic number ")
+        assert abs(sample.needle_at / len(sample.prompt) - depth) < 0.35  # placed by depth among the distractors
+    one = niah.make_sample("multikey", 300, 0.5, np.random.default_rng(0), HAYSTACK, TOKENIZER.encode, keys=1)
+    number = niah.make_sample("number", 300, 0.5, np.random.default_rng(0), HAYSTACK, TOKENIZER.encode)
+    assert one == number  # one key: S-NIAH-2
+    with pytest.raises(ConfigError, match="data.task_options.niah.keys=101 must be between 1 and 100"):
+        niah.NIAHConfig(kind="multikey", keys=101).validate()
+
+
 def test_niah_is_deterministic_and_too_short_prompts_are_refused():
     a = niah.make_sample("uuid", 300, 0.5, np.random.default_rng(4), HAYSTACK, TOKENIZER.encode)
     b = niah.make_sample("uuid", 300, 0.5, np.random.default_rng(4), HAYSTACK, TOKENIZER.encode)
@@ -145,7 +166,10 @@ def test_niah_is_deterministic_and_too_short_prompts_are_refused():
 
 def test_niah_shortest_length_sets_the_default_lengths_and_checks_the_vocabulary():
     shortest = {kind: niah.shortest_length(kind, TOKENIZER.encode) for kind in niah.KINDS}
-    assert shortest == {"passkey": 128, "number": 128, "uuid": 182}  # needle and question, and the answer but one
+    # needle and question, and the answer but one
+    assert shortest == {"passkey": 128, "number": 128, "uuid": 182, "multikey": 128}
+    needle = len(" The special magic number for crooked-orchard is: 0123456. ")
+    assert niah.shortest_length("multikey", TOKENIZER.encode, keys=4) == 128 + 3 * needle
     for kind in niah.KINDS:  # a sample of the shortest length can be made
         niah.make_sample(kind, shortest[kind], 0.5, np.random.default_rng(0), HAYSTACK, TOKENIZER.encode)
     assert niah.default_lengths(128, 128) == [128, 256] and niah.default_lengths(128, 182) == [192, 384]

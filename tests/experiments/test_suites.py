@@ -20,6 +20,7 @@ from attnlab.experiments.runner import run_suite, training_extent
 from attnlab.experiments.spec import ABLATED, Arm, Experiment, Suite, ablated, sweep_rates
 from attnlab.experiments.stats import mean_std, paired_difference
 from attnlab.experiments.store import Record, Results, RunKey
+from attnlab.inference import load_run
 from attnlab.train import train
 from helpers import Crash, crash_after_checkpoint, two_arms
 
@@ -326,6 +327,11 @@ def test_a_record_measured_before_its_metric_changed_meaning_is_measured_again_f
     suite = Suite("s", "s", [niah, lm])
     first = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None)
     assert runs_of(first)["niah/softmax/0"]["measured"] == ["niah", [1], [], get_metric("niah").revision]
+    record, model = runs_of(first)["niah/softmax/0"], load_run(tmp_path / "suite" / "runs" / "niah-softmax-s0").model
+    (length, by_depth), = record["niah_depths"].items()  # RULER's grid, whose mean is the length's value
+    assert list(by_depth) == ["0", "0.25", "0.5", "0.75", "1"]
+    assert sum(by_depth.values()) / 5 == pytest.approx(record[f"niah@{length}"])
+    assert record["state_bytes"] == 4 * model.state_size(int(length)) > 0  # fp32 keys and values
     stale = {**runs_of(first)["niah/softmax/0"], "measured": old_measured, "niah@136": 0.5}  # the old meaning
     if old_measured is None:
         del stale["measured"]

@@ -24,7 +24,10 @@ def add_parser(sub) -> None:
     p.add_argument("--task", help="a registered task's measurement: mqar or brackets (accuracy on its test set), "
                    "niah (needle-in-a-haystack retrieval in held-out text) or one from --import; or extrapolation "
                    "(perplexity against context length)")
-    p.add_argument("--kind", choices=["passkey", "number", "uuid"], help="--task niah: the needle (default: passkey)")
+    p.add_argument("--kind", help="--task niah: the needle, passkey, number, uuid or multikey (RULER's S-NIAH-1, "
+                   "-2, -3 and MK-NIAH-1; default: passkey)")
+    p.add_argument("--keys", type=positive_int, help="--task niah --kind multikey: needles in the haystack, one "
+                   "asked for (default: 4)")
     p.add_argument("--samples", type=positive_int, help="--task niah: prompts per depth (default: 10)")
     p.add_argument("--lengths", type=positive_int, nargs="+",
                    help="--task niah/extrapolation: context lengths in tokens (default: multiples of the training one)")
@@ -40,7 +43,7 @@ def add_parser(sub) -> None:
 OPTIONS = {"split": (None,), "batches": (None,), "seq_len": (None,), "lengths": ("extrapolation",),
            "out": ("extrapolation",), "include_path": ("lm-eval",), "limit": ("lm-eval",)}
 # the options a registered task reads where its eval_options dataclass has a field of that name
-TASK_OPTIONS = ("kind", "samples", "lengths")
+TASK_OPTIONS = ("kind", "keys", "samples", "lengths")
 
 
 def _measurement(task: str | None) -> str:

@@ -1,8 +1,10 @@
 """Single-needle retrieval (S-NIAH, after RULER): a "special magic" value for a key is hidden at a chosen
 depth inside a haystack, and the model must generate it after a question.
 
-Kinds: passkey (a 7-digit number in a repeated noise sentence), number (a 7-digit number in prose) and
-uuid (a uuid in prose). Prose is Shakespeare's plays or Python's documentation, which every machine has.
+Kinds, as RULER names them: passkey (S-NIAH-1: a 7-digit number in a repeated noise sentence), number (S-NIAH-2: a
+7-digit number in prose), uuid (S-NIAH-3: a uuid in prose) and multikey (MK-NIAH-1: several needles of 7-digit
+numbers under different keys in prose, one of them asked for; the others sit at random sentence boundaries). Prose
+is Shakespeare's plays or Python's documentation, which every machine has.
 Samples are assembled in token space, so their length is exact for any tokenizer; the needle goes to
 the sentence boundary nearest to the requested depth. Accuracy is the exact match of the greedy answer.
 
@@ -26,18 +28,20 @@ from .tasks import Task, register_task, trained_on_text
 from .texts import python_docs_text, source_text
 from .tokenizer import CharTokenizer
 
-Kind = Literal["passkey", "number", "uuid"]
+Kind = Literal["passkey", "number", "uuid", "multikey"]
 KINDS = get_args(Kind)
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
 ADJECTIVES = ["quiet", "bright", "hollow", "amber", "gentle", "wild", "silver", "crooked", "ancient", "swift"]
 NOUNS = ["river", "lantern", "meadow", "falcon", "harbor", "orchard", "thistle", "compass", "ember", "willow"]
-VALUE_SHAPES = {"passkey": "0123456", "number": "0123456", "uuid": "01234567-89ab-cdef-0123-456789abcdef"}  # lengths
+VALUE_SHAPES = {"passkey": "0123456", "number": "0123456", "multikey": "0123456",
+                "uuid": "01234567-89ab-cdef-0123-456789abcdef"}  # lengths
 
 
 @dataclass
 class NIAHConfig:
     kind: Kind = "passkey"
-    prose: Literal["plays", "docs"] = "plays"  # haystack for number and uuid
+    prose: Literal["plays", "docs"] = "plays"  # haystack for number, uuid and multikey
+    keys: int = 4  # multikey: needles in the haystack, each under its own key, one of them asked for
     depths: list[float] = field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
     train_examples: int = 5_000  # when training on the task (data.source=niah)
     test_per_depth: int = 20
@@ -46,6 +50,7 @@ class NIAHConfig:
     def validate(self) -> None:
         check_choices(self, "data.task_options.niah")
         check_counts("niah", self, "train_examples", "test_per_depth")
+        check_keys(self.keys, "data.task_options.niah.keys")
         if not self.depths or any(not 0.0 <= d <= 1.0 for d in self.depths):
             raise ConfigError(f"data.task_options.niah.depths={self.depths} must be fractions between 0 and 1")
 
@@ -55,6 +60,7 @@ class NIAHEval:
     """The settings of `attnlab eval --task niah`, from its flags of the same names."""
 
     kind: Kind = "passkey"  # the needle
+    keys: int = 4  # multikey: needles in the haystack
     samples: int = 10  # prompts per depth
     lengths: list[int] | None = None  # context lengths in tokens; None: the training length and twice it
 
@@ -67,27 +73,42 @@ class Sample:
     depth: float
 
 
-def _needle_and_question(kind: str, key: str, value: str, encode) -> tuple[list[int], list[int]]:
+MAX_KEYS = len(ADJECTIVES) * len(NOUNS)  # distinct keys there are
+
+
+def check_keys(keys: int, field: str) -> None:
+    if not 1 <= keys <= MAX_KEYS:
+        raise ConfigError(f"{field}={keys} must be between 1 and {MAX_KEYS} (the distinct keys there are)")
+
+
+def _needle(kind: str, key: str, value: str, encode) -> list[int]:
     noun = "uuid" if kind == "uuid" else "number"
-    needle = list(encode(f" The special magic {noun} for {key} is: {value}. "))
-    question = list(encode(f"\nWhat is the special magic {noun} for {key}? Answer: "))
-    return needle, question
+    return list(encode(f" The special magic {noun} for {key} is: {value}. "))
 
 
-def shortest_length(kind: str, encode) -> int:
-    """Tokens of the longest needle and question of this kind and of its answer but the last: a sample needs at
-    least as many. Exact for character and byte tokenizers; with BPE a value may take a token more or fewer
+def _question(kind: str, key: str, encode) -> list[int]:
+    noun = "uuid" if kind == "uuid" else "number"
+    return list(encode(f"\nWhat is the special magic {noun} for {key}? Answer: "))
+
+
+def shortest_length(kind: str, encode, keys: int = 1) -> int:
+    """Tokens of the longest needles and question of this kind and of its answer but the last: a sample needs
+    at least as many. Exact for character and byte tokenizers; with BPE a value may take a token more or fewer
     than the one encoded here (make_sample states each sample's own need). Encoding them, every digit a value
     may hold and the passkey's noise also checks that the vocabulary has their characters."""
     key = f"{max(ADJECTIVES, key=len)}-{max(NOUNS, key=len)}"
     encode("0123456789" + (NOISE if kind == "passkey" else ""))  # the uuid's shape has the other hex digits
-    needle, question = _needle_and_question(kind, key, VALUE_SHAPES[kind], encode)
-    return _fixed_tokens(needle, question, encode(VALUE_SHAPES[kind]))
+    needles = _needle(kind, key, VALUE_SHAPES[kind], encode) * _needles(kind, keys)
+    return _fixed_tokens(needles, _question(kind, key, encode), encode(VALUE_SHAPES[kind]))
 
 
-def _fixed_tokens(needle, question, answer) -> int:
-    """The tokens of a sample besides its haystack: needle, question and the answer but its last token."""
-    return len(needle) + len(question) + len(answer) - 1
+def _needles(kind: str, keys: int) -> int:
+    return keys if kind == "multikey" else 1
+
+
+def _fixed_tokens(needles, question, answer) -> int:
+    """The tokens of a sample besides its haystack: needles, question and the answer but its last token."""
+    return len(needles) + len(question) + len(answer) - 1
 
 
 def default_lengths(seq_len: int, shortest: int) -> list[int]:
@@ -97,18 +118,20 @@ def default_lengths(seq_len: int, shortest: int) -> list[int]:
     return [first, 2 * first]
 
 
-def make_sample(kind: str, length: int, depth: float, rng: np.random.Generator, haystack: str, encode) -> Sample:
-    """One sample of exactly `length` tokens (its prompt and its answer but the last token) with the needle
-    nearest to `depth` of the haystack."""
+def make_sample(kind: str, length: int, depth: float, rng: np.random.Generator, haystack: str, encode,
+                keys: int = 1) -> Sample:
+    """One sample of exactly `length` tokens (its prompt and its answer but the last token) with the needle asked
+    for nearest to `depth` of the haystack (multikey: and keys - 1 more, under other keys, at random depths)."""
     key = f"{ADJECTIVES[rng.integers(len(ADJECTIVES))]}-{NOUNS[rng.integers(len(NOUNS))]}"
-    if kind == "uuid":
-        digits = "".join(f"{x:x}" for x in rng.integers(16, size=32))
-        value = f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
-    else:
-        value = str(rng.integers(1_000_000, 10_000_000))
-    needle, question = _needle_and_question(kind, key, value, encode)
+    value = _value(kind, rng)
+    needle, question = _needle(kind, key, value, encode), _question(kind, key, encode)
     answer = [int(t) for t in encode(value)]
-    least = _fixed_tokens(needle, question, answer)
+    others = []  # (depth, needle) of the keys not asked for
+    if kind == "multikey":
+        for other in rng.choice([k for k in range(MAX_KEYS) if k != _key_index(key)], keys - 1, replace=False):
+            name = f"{ADJECTIVES[other // len(NOUNS)]}-{NOUNS[other % len(NOUNS)]}"
+            others.append((float(rng.random()), _needle(kind, name, _value(kind, rng), encode)))
+    least = _fixed_tokens(needle + [t for _, n in others for t in n], question, answer)
     if length < least:
         raise ConfigError(f"a needle-in-a-haystack sample needs at least {least} tokens; length {length} is too short")
     room = length - least
@@ -118,8 +141,28 @@ def make_sample(kind: str, length: int, depth: float, rng: np.random.Generator, 
     if len(hay) < room:
         raise ConfigError(f"the haystack text is too short for a {length}-token sample")
     at = _sentence_boundary(hay, round(depth * room), encode)
-    prompt = hay[:at] + needle + hay[at:] + question
-    return Sample([int(t) for t in prompt], answer, at, depth)
+    placed = sorted([(at, 0, needle)] + [(_sentence_boundary(hay, round(d * room), encode), 1, n) for d, n in others],
+                    key=lambda p: (p[0], p[1]))  # the needle asked for first where two share a boundary
+    prompt, cut, needle_at = [], 0, 0
+    for position, asked, tokens in placed:
+        prompt += hay[cut:position]
+        needle_at = len(prompt) if asked == 0 else needle_at
+        prompt += tokens
+        cut = position
+    prompt += hay[cut:] + question
+    return Sample([int(t) for t in prompt], answer, needle_at, depth)
+
+
+def _value(kind: str, rng: np.random.Generator) -> str:
+    if kind == "uuid":
+        digits = "".join(f"{x:x}" for x in rng.integers(16, size=32))
+        return f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
+    return str(rng.integers(1_000_000, 10_000_000))
+
+
+def _key_index(key: str) -> int:
+    adjective, noun = key.split("-")
+    return ADJECTIVES.index(adjective) * len(NOUNS) + NOUNS.index(noun)
 
 
 def _sentence_boundary(tokens: list[int], position: int, encode, reach: int = 64) -> int:
@@ -144,7 +187,7 @@ class NIAHData(FixedExamples):
 
     def __init__(self, cfg: NIAHConfig, seq_len: int, haystacks: dict[str, str], tokenizer):
         cfg.validate()
-        need = shortest_length(cfg.kind, tokenizer.encode)
+        need = shortest_length(cfg.kind, tokenizer.encode, cfg.keys)
         if seq_len < need:
             raise ConfigError(f"train.seq_len={seq_len} is too short for data.task_options.niah.kind={cfg.kind}: its "
                               f"sequences need at least {need} tokens; raise train.seq_len")
@@ -161,7 +204,7 @@ class NIAHData(FixedExamples):
         rng = np.random.default_rng(seed)
         grid = depths or [None]
         return [make_sample(self.cfg.kind, length, grid[i % len(grid)] if depths else float(rng.random()), rng,
-                            self.haystacks[split], self.tokenizer.encode) for i in range(n)]
+                            self.haystacks[split], self.tokenizer.encode, self.cfg.keys) for i in range(n)]
 
     def _sequences(self, n, seq_len, split, seed, depths):
         """Sequences of seq_len tokens ending with the answer; targets are the answer tokens only."""
@@ -190,12 +233,13 @@ def niah_accuracy(model, samples: list[Sample], device=None) -> dict[float, floa
 
 
 def accuracy_by_length(model, encode, haystack: str, kind: str, lengths, per_depth: int, depths,
-                       device=None) -> dict[int, dict[float, float]]:
-    """{length: {depth: accuracy}} on fresh samples of each length (the same test seed for every model)."""
+                       device=None, keys: int = 1) -> dict[int, dict[float, float]]:
+    """{length: {depth: accuracy}} on fresh samples of each length (the same test seed for every model): RULER's
+    grid."""
     result = {}
     for length in lengths:
         rng = np.random.default_rng(TEST_SEED_OFFSET)
-        samples = [make_sample(kind, length, depth, rng, haystack, encode)
+        samples = [make_sample(kind, length, depth, rng, haystack, encode, keys)
                    for depth in depths for _ in range(per_depth)]
         result[length] = niah_accuracy(model, samples, device)
     return result
@@ -219,8 +263,9 @@ def evaluate_run(run, options: NIAHEval) -> None:
     """`attnlab eval --task niah`: accuracy by depth at each length (by default the training length and twice
     it), in held-out text (the run's validation split) or the task's own validation haystack."""
     kind, seq_len = options.kind, run.config.train.seq_len
+    check_keys(options.keys, "--keys")
     try:  # encoding the needle and question also checks that the vocabulary has their characters
-        shortest = shortest_length(kind, run.tokenizer.encode)
+        shortest = shortest_length(kind, run.tokenizer.encode, options.keys)
     except UserError as err:
         raise UserError(f"--task niah --kind {kind}: {err}; its prompts need a run trained on text that has them "
                         "(e.g. data.source=shakespeare) or on data.source=niah") from None
@@ -236,7 +281,7 @@ def evaluate_run(run, options: NIAHEval) -> None:
     haystack = corpus.haystacks["val"] if run.config.data.source == "niah" else corpus.tokenizer.decode(
         corpus.split("val"))
     results = accuracy_by_length(run.model, run.tokenizer.encode, haystack, kind, lengths, options.samples,
-                                 NIAHConfig().depths, run.device)
+                                 NIAHConfig().depths, run.device, options.keys)
     for length, by_depth in results.items():
         cells = "  ".join(f"{d:.2f}: {100 * a:5.1f}%" for d, a in by_depth.items())
         print(f"S-NIAH {kind} at {length} tokens, accuracy by depth  {cells}")

@@ -102,7 +102,7 @@ def task_accuracy(experiment: Experiment, run_dir: Path) -> dict:
     record = task_accuracy(run.model, data, run.device)
     if (value := _without_component(run, lambda: accuracy(run.model, *data.test, device=run.device))) is not None:
         record[ablated("accuracy")] = value
-    return record
+    return record | {STATE_BYTES: state_bytes(run)}
 
 
 def niah_accuracy(experiment: Experiment, run_dir: Path) -> dict:
@@ -115,14 +115,30 @@ def niah_accuracy(experiment: Experiment, run_dir: Path) -> dict:
     cfg = run.config.data.task_config("niah")
 
     def by_length() -> dict:
-        measured = niah.accuracy_by_length(run.model, run.tokenizer.encode, data.haystacks["val"], cfg.kind,
-                                           lengths, cfg.test_per_depth, cfg.depths, run.device)
-        return {f"niah@{length}": sum(d.values()) / len(d) for length, d in measured.items()}
+        return niah.accuracy_by_length(run.model, run.tokenizer.encode, data.haystacks["val"], cfg.kind, lengths,
+                                       cfg.test_per_depth, cfg.depths, run.device, cfg.keys)
 
-    record = by_length()
-    if (values := _without_component(run, by_length)) is not None:
+    def means(grid: dict) -> dict:
+        return {f"niah@{length}": sum(d.values()) / len(d) for length, d in grid.items()}
+
+    grid = by_length()
+    record = means(grid)
+    if (values := _without_component(run, lambda: means(by_length()))) is not None:
         record |= {ablated(key): value for key, value in values.items()}
-    return record
+    # RULER's grid: each length's accuracy at each depth of the needle
+    record[NIAH_DEPTHS] = {str(length): {f"{d:g}": a for d, a in by_depth.items()} for length, by_depth in grid.items()}
+    return record | {STATE_BYTES: state_bytes(run)}
+
+
+NIAH_DEPTHS, STATE_BYTES = "niah_depths", "state_bytes"  # fields of a record beside its values (store.RECORD_FIELDS)
+
+
+def state_bytes(run) -> int:
+    """The bytes a sequence's state holds after the training length (a KV cache, a recurrent state), at the size of
+    the model's parameters' numbers: the memory a mixer reads from, on which recall and retrieval depend (zoology
+    and Based plot against it)."""
+    numbers = run.model.state_size(run.config.train.seq_len)
+    return numbers * next(run.model.parameters()).element_size()
 
 
 # records of revision 1 scored each length on the first PREFIX_TOKENS tokens of the validation split

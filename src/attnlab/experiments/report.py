@@ -19,6 +19,7 @@ from .metrics import PREFIX_TOKENS, get_metric
 from .plan import run_config, settings_of, superseded, sweep_loss, swept_losses
 from .seeds_needed import settle_lines
 from .spec import SWEEP_EXTENSIONS, Experiment, Suite, ablated, arm_seeds, seed_count, sweep_source
+from .state_size import ruler_grid, state_section
 from .stats import mean_std, paired_difference
 from .store import Record, Results, RunKey, describe_setting
 
@@ -203,6 +204,7 @@ def write_report(suite: Suite, results: Results, out_dir: str | Path) -> Path:
         table = verdict_table(suite.claims, results, planned_seeds(suite, results), caveats(suite, results))
         lines += ["## Verdicts", "", *table, "", f"![the claims]({figure.name})", "", *settle_lines(suite, results),
                   RULES, ""]
+    lines += state_section(suite, results, out)
     for experiment in suite.experiments:
         lines += [] if experiment.component else experiment_section(suite, experiment, results, out, "##")
     path = out / "report.md"
@@ -219,6 +221,7 @@ def experiment_section(suite: Suite, experiment: Experiment, results: Results, o
     lines += seed_table(experiment, results) if experiment.component else []
     lines += scoring_lines(experiment, results)
     keys = _keys(results, experiment)
+    lines += ruler_grid(experiment, results)
     if keys:
         figure = _plot(experiment, results, keys, out)
         lines += ["", f"![{experiment.title}]({figure.name})"]

@@ -25,7 +25,7 @@ from ..errors import UserError
 # what every run records beside its measurements (shown in the runs table, not as measured quantities)
 RECORD_FIELDS = ("seconds", "trained", "params", "val_loss", "run", "config", "steps", "stopped_early", "best_step",
                  "best_val_loss", "measured", "resumed_from", "val_tokens", "ppl_tokens",
-                 "val_blocks")
+                 "val_blocks", "niah_depths", "state_bytes")
 EXTENT_FIELDS = ("steps", "stopped_early", "best_step", "best_val_loss")  # where training ended, and what is measured
 
 
