@@ -20,7 +20,7 @@ BAD_INPUT = [
     (["train", "demo", "train.batch_size=5", "train.grad_accum=2"], "train.batch_size=5 is not divisible"),
     (["train", "demo", "data.source=text", "data.path=/no/such/texts"], "data.path=/no/such/texts does not exist"),
     (["train", "demo", "data.source=niah", "data.task_options.niah.kind=passwd"],
-     "unknown data.task_options.niah.kind 'passwd'; did you mean 'passkey'? Known: number, passkey, uuid"),
+     "unknown data.task_options.niah.kind 'passwd'; did you mean 'passkey'? Known: multikey, number, passkey, uuid"),
     (["train", "mqar", "data.mqar.pairs=40"], "MQAR with 40 pairs needs 4 * pairs <= train.seq_len=64"),
     (["train", "demo", "data.source=mixed", "data.max_chars=9000000"], "or lower data.mix.docs"),
     (["train", "boltzmann-char", "model.mixer_options.boltzmann.window=40", "train.seq_len=40", "model.positions=40",
