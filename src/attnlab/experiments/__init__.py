@@ -16,8 +16,9 @@ from . import coupled_qk  # isort: skip
 from . import ccq  # isort: skip
 from . import boltzmann  # isort: skip
 from . import interdomain  # isort: skip
+from . import yardsticks  # isort: skip
 
 register_suite(demo.DEMO)
 
 __all__ = ["PAPERS", "SUITES", "Paper", "boltzmann", "ccq", "coupled_qk", "demo", "get_suite", "interdomain",
-           "register_paper", "register_suite"]
+           "register_paper", "register_suite", "yardsticks"]

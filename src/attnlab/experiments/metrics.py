@@ -130,6 +130,26 @@ def niah_accuracy(experiment: Experiment, run_dir: Path) -> dict:
     return record | {STATE_BYTES: state_bytes(run)}
 
 
+def tracking_accuracy(experiment: Experiment, run_dir: Path) -> dict:
+    """A word problem's per-token accuracy at the training length and at each longer test length (acc@<tokens>),
+    and the same with the mechanism's own component removed where the model has one. A length longer than the
+    model can read (its learned positions, a window) is left out."""
+    from ..evaluate import accuracy
+
+    run = _load(run_dir)
+    data, seq_len, limit = run.corpus(), run.config.train.seq_len, run.model.read_limit()
+    sets = {seq_len: data.test} | {k * seq_len: words for k, words in data.slices.items()}
+    sets = {length: words for length, words in sets.items() if limit is None or length <= limit[0]}
+
+    def by_length() -> dict:
+        return {f"acc@{length}": accuracy(run.model, *words, device=run.device) for length, words in sets.items()}
+
+    record = by_length()
+    if (values := _without_component(run, by_length)) is not None:
+        record |= {ablated(key): value for key, value in values.items()}
+    return record | {STATE_BYTES: state_bytes(run)}
+
+
 NIAH_DEPTHS, STATE_BYTES = "niah_depths", "state_bytes"  # fields of a record beside its values (store.RECORD_FIELDS)
 
 
@@ -195,5 +215,7 @@ for _metric in (
     # revision 2: every window of the validation split (in 1, its first PREFIX_TOKENS tokens per length)
     Metric("extrapolation", extrapolation, curve=Curve(CONTEXT_LENGTH, "perplexity"), ablation=True, revision=2),
     Metric("tokens_to_loss", sample_efficiency),
+    Metric("tracking", tracking_accuracy, percent=True, ablation=True,
+           curve=Curve(CONTEXT_LENGTH, "per-token accuracy (%)")),
 ):
     register_metric(_metric)

@@ -44,14 +44,15 @@ def state_points(experiment: Experiment, results: Results, key: str) -> dict[str
 
 
 def accuracy_key(experiment: Experiment, results: Results) -> str | None:
-    """The value an experiment's accuracy at the training length is recorded under: a task's accuracy, S-NIAH's at
-    the first of its lengths (1x); None for other metrics."""
+    """The value an experiment's accuracy at the training length is recorded under: a task's accuracy, S-NIAH's
+    or a word problem's at the first of its lengths (1x); None for other metrics."""
     if experiment.metric == "accuracy":
         return "accuracy"
-    if experiment.metric == "niah":
-        keys = [k for r in results.of(experiment.name).values() for k in r.values if k.startswith("niah@")]
-        return keys[0] if keys else None
-    return None
+    prefix = {"niah": "niah@", "tracking": "acc@"}.get(experiment.metric)
+    if prefix is None:
+        return None
+    keys = [k for r in results.of(experiment.name).values() for k in r.values if k.startswith(prefix)]
+    return keys[0] if keys else None
 
 
 def state_section(suite: Suite, results: Results, out: Path) -> list[str]:
