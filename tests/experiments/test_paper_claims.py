@@ -31,6 +31,8 @@ def metric_keys(experiment: Experiment, arm: Arm) -> set[str]:
     if experiment.metric == "accuracy":  # MQAR adds one slice per number of test pairs
         pairs = cfg.data.task_config().test_pairs if cfg.data.source == "mqar" else []
         return {"accuracy", *(f"pairs={p}" for p in pairs)}
+    if experiment.metric == "tracking":  # a word problem at the training length and each longer test length
+        return {f"acc@{T * k}" for k in [1, *cfg.data.task_config().test_lengths]}
     if experiment.metric == "niah":
         return {f"niah@{int(T * f)}" for f in experiment.lengths}
     if experiment.metric == "extrapolation":
