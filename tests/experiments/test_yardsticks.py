@@ -9,8 +9,9 @@ from attnlab.mixers import list_mixers, mixer_class
 from attnlab.train import train
 
 TINY = ["model.d_model=16", "model.n_layers=1", "train.steps=2", "train.batch_size=4", "train.eval_every=2",
-        "train.eval_batches=1", "train.ckpt_every=2", "train.warmup_steps=1", "data.task_options.parity.train_examples=64",
-        "data.task_options.parity.test_examples=8", "data.task_options.parity.test_lengths=[2,4]"]
+        "train.eval_batches=1", "train.ckpt_every=2", "train.warmup_steps=1",
+        "data.task_options.parity.train_examples=64", "data.task_options.parity.test_examples=8",
+        "data.task_options.parity.test_lengths=[2,4]"]
 
 
 def test_the_yardsticks_run_every_registered_mixer_and_gdn_with_negative_eigenvalues():
