@@ -163,18 +163,30 @@ def default() -> Suite:
                                f"Sensitivity, not the paper's initialisation: λ starts at {SENSITIVITY_LAMBDA:g}, "
                                "trained at 128", extrapolation, "ccq-gla",
                                f"model.mixer_options.ccq-gla.ccq_lambda_init={SENSITIVITY_LAMBDA}")
+    # what the truncation costs: CCQ-GLA reading (I + λΣ)^-1 q in full (ridge), the extrapolation's models beside it
+    ccq_gla = next(arm for arm in extrapolation.arms if arm.label == "ccq-gla")
+    read = Experiment("read", "CCQ-GLA's first-order read against the ridge read it truncates (trained at 128)",
+                      "extrapolation",
+                      [ccq_gla, Arm("ccq-gla-ridge", ccq_gla.preset,
+                                    [*ccq_gla.overrides, "model.mixer_options.ccq-gla.read=ridge"])],
+                      baseline="ccq-gla-ridge")
     return Suite(
         "ccq",
         "The Curvature-Conditioned Query in miniature",
-        [mqar, niah, extrapolation, large_lambda],
+        [mqar, niah, extrapolation, large_lambda, read],
         QUICK,
         "Claims: CCQ improves recall (S-NIAH, MQAR) and length extrapolation over GLA and Gated DeltaNet. Beside "
-        f"the protocol, a labelled sensitivity run starts CCQ-GLA's λ at {SENSITIVITY_LAMBDA:g} instead of 0.1.",
+        f"the protocol, a labelled sensitivity run starts CCQ-GLA's λ at {SENSITIVITY_LAMBDA:g} instead of 0.1, and "
+        "CCQ-GLA's first-order read is compared with the ridge read (I + λΣ)^-1 q that it truncates.",
         claims=[*mqar_claims("mqar"), *niah_claims("niah"), *extrapolation_claims("extrapolation", 128, 640),
                 Claim(f"sensitivity, λ initialised at {SENSITIVITY_LAMBDA:g} (not the paper's 0.1): CCQ-GLA lowers "
                       "perplexity vs GLA at the training length", large_lambda.name, "ppl@128", "ccq-gla", "gla",
                       "lower", relative(PAPER_WIKI["ccq-gla"], PAPER_WIKI["gla"]), relative=True, ablation=ABLATED,
-                      **per_token(PAPER_WIKI["gla"], "1.3B"))],
+                      **per_token(PAPER_WIKI["gla"], "1.3B")),
+                Claim(f"CCQ-GLA's first-order read is within {SAME_PPL:g}% of the ridge read it truncates in "
+                      "perplexity at the training length (not the paper's claim: what its truncation costs)", "read",
+                      "ppl@128",
+                      "ccq-gla", "ccq-gla-ridge", "equal", relative=True, margin=SAME_PPL)],
     )
 
 
