@@ -16,8 +16,8 @@ def add_parser(sub) -> None:
     p.add_argument("suite", help=f"the paper's suite ({', '.join(papers())}, or one that --import registers), or "
                    "all of them")
     p.add_argument("--tier", default="default", help="default (about 45 minutes on 2 CPU cores each), converged "
-                   "(trained until validation stops improving) or paper (the paper's protocol or scale); reports "
-                   "of other tiers go to <out>/<suite>-<tier>/")
+                   "(early stopping, up to a step cap that a run may reach first) or paper (the paper's protocol or "
+                   "scale); reports of other tiers go to <out>/<suite>-<tier>/")
     p.add_argument("--seeds", type=seed_count, help="seeds per run, 1 to 1000 (default: the tier's own)")
     p.add_argument("--only", nargs="+", metavar="EXPERIMENT", help="run only these experiments (shell patterns, "
                    "e.g. 'mqar-*'); the report still lists them all")

@@ -3,8 +3,8 @@ on MQAR, S-NIAH and length extrapolation.
 
 Tiers:
 - `default`: miniatures of 400-800 steps a model, 3 seeds: about 40 minutes on 2 CPU cores.
-- `converged`: MQAR at zoology's protocol (recall.py) and S-NIAH pass-key trained until the validation loss
-  stops improving, then the extrapolation models trained the same way (at most 4,000 steps). The
+- `converged`: MQAR at zoology's protocol (recall.py) and S-NIAH pass-key with early stopping up to a cap of
+  8,000 steps, then the extrapolation models the same way up to 4,000 steps. The
   extrapolation models took 3-8 minutes a run on one core shared with another job, every one to its cap: an
   hour of runs for 3 seeds, half an hour on 2 cores, beside the hours of MQAR and S-NIAH. `niah-256` trains
   S-NIAH at 256 tokens (a real haystack at 1x) and tests it to 4x: a GPU's protocol (scripts/gpu-science.sh).
