@@ -1,10 +1,17 @@
-"""The yardsticks suite covers every mixer, and the tracking metric measures a word problem at each tested length."""
+"""The yardsticks suite covers every mixer, the tracking metric measures a word problem at each tested length, and
+the matched presets give every mixer one state budget."""
+
+from dataclasses import replace
+
+import pytest
 
 from attnlab.config import load_config
+from attnlab.errors import ConfigError
 from attnlab.experiments import get_suite, yardsticks
 from attnlab.experiments.metrics import get_metric
 from attnlab.experiments.state_size import accuracy_key
 from attnlab.experiments.store import Record, Results, RunKey
+from attnlab.experiments.yardsticks import presets
 from attnlab.mixers import list_mixers, mixer_class
 from attnlab.train import train
 
@@ -20,7 +27,8 @@ def test_the_yardsticks_run_every_registered_mixer_and_gdn_with_negative_eigenva
     for tier in yardsticks.TIERS:
         for experiment in get_suite("yardsticks", tier).experiments:
             labels = [arm.label for arm in experiment.arms]
-            assert set(yardsticks.MIXERS) <= set(labels) and len(labels) == len(set(labels))
+            every = yardsticks.MATCHED if experiment.name == "mqar-matched" else yardsticks.MIXERS
+            assert set(every) <= set(labels) and len(labels) == len(set(labels))
     parity = get_suite("yardsticks").experiments[0]
     negative = next(arm for arm in parity.arms if arm.label == yardsticks.NEGATIVE)
     cfg = load_config(negative.preset, negative.overrides)
@@ -49,3 +57,18 @@ def test_a_reports_state_size_reads_a_word_problems_accuracy_at_the_training_len
     results = Results({"suite": "yardsticks", "runs": {}})
     results.records[RunKey("parity", "gdn", seed=0)] = Record({"acc@16": 0.7, "acc@32": 0.6, "state_bytes": 8})
     assert accuracy_key(experiment, results) == "acc@16"
+
+
+def test_each_matched_preset_takes_the_widest_model_whose_state_fits_the_budget(monkeypatch):
+    budget = presets.STATE_BUDGET
+    for mixer in yardsticks.MIXERS:
+        cfg = load_config(f"matched-{mixer}")
+        assert cfg.model.mixer == mixer and cfg.data.source == "mqar"
+        assert presets.state_bytes(cfg.model, cfg.train.seq_len) <= budget
+        wider = replace(cfg.model, d_model=cfg.model.d_model + 8)
+        assert cfg.model.d_model == presets.WIDTHS[-1] or presets.state_bytes(wider, cfg.train.seq_len) > budget
+    assert load_config("matched-softmax").model.d_model == 64  # the budget is the mqar preset's own cache
+    assert load_config("matched-boltzmann").model.mixer_options["boltzmann"]["couplings"] == "distance"
+    monkeypatch.setattr(presets, "STATE_BUDGET", 100)
+    with pytest.raises(ConfigError, match="no d_model from 16 to 256 gives gla a state of at most 100 bytes"):
+        load_config("matched-gla")

@@ -11,7 +11,9 @@ that its report shows whether these tasks tell the mechanisms apart at this scal
 
 Tiers (the small shape of zoology's recall studies: 2 layers, d_model 64; one seed per mixer for the catalogue,
 three for the arms the claims compare):
-- `default`: parity at 16 bits, 1,500 steps a model, tested to 8x the length: about 25 minutes on 2 CPU cores.
+- `default`: parity at 16 bits, 1,500 steps a model, tested to 8x the length, and MQAR (64 tokens, 4 pairs, 1,000
+  steps) with softmax attention and the recurrent mixers at one state budget (the matched presets): about 45
+  minutes on 2 CPU cores.
 - `converged`: S-NIAH pass-key at 512 characters (RULER's shortest), early stopping or 12,000 steps, tested to 4x:
   a GPU's protocol (see `converged`).
 """
@@ -41,6 +43,11 @@ RETRIEVAL_LENGTH = 512  # S-NIAH's, tested at 2x and 4x it
 # "tracks": at least this accuracy per token at 4x the training length (chance is 50%, a state that tracks
 # parity is exact at every length); "does not carry it": below this at 4x, once learned at the training length
 TRACKS, FAILS, LEARNED = 90, 60, 0.99
+MATCHED_STEPS = ["train.steps=1000", "train.eval_every=1000", "train.ckpt_every=1000"]
+# the mixers the default tier runs at one state budget: softmax attention, whose cache sets the budget, and the
+# recurrent mixers, whose width the budget decides (every mixer has its matched preset; the other attention forms
+# hold the same cache, and Boltzmann attention's sliding window would take d_model 256, a run of half an hour)
+MATCHED = ["softmax", "linear", "gla", "ccq-gla", "gdn", "ccq-gdn", "s4d", "interdomain"]
 
 
 def suite(tier: str = "default") -> Suite:
@@ -55,10 +62,9 @@ def _arms(experiment: str, preset: str, *overrides: str) -> list[Arm]:
 
 
 # the options an arm sets beyond its mixer's defaults: GDN's negative eigenvalues, and Boltzmann attention in its
-# sliding form (couplings by distance, banded inference), which reads any length where the paper's window of 16
-# positions would stop at the training length of parity and below S-NIAH's
+# sliding form, which reads past the training length of parity and S-NIAH's
 OPTIONS = {NEGATIVE: ("gdn", {"negative_eigenvalues": "true"}),
-           "boltzmann": ("boltzmann", {"couplings": "distance", "inference": "banded", "band": 2})}
+           "boltzmann": ("boltzmann", presets.SLIDING["boltzmann"])}
 
 
 def _mixer(label: str) -> list[str]:
@@ -76,6 +82,16 @@ def default() -> Suite:
         note="Chance is 50% per token. A state that tracks parity is exact at every length; one that learned a "
              "shortcut bound to the training length falls towards chance beyond it.",
     )
+    matched = Experiment(
+        "mqar-matched",
+        f"MQAR, 64 tokens, 4 pairs, at one state budget ({presets.STATE_BUDGET // 2**10} KiB a sequence): "
+        "test accuracy",
+        "accuracy",
+        [Arm(m, f"matched-{m}", MATCHED_STEPS, seeds=1) for m in MATCHED],
+        "softmax",
+        note="Each mixer at the widest d_model whose state at 64 tokens fits the budget, that of the mqar preset's "
+             "softmax attention (its keys and values): recall at equal memory, as zoology and Based compare it.",
+    )
     at = {k: f"acc@{k * TRACKING_LENGTH}" for k in (1, 4)}
     claims = [
         Claim(f"GDN with negative eigenvalues tracks parity at 4x the training length ({TRACKS}% or more per token)",
@@ -86,8 +102,10 @@ def default() -> Suite:
               "per token)", "parity", at[4], "softmax", None, "lower", scale=100, reference=FAILS,
               control=("softmax", at[1], LEARNED)),
     ]
-    return Suite(NAME, "The field's yardsticks: state tracking, every mixer", [parity], QUICK,
-                 "Every mixer at its defaults on parity, with the state it holds per sequence. Claims (the field's, "
+    return Suite(NAME, "The field's yardsticks: state tracking for every mixer, recall at one state budget",
+                 [parity, matched], QUICK,
+                 "Every mixer at its defaults on parity, with the state it holds per sequence, and on MQAR at one "
+                 "state budget. Claims (the field's, "
                  "not a paper's): GDN with negative eigenvalues tracks parity past the training length and GDN "
                  "without them does not; softmax attention does not carry parity past it. Retrieval is the "
                  f"converged tier's: at {RETRIEVAL_LENGTH} characters softmax attention does not learn S-NIAH within "
@@ -122,4 +140,5 @@ def converged() -> Suite:
                  "GLA find the needle.", tier="converged", gpu=True, claims=claims)
 
 
-PAPER = register_paper(Paper(NAME, TIERS, suite, PROVENANCE, presets=presets.PRESETS))
+PAPER = register_paper(Paper(NAME, TIERS, suite, PROVENANCE,
+                             presets=presets.PRESETS | {f"matched-{m}": presets.matched(m) for m in MIXERS}))

@@ -1,12 +1,23 @@
 """The yardsticks' presets: the small shape that zoology's recall studies use (2 layers, d_model 64) on a word
-problem and on S-NIAH. Each imports the config when called (see attnlab.presets)."""
+problem and on S-NIAH, and MQAR at one state budget for every mixer (`matched-<mixer>`). Each imports the config
+when called (see attnlab.presets)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ...config import RunConfig
+    from ...config import ModelConfig, RunConfig
+
+# The matched family's budget: the bytes of state a sequence holds at the training length in the mqar preset's
+# softmax attention (keys and values of 64 tokens, width 64, 2 layers, fp32). Every mixer gets the widest model
+# whose state fits it, as zoology and Based compare recall at equal state, not at equal width.
+STATE_BUDGET = 64 * 2**10
+WIDTHS = tuple(range(16, 257, 8))  # the d_model a matched preset may take
+# Boltzmann attention in its sliding form (couplings by distance, banded inference), which reads any length where
+# the paper's window of 16 positions stops: the yardsticks' tasks are longer
+SLIDING = {"boltzmann": {"couplings": "distance", "inference": "banded", "band": 2}}
 
 
 def state_tracking() -> RunConfig:
@@ -35,6 +46,36 @@ def retrieval() -> RunConfig:
         train=TrainConfig(steps=1500, batch_size=32, seq_len=512, lr=3.0e-3, min_lr=1.0e-4, warmup_steps=200,
                           eval_every=500, eval_batches=8, ckpt_every=1500),
     )
+
+
+def state_bytes(model: ModelConfig, seq_len: int) -> int:
+    """The bytes of state a sequence holds after seq_len tokens in a model of this config, fp32 (Mixer.state_size
+    of every layer's mixer, built alone)."""
+    from ...mixers import mixer_class
+
+    return 4 * sum(mixer_class(model.mixer)(model.mixer_config(model.mixer, layer)).state_size(seq_len)
+                   for layer in range(model.n_layers))
+
+
+def matched(mixer: str) -> Callable[[], RunConfig]:
+    """The preset `matched-<mixer>`: the mqar preset with this mixer (Boltzmann attention sliding) at the widest
+    d_model of WIDTHS (16 to 256 in steps of 8) whose state at the training length fits STATE_BUDGET."""
+
+    def build() -> RunConfig:
+        from dataclasses import replace
+
+        from ...errors import ConfigError
+        from ...presets import mqar
+
+        base = mqar()
+        model = replace(base.model, mixer=mixer, mixer_options={mixer: dict(SLIDING.get(mixer, {}))})
+        widths = [w for w in WIDTHS if state_bytes(replace(model, d_model=w), base.train.seq_len) <= STATE_BUDGET]
+        if not widths:
+            raise ConfigError(f"no d_model from {WIDTHS[0]} to {WIDTHS[-1]} gives {mixer} a state of at most "
+                              f"{STATE_BUDGET:,} bytes at {base.train.seq_len} tokens")
+        return replace(base, name=f"matched-{mixer}", model=replace(model, d_model=widths[-1]))
+
+    return build
 
 
 PRESETS = {"state-tracking": state_tracking, "retrieval": retrieval}
