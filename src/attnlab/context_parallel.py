@@ -26,12 +26,42 @@ positions of their keys as they are. Its traffic grows with the sequence, as rin
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 import torch.distributed as dist
 
 from .ops.ccq import CCQStats
+
+
+@dataclass(frozen=True)
+class Context:
+    """This rank's place in a context-parallel group: the ranks of `group` (the default group where None) hold
+    the equal shards of every sequence in rank order, and this one holds shard `rank`. A mixer that takes a
+    `context` runs its shard of the sequence from the start of the sequence as the ranks before it leave it."""
+
+    group: object = None
+
+    @property
+    def rank(self) -> int:
+        return dist.get_rank(self.group)
+
+    @property
+    def world(self) -> int:
+        return dist.get_world_size(self.group)
+
+    def offset(self, shard_len: int) -> int:
+        """The position in its sequence of this rank's first token."""
+        return self.rank * shard_len
+
+    def previous(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        """The last n positions of the previous rank's x [..., T_shard, D] (zeros on the first rank): a short
+        convolution's window across the shard boundary. Every rank's result depends on the exchange (the first
+        rank's as zeros times it), so that every rank reaches its backward."""
+        tails = _GatherTime.apply(x[..., x.shape[-2] - n :, :].contiguous(), self.group)
+        before = tails[..., max(self.rank - 1, 0) * n : max(self.rank, 1) * n, :]
+        return before * 0 if self.rank == 0 else before
 
 
 class Shard(Protocol):
@@ -96,10 +126,11 @@ class _ShardStart(torch.autograd.Function):
             rows = rows.detach().requires_grad_()
             start = None if initial_state is None else initial_state.detach().requires_grad_()
             outputs = _start_and_end(_unflatten(rows, *ctx.shapes), dist.get_rank(ctx.group), start, ctx.diagonal)
-            grads = [torch.zeros_like(out) if grad is None else grad
-                     for out, grad in zip(outputs, (grad_start, grad_final), strict=True)]
-            found = torch.autograd.grad(outputs, [rows] if start is None else [rows, start], grads,
-                                        allow_unused=True)
+            # (the first rank's start is the initial state itself: from zeros it depends on no pair)
+            pairs = [(out, torch.zeros_like(out) if grad is None else grad)
+                     for out, grad in zip(outputs, (grad_start, grad_final), strict=True) if out.requires_grad]
+            found = torch.autograd.grad([out for out, _ in pairs], [rows] if start is None else [rows, start],
+                                        [grad for _, grad in pairs], allow_unused=True)
         per_rank = torch.zeros_like(rows) if found[0] is None else found[0].contiguous()
         summed = _real(per_rank)
         dist.all_reduce(summed, group=ctx.group)  # the sum over the ranks' scans of each rank's pair's gradient

@@ -41,8 +41,9 @@ class Block(nn.Module):
         self.mlp = FFNS[cfg.ffn_kind](cfg.d_model, ffn_width(cfg)) if cfg.ffn else None
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: torch.Tensor, state=None, cu_seqlens: torch.Tensor | None = None, keep_state: bool = True):
-        y, state = self.mixer(self.mixer_norm(x), state, cu_seqlens, keep_state)
+    def forward(self, x: torch.Tensor, state=None, cu_seqlens: torch.Tensor | None = None, keep_state: bool = True,
+                context=None):
+        y, state = self.mixer(self.mixer_norm(x), state, cu_seqlens, keep_state, context)
         x = x + self.dropout(y)
         if self.mlp is not None:
             x = x + self.dropout(self.mlp(self.mlp_norm(x)))
@@ -97,7 +98,7 @@ class Decoder(nn.Module):
         nn.init.normal_(self.head.weight, std=0.02)
 
     def forward(self, tokens: torch.Tensor, states: list | None = None, start: int | torch.Tensor = 0,
-                cu_seqlens: torch.Tensor | None = None, keep_states: bool = True):
+                cu_seqlens: torch.Tensor | None = None, keep_states: bool = True, context=None):
         """tokens [B, T] -> (logits [B, T, vocab], per-layer states to continue from).
 
         start: the position of tokens[:, 0] in its sequence (the tokens the states have seen), or one per row
@@ -108,9 +109,13 @@ class Decoder(nn.Module):
         N; flash-linear-attention's convention): each is read from a fresh state and its positions count from
         0, and every layer's state is a list, one per sequence (None without keep_states: training and
         scoring need no states, and the mixers then take their fastest packed form).
+        context: this rank holds one shard of every sequence (context_parallel.Context; tokens [B, T_shard], the
+        shards of equal length), the ranks of its group the others: the logits are those of the whole sequences at
+        this shard's positions.
         """
         x = self.embed(tokens)
         if self.position is not None:
+            start = start if context is None else context.offset(tokens.shape[1])
             x = x + self.position(self._positions(tokens, start, cu_seqlens))
         x = self.dropout(x)
         states = states if states is not None else [None] * len(self.blocks)
@@ -119,7 +124,7 @@ class Decoder(nn.Module):
                             "states this model returned, or None to start afresh")
         new_states = []
         for block, state in zip(self.blocks, states, strict=True):
-            x, state = block(x, state, cu_seqlens, keep_states)
+            x, state = block(x, state, cu_seqlens, keep_states, context)
             new_states.append(state)
         return self.head(self.norm(x)), new_states
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..context_parallel import gather_prefix
 from ..nn import Rotary
 from .base import Mixer, MixerConfig, marked
 
@@ -115,6 +116,7 @@ class AttentionMixer(Mixer):
     # each sequence's KV cache is its row's first keys and values. (Cheaper than one block-diagonal mask over
     # the row: its attention costs the sum of the squared lengths, under the causal kernels.)
     packs = "padded"
+    splits = True  # a rank's queries are the last positions of the keys gathered up to its shard
 
     def __init__(self, cfg: AttentionConfig):
         super().__init__(cfg)
@@ -123,7 +125,11 @@ class AttentionMixer(Mixer):
         self.rotary = Rotary(cfg.head_dim, cfg.rope_base) if cfg.rope else None
         self.gate = nn.Linear(cfg.d_model, cfg.d_model, bias=False) if cfg.output_gate else None
 
-    def forward(self, x: torch.Tensor, state: KVCache | None = None):
+    def forward(self, x: torch.Tensor, state: KVCache | None = None, *, context=None):
+        if context is not None:  # this rank's queries read the keys and values of every shard up to its own
+            q, k, v = self.projections(x, context.offset(x.shape[1]))
+            y = self.attend(q, gather_prefix(k, context.group), gather_prefix(v, context.group))
+            return self.output(y, x), None  # a shard keeps no state: it trains and scores
         q, k, v = self.projections(x, 0 if state is None else state.position)
         state = KVCache.holding(k, v) if state is None else state.extend(k, v)
         y = self.attend(q, state.k, state.v)  # [B, H', T, D'], in fp32 where attend normalises in it

@@ -73,13 +73,17 @@ class Mixer(nn.Module):
     # state to its own tokens (state.row(row, length): a KV cache, which causal attention fills with no padding).
     # None: mix runs them, as padded batches where no states are kept, else one at a time.
     packs: str | None = None
+    # whether forward(x, context=...) runs one rank's shard of each sequence (context_parallel.Context): its
+    # outputs those of the whole sequence's positions there, its gradients the whole sequence's
+    splits: bool = False
 
     def __init__(self, cfg: MixerConfig):
         super().__init__()
         self.cfg = cfg
 
-    def __call__(self, x: torch.Tensor, state=None, cu_seqlens: torch.Tensor | None = None, keep_state: bool = True):
-        return mix(self, x, state, cu_seqlens, keep_state)
+    def __call__(self, x: torch.Tensor, state=None, cu_seqlens: torch.Tensor | None = None, keep_state: bool = True,
+                 context=None):
+        return mix(self, x, state, cu_seqlens, keep_state, context)
 
     def forward(self, x: torch.Tensor, state=None, *, cu_seqlens: torch.Tensor | None = None):
         """x [B, T, d_model], state from ``init_state`` or a previous call -> (y [B, T, d_model], state). Where
@@ -115,14 +119,18 @@ class Mixer(nn.Module):
         return None
 
 
-def mix(mixer: Mixer, x: torch.Tensor, state=None, cu_seqlens: torch.Tensor | None = None, keep_state: bool = True):
+def mix(mixer: Mixer, x: torch.Tensor, state=None, cu_seqlens: torch.Tensor | None = None, keep_state: bool = True,
+        context=None):
     """mixer.forward(x, state), with what every mixer shares: the input checked (a wrong shape fails in one line
     that names the expected one rather than deep inside the mixer's arithmetic), the state checked (check_state),
     a list of one state per row continued (rows), packed sequences run (packed; with keep_state false, as
-    training and scoring call it, without states, in the mixer's fastest form), and the states returned marked
-    as this mixer's."""
+    training and scoring call it, without states, in the mixer's fastest form), one rank's shard of every
+    sequence run (context), and the states returned marked as this mixer's."""
     check_input(x, mixer.cfg.d_model)
-    if cu_seqlens is not None:
+    if context is not None:
+        check_splits(mixer, state, cu_seqlens)
+        y, states = run(mixer, x, context=context)
+    elif cu_seqlens is not None:
         check_boundaries(cu_seqlens, x, state)
         y, states = packed(mixer, x, cu_seqlens, keep_state)
     elif isinstance(state, list):
@@ -131,6 +139,16 @@ def mix(mixer: Mixer, x: torch.Tensor, state=None, cu_seqlens: torch.Tensor | No
         check_state(mixer, state, x.shape[0])
         y, states = run(mixer, x, state)
     return y, marked(mixer, states)
+
+
+def check_splits(mixer: Mixer, state, cu_seqlens) -> None:
+    """One rank's shard of whole sequences from their start: a mixer that splits them, no state, no packing."""
+    if not mixer.splits:
+        raise ConfigError(f"{mixer.name} cannot split a sequence across ranks (train.context_parallel): its forward "
+                          "takes no context; use 1, or a mixer that splits")
+    if state is not None or cu_seqlens is not None:
+        raise UserError("a sequence split across ranks runs from its start and unpacked: give no state and no "
+                        "cu_seqlens with a context")
 
 
 def run(mixer: Mixer, *args, **kwargs):

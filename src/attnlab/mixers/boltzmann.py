@@ -162,6 +162,7 @@ class BoltzmannAttention(AttentionMixer):
 
     config_class = BoltzmannConfig
     backends = ("torch", "flex", "triton")
+    splits = False  # its window's couplings would need the previous rank's last keys, which it does not take yet
     deterministic = (("dqa_shots", 0),)  # annealing's simulated probabilities, not sampled shots
     compile_exclusion = ("its inference loops (enumeration in pieces, chain messages, annealing steps) unroll into "
                          "graphs that did not finish compiling in 75 s for one small layer on a 2-core CPU")

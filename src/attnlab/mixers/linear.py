@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..context_parallel import Context, ccq_shard, linear_shard, run_shard
 from ..errors import ConfigError
 from ..nn import ShortConv, at_least_fp32, inverse_softplus, log_uniform_dt, overwritten, rms_norm_fp32, set_optim
 from ..ops import fla as fla_ops
@@ -154,6 +155,7 @@ class LinearAttention(Mixer):
     backends = ("torch", "fla")
     state_type = LinearState
     packs = "states"  # the chunkwise forms, fla's and ours, take the boundaries and return each sequence's state
+    splits = True  # a rank's shard runs from the start state that the ranks before it leave (context_parallel)
 
     def __init__(self, cfg: LinearConfig, recurrence: Recurrence, unit_qk: bool = False):
         super().__init__(cfg)
@@ -184,29 +186,42 @@ class LinearAttention(Mixer):
             return "step"
         return "fla" if runs_fla(self.cfg.backend, x, self.scalar_gates) else "torch"
 
-    def forward(self, x: torch.Tensor, state: LinearState | None = None, *, cu_seqlens: torch.Tensor | None = None):
+    def forward(self, x: torch.Tensor, state: LinearState | None = None, *, cu_seqlens: torch.Tensor | None = None,
+                context: Context | None = None):
         """The layer over x [B, T, d_model] from state; or, given cu_seqlens, over the sequences packed in
-        x [1, N, d_model], each from a fresh state, returning each one's state."""
+        x [1, N, d_model], each from a fresh state, returning each one's state; or, given a context, over this
+        rank's shard of every sequence (keeping no state)."""
         B, T, _ = x.shape
         form = self.form(x, cu_seqlens)
         state = state if state is not None else self.init_state(B, x.device)
         qkv = torch.cat((self.q_proj(x), self.k_proj(x), self.v_proj(x)), dim=-1)
         conv_state = None
         if self.conv is not None:
-            qkv, conv_state = self.conv(qkv, state.conv) if cu_seqlens is None else self.conv.packed(qkv, cu_seqlens)
+            if cu_seqlens is not None:
+                qkv, conv_state = self.conv.packed(qkv, cu_seqlens)
+            else:  # a shard's window reaches into the previous rank's last inputs
+                before = state.conv if context is None else context.previous(qkv, self.cfg.conv_size - 1)
+                qkv, conv_state = self.conv(qkv, before)
         q, k, v = (self.split_heads(t) for t in qkv.split([self.cfg.key_dim, self.cfg.key_dim, self.cfg.value_dim], -1))
         gates = self.gates(x)
         memory, ccq_state = (state.memory, state.ccq) if cu_seqlens is None else (None, None)  # packed: from zeros
-        q, k, ccq_state = self.read_query(q, k, gates, ccq_state, form=form, cu_seqlens=cu_seqlens)
-        o, memory = self.recur(q, k, v, gates, memory, form=form, cu_seqlens=cu_seqlens)
+        q, k, ccq_state = self.read_query(q, k, gates, ccq_state, form=form, cu_seqlens=cu_seqlens, context=context)
+        if context is None:
+            o, memory = self.recur(q, k, v, gates, memory, form=form, cu_seqlens=cu_seqlens)
+        else:  # the shard from the state the ranks before it leave (a scan of their transitions)
+            chunk = self.recurrence.fla if form == "fla" else self.recurrence.torch
+            o, _ = run_shard(linear_shard(chunk, q, k, v, *gates.values(), chunk_size=self.cfg.chunk_size),
+                             group=context.group)
         o = rms_norm_fp32(self.out_norm, o) * F.silu(self.split_heads(self.gate_proj(x)))
         y = self.out_proj(o.transpose(1, 2).reshape(B, T, -1).to(x.dtype))
+        if context is not None:
+            return y, None
         state = LinearState(memory, conv_state, ccq_state)
         if cu_seqlens is None:
             return y, state
         return y, [state_row(state, row) for row in range(len(cu_seqlens) - 1)] if self.packs == "states" else None
 
-    def read_query(self, q, k, gates, ccq_state, form: str, cu_seqlens=None):
+    def read_query(self, q, k, gates, ccq_state, form: str, cu_seqlens=None, context=None):
         """Transform the queries before the read (identity here; CCQ cleans them)."""
         return q, k, ccq_state
 
@@ -290,7 +305,7 @@ class GatedDeltaNet(LinearAttention):
             beta = 2 * beta
         return {"log_decay": log_decay.transpose(1, 2), "beta": beta.transpose(1, 2)}  # [B, H, T]
 
-    def read_query(self, q, k, gates, ccq_state, form, cu_seqlens=None):
+    def read_query(self, q, k, gates, ccq_state, form, cu_seqlens=None, context=None):
         return F.normalize(q, dim=-1, eps=1e-6), F.normalize(k, dim=-1, eps=1e-6), ccq_state
 
 
@@ -323,11 +338,16 @@ class CCQRead:
             return None
         return "states" if runs_fla(self.cfg.backend, self.lambda_bias, self.scalar_gates) else "outputs"
 
+    @property
+    def splits(self) -> bool:
+        """The first-order read's statistics carry across ranks as a scan; the ridge read's solves do not yet."""
+        return self.cfg.read != "ridge"
+
     def ablated(self):
         """lambda = sigmoid(w . q_bar + b) set to 0 (w = 0, b = -30): the backbone's own read."""
         return overwritten((self.lambda_weight, 0.0), (self.lambda_bias, -30.0))
 
-    def read_query(self, q, k, gates, ccq_state, form, cu_seqlens=None):
+    def read_query(self, q, k, gates, ccq_state, form, cu_seqlens=None, context=None):
         q, k, _ = super().read_query(q, k, gates, ccq_state, form=form)
         if self.unit_qk:
             q_bar, k_bar = q, k
@@ -348,6 +368,10 @@ class CCQRead:
                                           None if log_decay is None else log_decay[:, :, 0])
             return q_clean[:, :, None], k, ccq_state
         chunk = fla_ops.ccq_fla if form == "fla" else ccq_chunk
+        if context is not None:  # the statistics the ranks before it leave: one decay ages them all (diagonal)
+            shard = ccq_shard(chunk, q, k_bar, lam, log_decay, chunk_size=self.cfg.chunk_size)
+            q_clean, _ = run_shard(shard, diagonal=True, group=context.group)
+            return q_clean, k, None
         q_clean, ccq_state = chunk(q, k_bar, lam, ccq_state, log_decay, self.cfg.chunk_size, cu_seqlens=cu_seqlens)
         return q_clean, k, ccq_state
 
