@@ -69,7 +69,7 @@ def test_a_decoder_split_across_two_ranks_matches_one_process(mixer, ranks_ran):
         if grad is None:
             continue
         summed = sum(ranks_ran[mixer, rank]["grads"][name] for rank in range(WORLD))
-        torch.testing.assert_close(summed, grad, rtol=1e-9, atol=1e-9, msg=lambda m: f"{mixer} {name}: {m}")
+        torch.testing.assert_close(summed, grad, rtol=1e-9, atol=1e-9, msg=f"{mixer}: the gradient of {name}")
 
 
 def test_a_mixer_that_does_not_split_or_a_state_with_a_context_is_refused_in_one_line():
