@@ -22,6 +22,9 @@ SPLIT = {
     "coupled-differential": {}, "linear": CHUNKED, "gla": CHUNKED, "gdn": CHUNKED, "ccq-gla": CHUNKED,
     "ccq-gdn": CHUNKED | {"ccq_decay": True},
     "softmax with learned positions": {"rope": False},  # the second rank's positions count on from the first's
+    "s4d": {"modes": 4}, "interdomain": {"modes": 4}, "interdomain chunk form": {"modes": 4, "form": "chunk",
+                                                                                 "chunk_size": 4},
+    "interdomain linear query": {"modes": 4, "query": "linear"},
 }
 
 

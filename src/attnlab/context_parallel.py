@@ -188,6 +188,14 @@ def run_shard(shard: Shard, diagonal: bool = False, group=None, initial_state=No
     return outputs, final
 
 
+def carried(run: Callable, start, context: Context | None, diagonal: bool = False):
+    """run(start) -> (outputs, final state): from `start`, or under a context from the state that the ranks
+    before this one leave (run_shard; the final state then the whole sequence's)."""
+    if context is None:
+        return run(start)
+    return run_shard(lambda begin, silent=False: run(begin), diagonal, context.group)
+
+
 def linear_shard(op: Callable, q, k, v, *gates, **options) -> Shard:
     """A shard of an op of the linear-attention family, op(q, k, v, *gates, initial_state=...) -> (o, state
     [B, H, D_k, D_v]), whose update is h_t = A_t h_{t-1} + (a term linear in v_t): linear attention, GLA and the

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..context_parallel import Context, carried
 from ..errors import ConfigError
 from ..nn import Rotary, ShortConv, at_least_fp32, no_autocast, positions_in_sequences
 from ..ops import fla as fla_ops
@@ -92,16 +93,18 @@ class InterdomainAttention(StateSpaceMixer):
         sequence would decay them."""
         return "outputs" if self.cfg.query == "linear" or self.cfg.form == "chunk" else None
 
-    def forward(self, x: torch.Tensor, state: SSMState | None = None, *, cu_seqlens: torch.Tensor | None = None):
+    def forward(self, x: torch.Tensor, state: SSMState | None = None, *, cu_seqlens: torch.Tensor | None = None,
+                context: Context | None = None):
         """The layer over x [B, T, d_model] from state; or, given cu_seqlens (the chunk form's query read or the
         linear contraction), over the sequences packed in x [1, N, d_model], each from a fresh state (the short
-        convolution, RoPE's positions and the scan or the convolution restart), returning no state."""
+        convolution, RoPE's positions and the scan or the convolution restart), returning no state; or, given a
+        context, over this rank's shard of every sequence."""
         cfg = self.cfg
-        state = state if state is not None else self.init_state(x.shape[0], x.device, x.dtype)
+        state = self.start(x, state, context)
         conditioned, dual = cfg.query == "conditioned", cfg.input == "dual"
         streams = ([self.q_proj(x)] if conditioned else []) + [self.k_proj(x)] + ([] if dual else [self.v_proj(x)])
         streams = torch.cat(streams, dim=-1)
-        convolved, conv_state = (self.conv(streams, state.conv) if cu_seqlens is None else
+        convolved, conv_state = (self.conv(streams, self.window(streams, state, context)) if cu_seqlens is None else
                                  self.conv.packed(streams, cu_seqlens))
         convolved = [self.heads(t) for t in convolved.split(cfg.d_model, dim=-1)]
         q = convolved.pop(0) if conditioned else None
@@ -122,12 +125,14 @@ class InterdomainAttention(StateSpaceMixer):
                     xi_q = self.shared_direction(xi_q, state)
                 if cfg.normalize:  # a constant channel whose readout is the denominator
                     z = torch.cat((z, torch.ones_like(z[..., :1])), dim=-1)
-                o, memory = self.read(xi_q, z, lam, B_bar, C, state.memory, cu_seqlens)
+                o, memory = carried(lambda start: self.read(xi_q, z, lam, B_bar, C, start, cu_seqlens),
+                                    state.memory, context, diagonal=True)
                 if cfg.normalize:
                     o = o[..., :-1] / (o[..., -1:] + cfg.normalize_eps)
             else:
-                o, memory = contract(z, self.contraction, C, lam, B_bar, state.memory, cu_seqlens)
-        return self.project_out(x, o, memory, conv_state, state, cu_seqlens)
+                o, memory = carried(lambda start: contract(z, self.contraction, C, lam, B_bar, start, cu_seqlens),
+                                    state.memory, context, diagonal=True)
+        return self.project_out(x, o, memory, conv_state, state, cu_seqlens, context)
 
     def ablated(self):
         """The query path removed: each head reads its state with one direction for every token, the mean of

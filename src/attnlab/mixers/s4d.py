@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..context_parallel import Context, carried
 from ..errors import ConfigError
 from ..nn import Rotary, ShortConv, at_least_fp32, log_uniform_dt, no_autocast, positions_in_sequences, set_optim
 from ..ops import s4d
@@ -74,6 +75,7 @@ class StateSpaceMixer(Mixer):
     (the memory X [B, H, M, state_width] and the last inputs of a short convolution conv_channels wide)."""
 
     state_type = SSMState
+    splits = True  # a rank's shard runs from the state the ranks before it leave (a diagonal scan)
 
     def __init__(self, cfg: S4DConfig, conv_channels: int):
         super().__init__(cfg)
@@ -104,14 +106,26 @@ class StateSpaceMixer(Mixer):
         B, T, _ = x.shape
         return x.view(B, T, self.cfg.n_heads, -1).transpose(1, 2)
 
-    def project_out(self, x, o, memory, conv_state, state: SSMState, cu_seqlens):
+    def start(self, x: torch.Tensor, state: SSMState | None, context: Context | None) -> SSMState:
+        """The state a call starts from: the given one, a fresh one, or under a context a fresh one at this
+        shard's first position (its memory comes from the scan of the ranks' transitions)."""
+        fresh = self.init_state(x.shape[0], x.device, x.dtype)
+        if context is not None:
+            return SSMState(None, fresh.conv, context.offset(x.shape[1]))
+        return state if state is not None else fresh
+
+    def window(self, streams: torch.Tensor, state: SSMState, context: Context | None) -> torch.Tensor:
+        """The inputs before this call that the short convolution reads: the state's, or the previous rank's."""
+        return state.conv if context is None else context.previous(streams, self.cfg.conv_size - 1)
+
+    def project_out(self, x, o, memory, conv_state, state: SSMState, cu_seqlens, context=None):
         """The heads' readouts o [B, H, T, width] merged, gated (if so) and projected, with the state carried on
-        (none for packed sequences)."""
+        (none for packed sequences or a shard)."""
         B, T, _ = x.shape
         y = o.transpose(1, 2).reshape(B, T, -1).to(x.dtype)
         if self.gate_proj is not None:
             y = F.silu(self.gate_proj(x)) * y
-        if cu_seqlens is not None:
+        if cu_seqlens is not None or context is not None:
             return self.out_proj(y), None
         return self.out_proj(y), SSMState(memory, conv_state, state.position + T)
 
@@ -165,13 +179,15 @@ class S4DMixer(StateSpaceMixer):
         self.add_state_core(cfg, self.key_norm, self.value_norm)
         self.contraction = nn.Parameter(torch.randn(H, M) / math.sqrt(M))  # w [H, M]
 
-    def forward(self, x: torch.Tensor, state: SSMState | None = None, *, cu_seqlens: torch.Tensor | None = None):
+    def forward(self, x: torch.Tensor, state: SSMState | None = None, *, cu_seqlens: torch.Tensor | None = None,
+                context: Context | None = None):
         """The layer over x [B, T, d_model] from state; or, given cu_seqlens, over the sequences packed in
         x [1, N, d_model], each from a fresh state (the short convolution, RoPE's positions and the convolution
-        restart), returning no state."""
-        state = state if state is not None else self.init_state(x.shape[0], x.device, x.dtype)
+        restart), returning no state; or, given a context, over this rank's shard of every sequence."""
+        state = self.start(x, state, context)
         ab = torch.cat((self.k_proj(x), self.v_proj(x)), dim=-1)
-        ab, conv_state = self.conv(ab, state.conv) if cu_seqlens is None else self.conv.packed(ab, cu_seqlens)
+        ab, conv_state = self.conv(ab, self.window(ab, state, context)) if cu_seqlens is None else \
+            self.conv.packed(ab, cu_seqlens)
         a, b = (self.heads(t) for t in ab.split(self.cfg.d_model, dim=-1))
         if self.rotary is not None:
             positions = None if cu_seqlens is None else positions_in_sequences(cu_seqlens, x.device)
@@ -179,5 +195,6 @@ class S4DMixer(StateSpaceMixer):
         z = at_least_fp32(torch.cat((self.key_norm(a), self.value_norm(b)), dim=-1))
         with no_autocast(x.device):  # the state and its readout stay in fp32
             lam, B_bar, C = self.ssm()
-            o, memory = contract(z, self.contraction, C, lam, B_bar, state.memory, cu_seqlens)
-        return self.project_out(x, o, memory, conv_state, state, cu_seqlens)
+            o, memory = carried(lambda start: contract(z, self.contraction, C, lam, B_bar, start, cu_seqlens),
+                                state.memory, context, diagonal=True)
+        return self.project_out(x, o, memory, conv_state, state, cu_seqlens, context)
