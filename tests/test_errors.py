@@ -18,6 +18,7 @@ BAD_INPUT = [
     (["train", "demo", "train.min_lr=-1"], "train.min_lr=-1.0 must be >= 0"),
     (["train", "demo", "train.precision=fp16"], "unknown train.precision 'fp16'; did you mean 'bf16'?"),
     (["train", "demo", "train.batch_size=5", "train.grad_accum=2"], "train.batch_size=5 is not divisible"),
+    (["train", "demo", "train.context_parallel=2"], "train.context_parallel=2 does not divide the 1 process(es)"),
     (["train", "demo", "data.source=text", "data.path=/no/such/texts"], "data.path=/no/such/texts does not exist"),
     (["train", "demo", "data.source=niah", "data.task_options.niah.kind=passwd"],
      "unknown data.task_options.niah.kind 'passwd'; did you mean 'passkey'? Known: multikey, number, passkey, uuid"),

@@ -326,6 +326,9 @@ class TrainConfig:
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast; parameters and states stay fp32
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     fsdp: bool = False  # under torchrun: shard the model with FSDP instead of replicating it with DDP
+    # under torchrun: split every sequence across this many processes (context parallelism); the processes are
+    # data x context_parallel, each group of context_parallel consecutive ranks sharing its rows of the batch
+    context_parallel: int = 1
     compile: bool = False  # torch.compile each block whose mixer compiles (the others are logged and run eagerly)
     log_to: list[Sink] = field(default_factory=list)  # also stream metrics.jsonl's scalars to: tensorboard, wandb
     # fine-tuning: a run folder (its best or newest checkpoint) or step-XXXXXXXX folder whose weights and model
@@ -335,7 +338,7 @@ class TrainConfig:
     def validate(self) -> None:
         check_choices(self, "train")
         _positive(self, "train", "steps", "batch_size", "seq_len", "grad_accum", "eval_every", "log_every",
-                  "ckpt_every")
+                  "ckpt_every", "context_parallel")
         for name in ("beta1", "beta2"):  # AdamW's decay rates of its moment averages
             if not 0 <= getattr(self, name) < 1:
                 raise ConfigError(f"train.{name}={getattr(self, name)} must be in [0, 1), e.g. 0.9 for beta1 and "

@@ -34,10 +34,32 @@ class Ranks:
     world: int = 1
     device: torch.device | None = None  # None: a single process picks its own device
     sharded: bool = False
+    # context parallelism: each group of `context` consecutive ranks holds one set of rows of the batch, every
+    # sequence split along time across the group (its shard: rank % context)
+    context: int = 1
+    context_group: object = None
 
     @property
     def main(self) -> bool:
         return self.rank == 0
+
+    @property
+    def data_rank(self) -> int:
+        return self.rank // self.context
+
+    @property
+    def data_world(self) -> int:
+        return self.world // self.context
+
+    def split_sequences(self, context: int) -> None:
+        """Group the ranks `context` at a time, each group splitting its sequences along time (every rank makes
+        every group, as torch.distributed.new_group requires)."""
+        self.context = context
+        if context > 1:
+            for first in range(0, self.world, context):
+                group = dist.new_group(list(range(first, first + context)))
+                if first <= self.rank < first + context:
+                    self.context_group = group
 
 
 def setup(device: str) -> Ranks:
@@ -107,9 +129,20 @@ def rebind(groups: list[dict], model: nn.Module, names: dict[int, str]) -> list[
 
 
 def my_share(batch: torch.Tensor, ranks: Ranks) -> torch.Tensor:
-    """This rank's contiguous slice of a batch that every rank drew alike."""
-    size = batch.shape[0] // ranks.world
-    return batch[ranks.rank * size : (ranks.rank + 1) * size]
+    """This rank's contiguous slice of a batch that every rank drew alike (its context group's rows)."""
+    size = batch.shape[0] // ranks.data_world
+    return batch[ranks.data_rank * size : (ranks.data_rank + 1) * size]
+
+
+def my_shard(batch: torch.Tensor, ranks: Ranks, padding: int) -> torch.Tensor:
+    """This rank's shard along time of its rows [B, T] under context parallelism: T padded at its end with
+    `padding` to a multiple of the group's size (causal: no earlier position reads it), then cut in equal shards."""
+    if ranks.context == 1:
+        return batch
+    shard = -(-batch.shape[1] // ranks.context)
+    padded = torch.nn.functional.pad(batch, (0, shard * ranks.context - batch.shape[1]), value=padding)
+    mine = ranks.rank % ranks.context
+    return padded[:, mine * shard : (mine + 1) * shard]
 
 
 def mean(value: torch.Tensor, ranks: Ranks) -> torch.Tensor:

@@ -43,7 +43,8 @@ def as_fitted(given: RunConfig, saved: RunConfig) -> RunConfig:
 # token cache is; any other change would make it another run
 RESUMABLE = ("train.steps", "train.warmup_steps", "train.eval_every", "train.log_every", "train.ckpt_every",
              "train.keep_last", "train.patience", "train.min_delta", "train.skip_non_finite", "train.grad_accum",
-             "train.precision", "train.device", "train.fsdp", "train.compile", "train.log_to", "data.cache_dir")
+             "train.precision", "train.device", "train.fsdp", "train.context_parallel", "train.compile", "train.log_to",
+             "data.cache_dir")
 FINE_TUNABLE = ("model.dropout",)  # what fine-tuning may change of the model it starts from
 
 

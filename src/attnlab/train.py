@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from . import checkpoint, distributed, loggers, step_cost
 from .config import RunConfig, TrainConfig
+from .context_parallel import Context
 from .data import TokenCorpus, load_data
 from .data.corpus import IGNORE, default_cache_dir, packed_rows
 from .data.tokenizer import NotInVocabulary
@@ -248,6 +249,11 @@ class Run:
     def micro_batch(self) -> int:
         return self.cfg.train.batch_size // self.cfg.train.grad_accum
 
+    @property
+    def context(self) -> Context | None:
+        """This rank's place in its group of ranks that split every sequence (None without context parallelism)."""
+        return Context(self.ranks.context_group) if self.ranks.context > 1 else None
+
     def autocast(self):
         return _autocast(self.cfg.train.precision, self.device)
 
@@ -323,7 +329,9 @@ def _set_up(cfg: RunConfig, resume: str | None, overrides: list[str] | None, pro
         # the sizes the model leaves to the data, as the checkpoints record them
         cfg = dataclasses.replace(cfg, model=cfg.model.fitted(corpus.vocab_size, getattr(corpus, "output_size", 0)))
         model = Decoder(cfg.model).to(device)
+        _check_splits_sequences(model, cfg)
         _check_memory(model, cfg, device, ranks)
+    ranks.split_sequences(t.context_parallel)
     step_cost.warn_if_expensive(model, cfg, device, log)  # an expensive configuration is reported before its first step
     if ckpt is not None or source is not None:
         checkpoint.load_weights(model, ckpt or source)
@@ -350,10 +358,31 @@ def _autocast(precision: str, device: torch.device):
 
 
 def _check_ranks(t: TrainConfig, ranks: distributed.Ranks) -> None:
+    if ranks.world % t.context_parallel:
+        raise ConfigError(f"train.context_parallel={t.context_parallel} does not divide the {ranks.world} "
+                          "process(es): launch data x context_parallel processes (torchrun --nproc_per_node)")
+    if t.context_parallel > 1 and (t.fsdp or t.compile):
+        raise ConfigError(f"train.context_parallel={t.context_parallel} runs with DDP and eager blocks only: set "
+                          "train.fsdp=false and train.compile=false")
+    data_ranks = ranks.world // t.context_parallel  # each group of context_parallel ranks shares its rows
     micro_batch = t.batch_size // t.grad_accum  # drawn alike on every rank, which trains on its slice
-    if micro_batch % ranks.world:
+    if micro_batch % data_ranks:
         raise ConfigError(f"train.batch_size / train.grad_accum = {micro_batch} must be divisible by the "
-                          f"{ranks.world} ranks; change train.batch_size or the number of processes")
+                          f"{data_ranks} data-parallel ranks; change train.batch_size or the number of processes")
+
+
+def _check_splits_sequences(model: Decoder, cfg: RunConfig) -> None:
+    """Under context parallelism every layer's mixer must split a sequence across ranks, of windows of the
+    token stream (packed documents are not split yet)."""
+    t = cfg.train
+    if t.context_parallel > 1 and cfg.data.pack:
+        raise ConfigError(f"train.context_parallel={t.context_parallel} splits windows of the token stream, not "
+                          "packed documents: set data.pack=false")
+    unsplit = sorted({block.mixer.name for block in model.blocks if not block.mixer.splits})
+    if t.context_parallel > 1 and unsplit:
+        raise ConfigError(f"train.context_parallel={t.context_parallel}: {', '.join(unsplit)} cannot split a "
+                          "sequence across ranks; use train.context_parallel=1 (the mixers that split: attention "
+                          "over every earlier key, the linear family, CCQ's first-order read, S4D, interdomain)")
 
 
 def _check_memory(model: Decoder, cfg: RunConfig, device: torch.device, ranks: distributed.Ranks) -> None:
@@ -427,7 +456,9 @@ def _start(run: Run, resumed: bool) -> None:
     """The start of the steps: the line describing the run, (on rank 0) its metrics log and sinks, the summary
     to fill, the model in training mode, the progress bar and the tokens/s clock."""
     cfg, ranks = run.cfg, run.ranks
-    where = f"{ranks.world} ranks ({'FSDP' if ranks.sharded else 'DDP'})" if ranks.world > 1 else f"device {run.device}"
+    split = f", every sequence split across {ranks.context}" if ranks.context > 1 else ""
+    where = f"{ranks.world} ranks ({'FSDP' if ranks.sharded else 'DDP'}{split})" if ranks.world > 1 else \
+        f"device {run.device}"
     run.log(f"{cfg.name}: {run.model.num_params():,} parameters, mixers {', '.join(cfg.model.layer_mixers())}, "
             f"{where}; {run.corpus.describe()}")
     if cfg.data.pack:
@@ -485,7 +516,8 @@ def _accumulate_gradients(run: Run) -> torch.Tensor:
         last = micro == t.grad_accum - 1  # DDP averages gradients over the ranks once, at the last one
         with nullcontext() if last or ranks.sharded or ranks.world == 1 else run.trained.no_sync():
             with run.autocast():
-                loss = _loss(run.trained, to_device(x, run.device), to_device(y, run.device), cu_seqlens)
+                loss = _loss(run.trained, to_device(x, run.device), to_device(y, run.device), cu_seqlens,
+                             run.context)
             (loss * (ranks.world / scored)).backward()  # times the ranks, whose gradients DDP and FSDP average
         share += loss.detach().float() / scored
     return share
@@ -498,7 +530,9 @@ def _micro_batch(run: Run):
     t, ranks = run.cfg.train, run.ranks
     if not run.cfg.data.pack:
         x, y = run.corpus.batch("train", run.micro_batch, t.seq_len, run.data_rng)
-        return distributed.my_share(x, ranks), distributed.my_share(y, ranks), None, scored_targets(y)
+        mine, targets = (distributed.my_share(batch, ranks) for batch in (x, y))
+        return distributed.my_shard(mine, ranks, 0), distributed.my_shard(targets, ranks, IGNORE), None, \
+            scored_targets(y)
     x, y, cu_seqlens = run.corpus.packed_batch("train", run.micro_batch, t.seq_len, run.data_rng)
     share = run.micro_batch // ranks.world
     mine, targets, cu_seqlens = packed_rows(x, y, cu_seqlens, slice(ranks.rank * share, (ranks.rank + 1) * share))
@@ -655,10 +689,10 @@ def _first_non_finite(loss: float, grad_norm: float, model: nn.Module) -> str | 
 
 
 def _loss(trained: nn.Module, tokens: torch.Tensor, targets: torch.Tensor,
-          cu_seqlens: torch.Tensor | None = None) -> torch.Tensor:
+          cu_seqlens: torch.Tensor | None = None, context: Context | None = None) -> torch.Tensor:
     """Next-token cross-entropy summed over the scored targets, through the trained module's forward (DDP and FSDP
-    hook into it)."""
-    logits, _ = trained(tokens, cu_seqlens=cu_seqlens, keep_states=False)
+    hook into it); under a context, over this rank's shard of the sequences."""
+    logits, _ = trained(tokens, cu_seqlens=cu_seqlens, keep_states=False, context=context)
     return next_token_loss(logits, targets, reduction="sum")
 
 
