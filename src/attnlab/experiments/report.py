@@ -396,20 +396,21 @@ def _extent(record: Record) -> str:
 
 
 def _plot(experiment: Experiment, results: Results, keys: list[str], out: Path) -> Path:
-    fig, ax = new_figure(figsize=(6.5, 3.8))
     labels = [arm.label for arm in experiment.arms]
+    fig, ax = new_figure(figsize=(8.5 if len(labels) > 10 else 6.5, 3.8))
     scale, _ = _scale(experiment)
     curve = get_metric(experiment.metric).curve
     if curve is not None:  # a curve over the number after "@"
-        for label in labels:
+        many = len(labels) > 10  # more arms than colours: dashed lines after the first ten, the legend outside
+        for i, label in enumerate(labels):
             points = [(int(k.split("@")[1]), scale * mean_std(_values(results, experiment, label, k))[0]) for k in keys
                       if "@" in k and not k.startswith(ablated("")) and _values(results, experiment, label, k)]
             if points:
-                ax.plot(*zip(*points, strict=True), marker="o", label=label)
+                ax.plot(*zip(*points, strict=True), marker="o", label=label, linestyle="--" if i >= 10 else "-")
         if curve.zero_line:
             ax.axhline(0, color="gray", lw=0.8)
         ax.set(xlabel=curve.xlabel, ylabel=curve.ylabel, **({"xscale": "log"} if curve.log_x else {}))
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7 if many else 8, **({"loc": "center left", "bbox_to_anchor": (1.01, 0.5)} if many else {}))
     else:
         _plot_differences(ax, experiment, results, keys[0])
     ax.set_title(experiment.title, fontsize=9)
