@@ -1,7 +1,8 @@
 """A whole decoder with its sequences split across two gloo ranks (context_parallel.Context): each rank's logits are
 the whole sequence's at its positions, and the parameters' gradients summed over the ranks are the whole sequence's,
 for every mixer that splits (attention over the gathered keys; the linear family and CCQ from the scanned state,
-short convolutions reaching across the boundary). A mixer that does not split is refused in one line."""
+short convolutions reaching across the boundary; Boltzmann attention's sliding window reading the previous rank's
+last keys). A mixer that does not split is refused in one line."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ SPLIT = {
     "s4d": {"modes": 4}, "interdomain": {"modes": 4}, "interdomain chunk form": {"modes": 4, "form": "chunk",
                                                                                  "chunk_size": 4},
     "interdomain linear query": {"modes": 4, "query": "linear"},
+    # sliding banded inference: a query's chain reaches window - 1 = 5 keys back, into the previous rank's shard
+    "boltzmann sliding": {"couplings": "distance", "inference": "banded", "band": 2, "window": 6, "j_init_std": 0.1},
 }
 
 
@@ -79,6 +82,11 @@ def test_a_mixer_that_does_not_split_or_a_state_with_a_context_is_refused_in_one
     boltzmann = Decoder(ModelConfig(vocab_size=VOCAB, d_model=16, n_layers=1, n_heads=2, mixer="boltzmann"))
     with pytest.raises(ConfigError, match="^boltzmann cannot split a sequence across ranks "
                                           r"\(train.context_parallel\)"):
+        boltzmann(torch.zeros(1, 4, dtype=torch.long), context=Context())
+    sliding = {"couplings": "distance", "inference": "banded", "band": 2}  # window 16: a halo of 15 keys
+    boltzmann = Decoder(ModelConfig(vocab_size=VOCAB, d_model=16, n_layers=1, n_heads=2, mixer="boltzmann",
+                                    mixer_options={"boltzmann": sliding}))
+    with pytest.raises(UserError, match="a shard of 4 tokens is shorter than Boltzmann attention's halo"):
         boltzmann(torch.zeros(1, 4, dtype=torch.long), context=Context())
     gla = Decoder(ModelConfig(vocab_size=VOCAB, d_model=16, n_layers=1, n_heads=2, mixer="gla"))
     with pytest.raises(UserError, match="runs from its start and unpacked"):

@@ -382,7 +382,8 @@ def _check_splits_sequences(model: Decoder, cfg: RunConfig) -> None:
     if t.context_parallel > 1 and unsplit:
         raise ConfigError(f"train.context_parallel={t.context_parallel}: {', '.join(unsplit)} cannot split a "
                           "sequence across ranks; use train.context_parallel=1 (the mixers that split: attention "
-                          "over every earlier key, the linear family, CCQ's first-order read, S4D, interdomain)")
+                          "over every earlier key, Boltzmann attention's sliding banded form, the linear family, "
+                          "CCQ's first-order read, S4D, interdomain)")
 
 
 def _check_memory(model: Decoder, cfg: RunConfig, device: torch.device, ranks: distributed.Ranks) -> None:

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from ..context_parallel import Context
 from ..errors import ConfigError, UserError
 from ..nn import at_least_fp32, causal_mask, no_autocast, overwritten, positions_in_sequences, set_optim
 from ..ops import annealing, ising, ising_triton
@@ -162,7 +163,6 @@ class BoltzmannAttention(AttentionMixer):
 
     config_class = BoltzmannConfig
     backends = ("torch", "flex", "triton")
-    splits = False  # its window's couplings would need the previous rank's last keys, which it does not take yet
     deterministic = (("dqa_shots", 0),)  # annealing's simulated probabilities, not sampled shots
     compile_exclusion = ("its inference loops (enumeration in pieces, chain messages, annealing steps) unroll into "
                          "graphs that did not finish compiling in 75 s for one small layer on a 2-core CPU")
@@ -226,7 +226,16 @@ class BoltzmannAttention(AttentionMixer):
         native = self.cfg.sliding() and self.cfg.inference == "banded" and not self.uses_flex(self.qkv.weight)
         return "outputs" if native else None
 
-    def forward(self, x: torch.Tensor, state: KVCache | None = None, *, cu_seqlens: torch.Tensor | None = None):
+    @property
+    def splits(self) -> bool:
+        """Banded inference over a sliding window splits a sequence across ranks: a rank's queries read at most
+        window - 1 keys of the rank before (its halo)."""
+        return self.cfg.sliding() and self.cfg.inference == "banded" and not self.uses_flex(self.qkv.weight)
+
+    def forward(self, x: torch.Tensor, state: KVCache | None = None, *, cu_seqlens: torch.Tensor | None = None,
+                context: Context | None = None):
+        if context is not None:
+            return self.output(self.attend_shard(x, context), x), None
         if cu_seqlens is not None:  # each query's chain begins no earlier than its own sequence's start
             positions = positions_in_sequences(cu_seqlens, x.device)
             q, k, v = self.projections(x, positions=positions)
@@ -236,6 +245,19 @@ class BoltzmannAttention(AttentionMixer):
         if self.cfg.sliding():  # the next token sees at most the last window - 1 of these keys: keep only those
             state = state.keep_last(self.cfg.window - 1)
         return y, state
+
+    def attend_shard(self, x: torch.Tensor, context: Context) -> torch.Tensor:
+        """This rank's queries over its keys and the halo of the previous rank's last window - 1 keys and values
+        (the first rank's halo is zeros that no chain reads: its chains start at its first key)."""
+        halo, T = self.cfg.window - 1, x.shape[1]
+        if T < halo:
+            raise UserError(f"a shard of {T} tokens is shorter than Boltzmann attention's halo of window - 1 = "
+                            f"{halo} keys: give each rank at least {halo} tokens (train.seq_len / "
+                            "train.context_parallel)")
+        q, k, v = self.projections(x, context.offset(T))
+        k, v = (torch.cat((context.previous(t, halo), t), dim=-2) for t in (k, v))
+        starts = torch.full((T,), halo if context.rank == 0 else 0, device=x.device)
+        return self.attend_banded(q, k, v, starts)
 
     def state_size(self, seq_len: int) -> int:
         return super().state_size(min(seq_len, self.cfg.window - 1) if self.cfg.sliding() else seq_len)
