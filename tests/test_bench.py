@@ -228,3 +228,13 @@ def test_bf16_steps_are_not_timed_where_bf16_products_are_slower_and_no_share_ex
     assert any("bf16 steps not timed: bf16 products run at 0.01x fp32's" in line for line in lines)
     bf16_only = utilisation.bench_utilisation({"tiny": TINY_MODEL}, ("bf16",), 1, log=lines.append)
     assert bf16_only["peaks"] == {"bf16": 50.0} and bf16_only["rows"] == []  # autocast keeps some fp32 products
+
+
+def test_context_parallel_traffic_is_flat_for_a_scanned_state_and_grows_for_attention():
+    from attnlab.bench.context import bench_context
+
+    found = bench_context([32, 128], d_model=16, n_layers=1, n_heads=2, log=lambda *_: None)
+    assert found["softmax"][128] == 4 * found["softmax"][32] and found["softmax"]["trend"] == "grows"
+    for label in ("gla", "gdn", "ccq-gla", "s4d", "interdomain"):  # the pairs (M, U) and a fixed halo
+        assert found[label][128] == found[label][32] > 0 and found[label]["trend"] == "flat"
+    assert "boltzmann" not in found  # its exact inference over positions does not split

@@ -25,6 +25,9 @@ def add_parser(sub) -> None:
         view.add_argument(f"--{name}", dest=case_flag(name), action="store_true", help=case.help)
     view.add_argument("--packed", action="store_true",
                       help="only training steps on packed documents against plain rows of the same tokens, every mixer")
+    view.add_argument("--cp", action="store_true",
+                      help="only context parallelism's traffic: the bytes a rank sends per training step against "
+                           "the sequence length (--lengths, default 256 1024 4096), on two gloo ranks")
     view.add_argument("--ops", action="store_true",
                       help="only the op forms vs their references and peers (T=4096, or the last of --lengths)")
     p.set_defaults(func=main, check=check)
@@ -36,19 +39,20 @@ def case_flag(case: str) -> str:
 
 
 # the parts of the bench that each option sets up (the whole bench takes none of them)
-OPTIONS = {"lengths": ("mixers", "ops", "packed"), "batch": ("mixers",),
+OPTIONS = {"lengths": ("mixers", "ops", "packed", "cp"), "batch": ("mixers",),
            "repeats": ("mixers", "ops", "model", "packed"), "mixers": ("model",)}
 PARTS = {"mixers": "the mixers alone (--lengths)", "ops": "--ops", "model": "--model", "packed": "--packed",
-         "whole": "the whole bench"}
+         "cp": "--cp", "whole": "the whole bench"}
 EXAMPLES = {"mixers": "--lengths 1024 4096", "model": "--model demo"}
 
 
 def _part(args) -> str:
     """The part of the bench that the flags pick, in the order `main` tries them: a paper's case, the op forms,
-    packed documents, a model's training step, the mixers alone, else the whole bench."""
+    packed documents, context parallelism's traffic, a model's training step, the mixers alone, else the whole
+    bench."""
     from ..bench.registry import BENCH_CASES
 
-    for part in [*BENCH_CASES, "ops", "packed", "model"]:
+    for part in [*BENCH_CASES, "ops", "packed", "cp", "model"]:
         if getattr(args, case_flag(part) if part in BENCH_CASES else part, False):
             return part
     return "mixers" if args.lengths else "whole"
@@ -85,7 +89,7 @@ def check(args) -> None:
 
 
 def main(args) -> None:
-    from ..bench import forms, mixers, models, packed, whole
+    from ..bench import context, forms, mixers, models, packed, whole
     from ..bench.registry import BENCH_CASES
 
     part = _part(args)
@@ -93,6 +97,8 @@ def main(args) -> None:
         BENCH_CASES[part].run()
     elif part == "packed":
         packed.bench_packed(seq_len=(args.lengths or [512])[-1], repeats=args.repeats or 3)
+    elif part == "cp":
+        context.bench_context(lengths=args.lengths or [256, 1024, 4096])
     elif part == "ops":
         forms.bench_ops(seq_len=(args.lengths or [4096])[-1], repeats=args.repeats or 3)
     elif part == "model":
