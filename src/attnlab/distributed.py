@@ -178,8 +178,9 @@ def load_optimizer(model: nn.Module, optimizer, state: dict, ranks: Ranks, plain
         optimizer.load_state_dict(state)
         return
     plain_model, plain_optimizer = plain_copy()
-    set_model_state_dict(plain_model, get_model_state_dict(model, options=FULL),
-                         options=StateDictOptions(full_state_dict=True))
+    # every rank's plain copy needs the whole model (FULL's CPU offload would leave it on rank 0 alone)
+    whole = StateDictOptions(full_state_dict=True)
+    set_model_state_dict(plain_model, get_model_state_dict(model, options=whole), options=whole)
     plain_optimizer.load_state_dict(state)
-    full = get_optimizer_state_dict(plain_model, plain_optimizer, options=StateDictOptions(full_state_dict=True))
-    set_optimizer_state_dict(model, optimizer, full, options=StateDictOptions(full_state_dict=True))
+    full = get_optimizer_state_dict(plain_model, plain_optimizer, options=whole)
+    set_optimizer_state_dict(model, optimizer, full, options=whole)

@@ -361,9 +361,9 @@ def _check_ranks(t: TrainConfig, ranks: distributed.Ranks) -> None:
     if ranks.world % t.context_parallel:
         raise ConfigError(f"train.context_parallel={t.context_parallel} does not divide the {ranks.world} "
                           "process(es): launch data x context_parallel processes (torchrun --nproc_per_node)")
-    if t.context_parallel > 1 and (t.fsdp or t.compile):
-        raise ConfigError(f"train.context_parallel={t.context_parallel} runs with DDP and eager blocks only: set "
-                          "train.fsdp=false and train.compile=false")
+    if t.context_parallel > 1 and t.compile:
+        raise ConfigError(f"train.context_parallel={t.context_parallel} runs eager blocks only: set "
+                          "train.compile=false")
     data_ranks = ranks.world // t.context_parallel  # each group of context_parallel ranks shares its rows
     micro_batch = t.batch_size // t.grad_accum  # drawn alike on every rank, which trains on its slice
     if micro_batch % data_ranks:
