@@ -1,5 +1,5 @@
 """Helpers shared by the tests: random inputs and comparisons of forms (outputs, states, gradients), made-up
-suite results with a known effect, and a training process that dies at a chosen checkpoint."""
+suite results with a known effect, a training process that dies at a chosen checkpoint, and workers on gloo ranks."""
 
 import json
 import random
@@ -155,3 +155,13 @@ def crash_after_checkpoint(monkeypatch, step: int):
 
     monkeypatch.setattr(checkpoint, "save_checkpoint", save_then_crash)
     return lambda: monkeypatch.setattr(checkpoint, "save_checkpoint", save)
+
+
+def on_gloo_ranks(worker, folder, world: int = 2) -> dict:
+    """What worker(rank, store, out) puts in out on `world` processes, which join a gloo group through the file
+    store in folder (starting them is most of the cost: one start serves a module's tests)."""
+    import torch.multiprocessing as mp
+
+    out = mp.Manager().dict()
+    mp.spawn(worker, args=(str(folder / "store"), out), nprocs=world)
+    return dict(out)

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from attnlab.context_parallel import ccq_shard, exclusive_scan, gather_prefix, linear_shard, run_shard, transition
 from attnlab.mixers.softmax import causal_sdpa
@@ -21,6 +20,7 @@ from attnlab.ops.gla import gla_chunk, gla_reference
 from attnlab.ops.interdomain import interdomain_chunk, interdomain_reference
 from attnlab.ops.s4d import s4d_fft, s4d_reference
 from attnlab.ops.sigmoid_attention import sigmoid_attention, sigmoid_attention_reference
+from helpers import on_gloo_ranks
 
 B, H, T, D_K, D_V, MODES = 2, 2, 22, 8, 6, 4  # two shards of 11 tokens: not a multiple of the chunk of 4
 WORLD = 2
@@ -177,9 +177,7 @@ def both_workers(rank: int, store: str, out: dict) -> None:
 @pytest.fixture(scope="module")
 def ranks_ran(tmp_path_factory) -> dict:
     """Two gloo ranks started once for every op (starting them is most of the cost)."""
-    out = mp.Manager().dict()
-    mp.spawn(both_workers, args=(str(tmp_path_factory.mktemp("gloo") / "store"), out), nprocs=WORLD)
-    return dict(out)
+    return on_gloo_ranks(both_workers, tmp_path_factory.mktemp("gloo"), WORLD)
 
 
 def close(a, b):

@@ -9,12 +9,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from attnlab.config import ModelConfig
 from attnlab.context_parallel import Context
 from attnlab.errors import ConfigError, UserError
 from attnlab.model import Decoder, next_token_loss
+from helpers import on_gloo_ranks
 
 B, T, VOCAB, WORLD = 2, 22, 11, 2  # shards of 11 tokens: past one chunk of 4, not a multiple of it
 CHUNKED = {"chunk_size": 4, "short_conv": True}  # the short convolution's window crosses the shard boundary
@@ -61,9 +61,7 @@ def worker(rank: int, store: str, out: dict) -> None:
 
 @pytest.fixture(scope="module")
 def ranks_ran(tmp_path_factory) -> dict:
-    out = mp.Manager().dict()
-    mp.spawn(worker, args=(str(tmp_path_factory.mktemp("gloo") / "store"), out), nprocs=WORLD)
-    return dict(out)
+    return on_gloo_ranks(worker, tmp_path_factory.mktemp("gloo"), WORLD)
 
 
 @pytest.mark.parametrize("mixer", list(SPLIT))
