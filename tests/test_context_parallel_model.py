@@ -2,7 +2,8 @@
 the whole sequence's at its positions, and the parameters' gradients summed over the ranks are the whole sequence's,
 for every mixer that splits (attention over the gathered keys; the linear family and CCQ from the scanned state,
 short convolutions reaching across the boundary; Boltzmann attention's sliding window reading the previous rank's
-last keys). A mixer that does not split is refused in one line."""
+last keys), and for the recurrent mixers on packed documents too, a document starting at the shard or running
+across it. A mixer that does not split is refused in one line."""
 
 from __future__ import annotations
 
@@ -39,22 +40,39 @@ def decoder(case: str) -> Decoder:
     return Decoder(cfg).double()
 
 
+# packed documents in one row of T tokens: a document starting exactly at the second shard, and one crossing it
+DOCUMENTS = {"a boundary at the shard": [0, 5, 11, 14, T], "a document across the shard": [0, 3, 9, 17, T]}
+DOCUMENT_SPLITTERS = ["linear", "gla", "gdn", "ccq-gla", "ccq-gdn", "s4d", "interdomain", "interdomain chunk form",
+                      "interdomain linear query"]
+
+
+def run_case(case: str, rank: int, cu_seqlens: torch.Tensor | None) -> dict:
+    """One rank's logits and gradients of its shard, and one process's of the whole rows."""
+    part = slice(rank * T // WORLD, (rank + 1) * T // WORLD)
+    rows = 1 if cu_seqlens is not None else B  # packed documents lie in one row
+    tokens = torch.randint(0, VOCAB, (rows, T + 1), generator=torch.Generator().manual_seed(1))
+    inputs, targets = tokens[:, :-1], tokens[:, 1:].clone()
+    if cu_seqlens is not None:
+        targets[0, cu_seqlens[1:] - 1] = -100  # a document's last token predicts nothing across its boundary
+    model = decoder(case)
+    logits, _ = model(inputs[:, part], cu_seqlens=cu_seqlens, keep_states=False, context=Context())
+    next_token_loss(logits, targets[:, part], reduction="sum").backward()
+    whole = decoder(case)
+    whole_logits, _ = whole(inputs, cu_seqlens=cu_seqlens, keep_states=False)
+    next_token_loss(whole_logits, targets, reduction="sum").backward()
+    return {"logits": (logits.detach(), whole_logits.detach()[:, part]),
+            "grads": {name: p.grad for name, p in model.named_parameters()},
+            "whole": {name: p.grad for name, p in whole.named_parameters()}}
+
+
 def worker(rank: int, store: str, out: dict) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
     try:
-        part = slice(rank * T // WORLD, (rank + 1) * T // WORLD)
-        for mixer in SPLIT:
-            tokens = torch.randint(0, VOCAB, (B, T + 1), generator=torch.Generator().manual_seed(1))
-            inputs, targets = tokens[:, :-1], tokens[:, 1:]
-            model = decoder(mixer)
-            logits, _ = model(inputs[:, part], keep_states=False, context=Context())
-            next_token_loss(logits, targets[:, part], reduction="sum").backward()
-            whole = decoder(mixer)
-            whole_logits, _ = whole(inputs, keep_states=False)
-            next_token_loss(whole_logits, targets, reduction="sum").backward()
-            out[mixer, rank] = {"logits": (logits.detach(), whole_logits.detach()[:, part]),
-                                "grads": {name: p.grad for name, p in model.named_parameters()},
-                                "whole": {name: p.grad for name, p in whole.named_parameters()}}
+        for case in SPLIT:
+            out[case, rank] = run_case(case, rank, None)
+            if decoder(case).blocks[0].mixer.splits == "documents":
+                for documents, cu_seqlens in DOCUMENTS.items():
+                    out[f"{case}, packed: {documents}", rank] = run_case(case, rank, torch.tensor(cu_seqlens))
     finally:
         dist.destroy_process_group()
 
@@ -64,7 +82,8 @@ def ranks_ran(tmp_path_factory) -> dict:
     return on_gloo_ranks(worker, tmp_path_factory.mktemp("gloo"), WORLD)
 
 
-@pytest.mark.parametrize("mixer", list(SPLIT))
+@pytest.mark.parametrize("mixer", [*SPLIT, *(f"{case}, packed: {documents}" for case in DOCUMENT_SPLITTERS
+                                              for documents in DOCUMENTS)])
 def test_a_decoder_split_across_two_ranks_matches_one_process(mixer, ranks_ran):
     for rank in range(WORLD):
         torch.testing.assert_close(*ranks_ran[mixer, rank]["logits"], rtol=1e-9, atol=1e-9)
@@ -87,5 +106,8 @@ def test_a_mixer_that_does_not_split_or_a_state_with_a_context_is_refused_in_one
     with pytest.raises(UserError, match="a shard of 4 tokens is shorter than Boltzmann attention's halo"):
         boltzmann(torch.zeros(1, 4, dtype=torch.long), context=Context())
     gla = Decoder(ModelConfig(vocab_size=VOCAB, d_model=16, n_layers=1, n_heads=2, mixer="gla"))
-    with pytest.raises(UserError, match="runs from its start and unpacked"):
+    with pytest.raises(UserError, match="runs from its start: give no state with a context"):
         gla.blocks[0].mixer(torch.zeros(1, 4, 16), gla.blocks[0].mixer.init_state(1), context=Context())
+    softmax = Decoder(ModelConfig(vocab_size=VOCAB, d_model=16, n_layers=1, n_heads=2))
+    with pytest.raises(ConfigError, match="softmax splits sequences across ranks but not packed documents"):
+        softmax(torch.zeros(1, 4, dtype=torch.long), cu_seqlens=torch.tensor([0, 2, 4]), context=Context())

@@ -92,6 +92,24 @@ def test_two_processes_splitting_every_sequence_train_like_one_and_resume_alike(
     assert_same_records(*[[r for r in losses(runs / name) if r[0] > 6] for name in ("split", "single")])
 
 
+def test_packed_documents_split_across_two_processes_train_like_one(tmp_path):
+    """data.pack=true with train.context_parallel=2: each packed row of documents (31 tokens a row, padded to 32)
+    split in two, a document running across the cut, trains GDN as one process does."""
+    from test_packed_training import documents_folder
+
+    def run(name, *extra):
+        return [f"name={name}", f"out_dir={tmp_path / 'runs'}", "data.source=text",
+                f"data.path={documents_folder(tmp_path)}", "data.tokenizer=byte", "data.pack=true",
+                "data.val_fraction=0.4", f"data.cache_dir={tmp_path / 'cache'}", "model.d_model=32",
+                "model.n_layers=2", "model.n_heads=4", "model.mixer=gdn", "model.mixer_options.gdn.chunk_size=4",
+                "train.steps=4", "train.batch_size=4", "train.seq_len=31", "train.warmup_steps=1",
+                "train.eval_every=4", "train.eval_batches=0", "train.ckpt_every=4", "train.log_every=1", *extra]
+
+    train(load_config("demo", run("single")), progress=False, log=lambda *_: None)
+    torchrun(tmp_path, run("split", "train.context_parallel=2"))
+    assert_same_records(losses(tmp_path / "runs" / "split"), losses(tmp_path / "runs" / "single"))
+
+
 def test_context_parallelism_refuses_what_it_cannot_split_in_one_line():
     from attnlab.distributed import Ranks
     from attnlab.model import Decoder
@@ -99,7 +117,7 @@ def test_context_parallelism_refuses_what_it_cannot_split_in_one_line():
 
     cfg = load_config("demo", ["train.context_parallel=2", "model.vocab_size=16"])
     for extra, message in ((["model.mixer=boltzmann"], "boltzmann cannot split a sequence across ranks"),
-                           (["data.pack=true"], "splits windows of the token stream, not packed documents"),
+                           (["data.pack=true"], "softmax splits sequences across ranks but not packed documents"),
                            (["model.mixer=ccq-gla", "model.mixer_options.ccq-gla.read=ridge"], "ccq-gla cannot split")):
         changed = load_config("demo", ["train.context_parallel=2", "model.vocab_size=16", *extra])
         with pytest.raises(ConfigError, match=message):

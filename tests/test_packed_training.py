@@ -64,9 +64,9 @@ def test_packed_training_passes_the_boundaries_and_never_predicts_across_one(tmp
     seen = []
     loss = train_module._loss
 
-    def recording_loss(trained, tokens, targets, cu_seqlens=None):
+    def recording_loss(trained, tokens, targets, cu_seqlens=None, context=None):
         seen.append((tokens, targets, cu_seqlens))
-        return loss(trained, tokens, targets, cu_seqlens)
+        return loss(trained, tokens, targets, cu_seqlens, context)
 
     monkeypatch.setattr(train_module, "_loss", recording_loss)
     summary = train(config(tmp_path), progress=False, log=lambda *_: None)
@@ -119,10 +119,10 @@ def test_a_boundary_that_is_easy_to_predict_across_is_never_a_target(tmp_path, m
     crossings = []
     loss = train_module._loss
 
-    def recording_loss(trained, tokens, targets, cu_seqlens=None):
+    def recording_loss(trained, tokens, targets, cu_seqlens=None, context=None):
         # the first document is all 'a': only across its end can an 'a' be followed by anything else
         crossings.append(bool(((tokens == ord("a")) & (targets != ord("a")) & (targets != IGNORE)).any()))
-        return loss(trained, tokens, targets, cu_seqlens)
+        return loss(trained, tokens, targets, cu_seqlens, context)
 
     monkeypatch.setattr(train_module, "_loss", recording_loss)
     for pack in ("false", "true"):
@@ -153,7 +153,8 @@ def test_accumulated_packed_micro_batches_give_the_gradient_of_one_batch_of_the_
 
     def step(grad_accum, micro_batches):
         run = SimpleNamespace(cfg=dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, grad_accum=grad_accum)),
-                              ranks=Ranks(), trained=model, device=torch.device("cpu"), autocast=nullcontext)
+                              ranks=Ranks(), trained=model, device=torch.device("cpu"), autocast=nullcontext,
+                              context=None)
         drawn = iter(micro_batches)
         monkeypatch.setattr(train_module, "_micro_batch", lambda _: next(drawn))
         model.zero_grad(set_to_none=True)

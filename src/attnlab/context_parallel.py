@@ -32,6 +32,8 @@ from typing import Protocol
 import torch
 import torch.distributed as dist
 
+from .errors import UserError
+from .nn import positions_in_sequences
 from .ops.ccq import CCQStats
 
 
@@ -55,13 +57,62 @@ class Context:
         """The position in its sequence of this rank's first token."""
         return self.rank * shard_len
 
+    def documents(self, cu_seqlens: torch.Tensor | None, shard_len: int) -> Documents:
+        """This shard's part of the packed documents whose boundaries in the whole row are cu_seqlens (None: one
+        sequence, unpacked)."""
+        first = self.offset(shard_len)
+        if cu_seqlens is None:
+            return Documents(None, first == 0, torch.arange(first, first + shard_len))
+        cu = cu_seqlens.cpu()
+        inside = cu[(cu > first) & (cu < first + shard_len)] - first
+        local = torch.cat((torch.zeros(1, dtype=cu.dtype), inside, torch.full((1,), shard_len, dtype=cu.dtype)))
+        return Documents(local, bool((cu == first).any()), positions_in_sequences(cu)[first : first + shard_len])
+
+    def scan(self, shard: Shard, diagonal: bool = False):
+        """run_shard over this group: (the shard's outputs, the whole sequence's final state)."""
+        return run_shard(shard, diagonal, self.group)
+
     def previous(self, x: torch.Tensor, n: int) -> torch.Tensor:
         """The last n positions of the previous rank's x [..., T_shard, D] (zeros on the first rank): a short
         convolution's window across the shard boundary. Every rank's result depends on the exchange (the first
         rank's as zeros times it), so that every rank reaches its backward."""
+        if x.shape[-2] < n:
+            raise UserError(f"a shard of {x.shape[-2]} tokens is shorter than the {n} positions the next one reads "
+                            "across the boundary: give each rank more tokens (train.seq_len / train.context_parallel)")
         tails = _GatherTime.apply(x[..., x.shape[-2] - n :, :].contiguous(), self.group)
         before = tails[..., max(self.rank - 1, 0) * n : max(self.rank, 1) * n, :]
         return before * 0 if self.rank == 0 else before
+
+
+@dataclass(frozen=True)
+class Documents:
+    """The documents of one rank's shard of a packed row: local, their boundaries within the shard ([0, ..., T];
+    None for one unpacked sequence); fresh, whether the shard begins a document (else its first one continues the
+    previous rank's last); positions [T], each token's position in its document (its sequence's, unpacked)."""
+
+    local: torch.Tensor | None
+    fresh: bool
+    positions: torch.Tensor
+
+    def run(self, run: Callable, length: int) -> Shard:
+        """A shard of run(time: slice, start, cu_seqlens, silent) -> (outputs, final state), outputs with time on
+        dim 2 (silent: see Shard): the first document from `start` (zeros where the shard begins one), those after
+        it from zeros (packed), and the last one's final state the shard's, so that a shard that holds a boundary
+        carries nothing of its start (its transition M is zero)."""
+
+        def shard(start, silent=False):
+            if start is not None and self.fresh:  # zeros still in the graph: every rank's backward reaches the
+                start = start * 0  # exchange
+            if self.local is None or len(self.local) == 2:
+                return run(slice(0, length), start, None, silent)
+            first, last = int(self.local[1]), int(self.local[-2])
+            parts = [run(slice(0, first), start, None, silent)[0]]
+            if last > first:  # whole documents between: from zeros, their outputs only
+                parts.append(run(slice(first, last), None, self.local[1:-1] - first, silent)[0])
+            tail, final = run(slice(last, length), None, None, silent)
+            return torch.cat((*parts, tail), dim=2), final
+
+        return shard
 
 
 class Shard(Protocol):
@@ -188,14 +239,6 @@ def run_shard(shard: Shard, diagonal: bool = False, group=None, initial_state=No
     return outputs, final
 
 
-def carried(run: Callable, start, context: Context | None, diagonal: bool = False):
-    """run(start) -> (outputs, final state): from `start`, or under a context from the state that the ranks
-    before this one leave (run_shard; the final state then the whole sequence's)."""
-    if context is None:
-        return run(start)
-    return run_shard(lambda begin, silent=False: run(begin), diagonal, context.group)
-
-
 def linear_shard(op: Callable, q, k, v, *gates, **options) -> Shard:
     """A shard of an op of the linear-attention family, op(q, k, v, *gates, initial_state=...) -> (o, state
     [B, H, D_k, D_v]), whose update is h_t = A_t h_{t-1} + (a term linear in v_t): linear attention, GLA and the
@@ -211,12 +254,19 @@ def linear_shard(op: Callable, q, k, v, *gates, **options) -> Shard:
 def ccq_shard(op: Callable, q, k, lam, log_decay=None, **options) -> Shard:
     """A shard of CCQ's read, op(q, k, lam, stats, log_decay=...) -> (q_clean, CCQStats): its statistics (second
     moment, key sum and count, each aged by the same decay) travel as one flat state [B, H, D * D + D + 1]."""
-    d = q.shape[-1]
 
     def shard(start, silent=False):
-        stats = None if start is None else CCQStats(start[..., : d * d].unflatten(-1, (d, d)),
-                                                    start[..., d * d : -1], start[..., -1])
-        q_clean, end = op(q, k, lam, stats, log_decay=log_decay, **options)
-        return q_clean, torch.cat([end.second.flatten(-2), end.total, end.count[..., None]], dim=-1)
+        q_clean, end = op(q, k, lam, unflat_stats(start, q.shape[-1]), log_decay=log_decay, **options)
+        return q_clean, flat_stats(end)
 
     return shard
+
+
+def flat_stats(stats: CCQStats | None) -> torch.Tensor | None:
+    """CCQ's statistics as one flat state [B, H, D * D + D + 1] (None: none)."""
+    return None if stats is None else torch.cat([stats.second.flatten(-2), stats.total, stats.count[..., None]], -1)
+
+
+def unflat_stats(flat: torch.Tensor | None, d: int) -> CCQStats | None:
+    return None if flat is None else CCQStats(flat[..., : d * d].unflatten(-1, (d, d)), flat[..., d * d : -1],
+                                              flat[..., -1])

@@ -115,8 +115,7 @@ class Decoder(nn.Module):
         """
         x = self.embed(tokens)
         if self.position is not None:
-            start = start if context is None else context.offset(tokens.shape[1])
-            x = x + self.position(self._positions(tokens, start, cu_seqlens))
+            x = x + self.position(self._positions(tokens, start, cu_seqlens, context))
         x = self.dropout(x)
         states = states if states is not None else [None] * len(self.blocks)
         if len(states) != len(self.blocks):
@@ -128,11 +127,14 @@ class Decoder(nn.Module):
             new_states.append(state)
         return self.head(self.norm(x)), new_states
 
-    def _positions(self, tokens: torch.Tensor, start: int | torch.Tensor,
-                   cu_seqlens: torch.Tensor | None) -> torch.Tensor:
+    def _positions(self, tokens: torch.Tensor, start: int | torch.Tensor, cu_seqlens: torch.Tensor | None,
+                   context=None) -> torch.Tensor:
         """The position of every token in its sequence, for the learned position embeddings: [T], or [B, T] given
-        a start per row."""
-        if cu_seqlens is None:
+        a start per row (a shard's: in its sequence or document)."""
+        if context is not None:
+            position = context.documents(cu_seqlens, tokens.shape[1]).positions.to(tokens.device)
+            first, last = int(position.min()), int(position.max())
+        elif cu_seqlens is None:
             position = torch.as_tensor(start, device=tokens.device)[..., None] + torch.arange(
                 tokens.shape[1], device=tokens.device)
             first, last = int(position.min()), int(position.max())

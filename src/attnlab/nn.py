@@ -162,6 +162,17 @@ class ShortConv(nn.Module):
         y = self.conv(window.transpose(1, 2)).transpose(1, 2)
         return F.silu(y), window[:, window.shape[1] - (self.kernel_size - 1) :]
 
+    def continued(self, x: torch.Tensor, before: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """x [B, T, channels] after the inputs `before` [B, kernel_size - 1, channels] (another rank's last), each
+        token's window reaching back no further than its sequence's start: positions [T], each token's position in
+        its sequence (a token at position p reads min(p, kernel_size - 1) earlier inputs)."""
+        K, T = self.kernel_size, x.shape[1]
+        window = torch.cat((before.to(x.dtype), x), dim=1)
+        weight = self.conv.weight[:, 0]  # [channels, K]; tap i reads x_(t-K+1+i)
+        reads = positions.to(x.device)[None, :, None]
+        return F.silu(sum(window[:, K - 1 - lag : K - 1 - lag + T] * (reads >= lag) * weight[:, K - 1 - lag]
+                          for lag in range(K)))
+
     def packed(self, x: torch.Tensor, cu_seqlens: torch.Tensor):
         """x [1, N, channels] holding sequences that start at cu_seqlens -> (y, the state of each sequence
         [N_seq, kernel_size - 1, channels]): each token's window reads no input before its sequence's start,

@@ -372,12 +372,15 @@ def _check_ranks(t: TrainConfig, ranks: distributed.Ranks) -> None:
 
 
 def _check_splits_sequences(model: Decoder, cfg: RunConfig) -> None:
-    """Under context parallelism every layer's mixer must split a sequence across ranks, of windows of the
-    token stream (packed documents are not split yet)."""
+    """Under context parallelism every layer's mixer must split a sequence across ranks (with data.pack, packed
+    documents too)."""
     t = cfg.train
     if t.context_parallel > 1 and cfg.data.pack:
-        raise ConfigError(f"train.context_parallel={t.context_parallel} splits windows of the token stream, not "
-                          "packed documents: set data.pack=false")
+        whole = sorted({block.mixer.name for block in model.blocks if block.mixer.splits == "sequences"})
+        if whole:
+            raise ConfigError(f"train.context_parallel={t.context_parallel}: {', '.join(whole)} splits sequences "
+                              "across ranks but not packed documents: set data.pack=false (the mixers that split "
+                              "packed documents: the linear family, CCQ's first-order read, S4D, interdomain)")
     unsplit = sorted({block.mixer.name for block in model.blocks if not block.mixer.splits})
     if t.context_parallel > 1 and unsplit:
         raise ConfigError(f"train.context_parallel={t.context_parallel}: {', '.join(unsplit)} cannot split a "
@@ -535,8 +538,12 @@ def _micro_batch(run: Run):
         return distributed.my_shard(mine, ranks, 0), distributed.my_shard(targets, ranks, IGNORE), None, \
             scored_targets(y)
     x, y, cu_seqlens = run.corpus.packed_batch("train", run.micro_batch, t.seq_len, run.data_rng)
-    share = run.micro_batch // ranks.world
-    mine, targets, cu_seqlens = packed_rows(x, y, cu_seqlens, slice(ranks.rank * share, (ranks.rank + 1) * share))
+    share = run.micro_batch // ranks.data_world
+    rows = slice(ranks.data_rank * share, (ranks.data_rank + 1) * share)
+    mine, targets, cu_seqlens = packed_rows(x, y, cu_seqlens, rows)
+    if ranks.context > 1:  # the packed row split along time: the padding at its end joins its last document
+        mine, targets = distributed.my_shard(mine, ranks, 0), distributed.my_shard(targets, ranks, IGNORE)
+        cu_seqlens = torch.cat((cu_seqlens[:-1], cu_seqlens.new_full((1,), mine.shape[1] * ranks.context)))
     return mine, targets, cu_seqlens.to(run.device), scored_targets(y)
 
 

@@ -73,9 +73,10 @@ class Mixer(nn.Module):
     # state to its own tokens (state.row(row, length): a KV cache, which causal attention fills with no padding).
     # None: mix runs them, as padded batches where no states are kept, else one at a time.
     packs: str | None = None
-    # whether forward(x, context=...) runs one rank's shard of each sequence (context_parallel.Context): its
-    # outputs those of the whole sequence's positions there, its gradients the whole sequence's
-    splits: bool = False
+    # what forward(x, context=...) runs of one rank's shard (context_parallel.Context), its outputs those of the
+    # whole sequences' positions there and its gradients the whole sequences': "sequences" (unpacked), "documents"
+    # (packed documents too, cu_seqlens the whole row's boundaries), None (it does not split)
+    splits: str | None = None
 
     def __init__(self, cfg: MixerConfig):
         super().__init__()
@@ -129,7 +130,8 @@ def mix(mixer: Mixer, x: torch.Tensor, state=None, cu_seqlens: torch.Tensor | No
     check_input(x, mixer.cfg.d_model)
     if context is not None:
         check_splits(mixer, state, cu_seqlens)
-        y, states = run(mixer, x, context=context)
+        documents = {} if cu_seqlens is None else {"cu_seqlens": cu_seqlens}  # (an attention mixer takes none)
+        y, states = run(mixer, x, context=context, **documents)
     elif cu_seqlens is not None:
         check_boundaries(cu_seqlens, x, state)
         y, states = packed(mixer, x, cu_seqlens, keep_state)
@@ -142,13 +144,16 @@ def mix(mixer: Mixer, x: torch.Tensor, state=None, cu_seqlens: torch.Tensor | No
 
 
 def check_splits(mixer: Mixer, state, cu_seqlens) -> None:
-    """One rank's shard of whole sequences from their start: a mixer that splits them, no state, no packing."""
+    """One rank's shard of whole sequences from their start: a mixer that splits them (and packed documents,
+    given cu_seqlens), no state."""
     if not mixer.splits:
         raise ConfigError(f"{mixer.name} cannot split a sequence across ranks (train.context_parallel): its forward "
                           "takes no context; use 1, or a mixer that splits")
-    if state is not None or cu_seqlens is not None:
-        raise UserError("a sequence split across ranks runs from its start and unpacked: give no state and no "
-                        "cu_seqlens with a context")
+    if cu_seqlens is not None and mixer.splits != "documents":
+        raise ConfigError(f"{mixer.name} splits sequences across ranks but not packed documents (data.pack): set "
+                          "data.pack=false, or train.context_parallel=1")
+    if state is not None:
+        raise UserError("a sequence split across ranks runs from its start: give no state with a context")
 
 
 def run(mixer: Mixer, *args, **kwargs):

@@ -227,10 +227,11 @@ class BoltzmannAttention(AttentionMixer):
         return "outputs" if native else None
 
     @property
-    def splits(self) -> bool:
+    def splits(self) -> str | None:
         """Banded inference over a sliding window splits a sequence across ranks: a rank's queries read at most
         window - 1 keys of the rank before (its halo)."""
-        return self.cfg.sliding() and self.cfg.inference == "banded" and not self.uses_flex(self.qkv.weight)
+        sliding = self.cfg.sliding() and self.cfg.inference == "banded" and not self.uses_flex(self.qkv.weight)
+        return "sequences" if sliding else None
 
     def forward(self, x: torch.Tensor, state: KVCache | None = None, *, cu_seqlens: torch.Tensor | None = None,
                 context: Context | None = None):

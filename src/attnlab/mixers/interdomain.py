@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..context_parallel import Context, carried
+from ..context_parallel import Context
 from ..errors import ConfigError
-from ..nn import Rotary, ShortConv, at_least_fp32, no_autocast, positions_in_sequences
+from ..nn import Rotary, ShortConv, at_least_fp32, no_autocast
 from ..ops import fla as fla_ops
 from ..ops import interdomain as ops
 from .backends import BACKENDS, runs_fla
@@ -100,18 +100,18 @@ class InterdomainAttention(StateSpaceMixer):
         convolution, RoPE's positions and the scan or the convolution restart), returning no state; or, given a
         context, over this rank's shard of every sequence."""
         cfg = self.cfg
-        state = self.start(x, state, context)
+        state = state if state is not None else self.init_state(x.shape[0], x.device, x.dtype)
+        documents = None if context is None else context.documents(cu_seqlens, x.shape[1])
         conditioned, dual = cfg.query == "conditioned", cfg.input == "dual"
         streams = ([self.q_proj(x)] if conditioned else []) + [self.k_proj(x)] + ([] if dual else [self.v_proj(x)])
         streams = torch.cat(streams, dim=-1)
-        convolved, conv_state = (self.conv(streams, self.window(streams, state, context)) if cu_seqlens is None else
-                                 self.conv.packed(streams, cu_seqlens))
+        convolved, conv_state = self.convolve(streams, state, cu_seqlens, context, documents)
         convolved = [self.heads(t) for t in convolved.split(cfg.d_model, dim=-1)]
         q = convolved.pop(0) if conditioned else None
         key_half = convolved.pop(0)
         value_half = convolved.pop(0) if not dual else self.heads(self.v_proj(x))
         if self.rotary is not None:
-            positions = None if cu_seqlens is None else positions_in_sequences(cu_seqlens, x.device)
+            positions = self.positions(cu_seqlens, documents, x.device)
             q = None if q is None else self.rotary(q, state.position, positions)
             key_half = self.rotary(key_half, state.position, positions)
         if dual:
@@ -125,13 +125,17 @@ class InterdomainAttention(StateSpaceMixer):
                     xi_q = self.shared_direction(xi_q, state)
                 if cfg.normalize:  # a constant channel whose readout is the denominator
                     z = torch.cat((z, torch.ones_like(z[..., :1])), dim=-1)
-                o, memory = carried(lambda start: self.read(xi_q, z, lam, B_bar, C, start, cu_seqlens),
-                                    state.memory, context, diagonal=True)
+                def piece(time, start, cu, silent=False):
+                    return self.read(xi_q[:, :, time], z[:, :, time], lam, B_bar, C, start, cu)
+
+                o, memory = self.carry(piece, x.shape[1], state, cu_seqlens, context, documents)
                 if cfg.normalize:
                     o = o[..., :-1] / (o[..., -1:] + cfg.normalize_eps)
             else:
-                o, memory = carried(lambda start: contract(z, self.contraction, C, lam, B_bar, start, cu_seqlens),
-                                    state.memory, context, diagonal=True)
+                def piece(time, start, cu, silent=False):
+                    return contract(z[:, :, time], self.contraction, C, lam, B_bar, start, cu)
+
+                o, memory = self.carry(piece, x.shape[1], state, cu_seqlens, context, documents)
         return self.project_out(x, o, memory, conv_state, state, cu_seqlens, context)
 
     def ablated(self):

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..context_parallel import Context, ccq_shard, linear_shard, run_shard
+from ..context_parallel import Context, Documents, flat_stats, unflat_stats
 from ..errors import ConfigError
 from ..nn import ShortConv, at_least_fp32, inverse_softplus, log_uniform_dt, overwritten, rms_norm_fp32, set_optim
 from ..ops import fla as fla_ops
@@ -155,7 +155,7 @@ class LinearAttention(Mixer):
     backends = ("torch", "fla")
     state_type = LinearState
     packs = "states"  # the chunkwise forms, fla's and ours, take the boundaries and return each sequence's state
-    splits = True  # a rank's shard runs from the start state that the ranks before it leave (context_parallel)
+    splits = "documents"  # a rank's shard runs from the state that the ranks before it leave (context_parallel)
 
     def __init__(self, cfg: LinearConfig, recurrence: Recurrence, unit_qk: bool = False):
         super().__init__(cfg)
@@ -195,23 +195,31 @@ class LinearAttention(Mixer):
         form = self.form(x, cu_seqlens)
         state = state if state is not None else self.init_state(B, x.device)
         qkv = torch.cat((self.q_proj(x), self.k_proj(x), self.v_proj(x)), dim=-1)
-        conv_state = None
+        conv_state, documents = None, None if context is None else context.documents(cu_seqlens, T)
         if self.conv is not None:
-            if cu_seqlens is not None:
+            if documents is not None:  # a shard's windows reach into the previous rank's last inputs
+                qkv = self.conv.continued(qkv, context.previous(qkv, self.cfg.conv_size - 1), documents.positions)
+            elif cu_seqlens is not None:
                 qkv, conv_state = self.conv.packed(qkv, cu_seqlens)
-            else:  # a shard's window reaches into the previous rank's last inputs
-                before = state.conv if context is None else context.previous(qkv, self.cfg.conv_size - 1)
-                qkv, conv_state = self.conv(qkv, before)
+            else:
+                qkv, conv_state = self.conv(qkv, state.conv)
         q, k, v = (self.split_heads(t) for t in qkv.split([self.cfg.key_dim, self.cfg.key_dim, self.cfg.value_dim], -1))
         gates = self.gates(x)
         memory, ccq_state = (state.memory, state.ccq) if cu_seqlens is None else (None, None)  # packed: from zeros
-        q, k, ccq_state = self.read_query(q, k, gates, ccq_state, form=form, cu_seqlens=cu_seqlens, context=context)
-        if context is None:
+        if documents is None:
+            q, k, ccq_state = self.read_query(q, k, gates, ccq_state, form=form, cu_seqlens=cu_seqlens)
             o, memory = self.recur(q, k, v, gates, memory, form=form, cu_seqlens=cu_seqlens)
         else:  # the shard from the state the ranks before it leave (a scan of their transitions)
+            q, k = self.read_shard(q, k, gates, form, context, documents)
             chunk = self.recurrence.fla if form == "fla" else self.recurrence.torch
-            o, _ = run_shard(linear_shard(chunk, q, k, v, *gates.values(), chunk_size=self.cfg.chunk_size),
-                             group=context.group)
+
+            def piece(time, start, cu, silent):
+                values = v[:, :, time]
+                values = values.new_zeros(*values.shape[:-1], self.head_k) if silent else values
+                return chunk(q[:, :, time], k[:, :, time], values, *(g[:, :, time] for g in gates.values()),
+                             initial_state=start, chunk_size=self.cfg.chunk_size, cu_seqlens=cu)
+
+            o, _ = context.scan(documents.run(piece, T))
         o = rms_norm_fp32(self.out_norm, o) * F.silu(self.split_heads(self.gate_proj(x)))
         y = self.out_proj(o.transpose(1, 2).reshape(B, T, -1).to(x.dtype))
         if context is not None:
@@ -221,9 +229,14 @@ class LinearAttention(Mixer):
             return y, state
         return y, [state_row(state, row) for row in range(len(cu_seqlens) - 1)] if self.packs == "states" else None
 
-    def read_query(self, q, k, gates, ccq_state, form: str, cu_seqlens=None, context=None):
+    def read_query(self, q, k, gates, ccq_state, form: str, cu_seqlens=None):
         """Transform the queries before the read (identity here; CCQ cleans them)."""
         return q, k, ccq_state
+
+    def read_shard(self, q, k, gates, form: str, context: Context, documents: Documents):
+        """read_query on this rank's shard of the documents (CCQ's statistics from the ranks before it)."""
+        q, k, _ = self.read_query(q, k, gates, None, form=form)
+        return q, k
 
     def recur(self, q, k, v, gates: dict, memory, form: str, cu_seqlens=None):
         """The recurrence over q, k, v and the gates from memory (None: zeros): (outputs, final memory)."""
@@ -305,7 +318,7 @@ class GatedDeltaNet(LinearAttention):
             beta = 2 * beta
         return {"log_decay": log_decay.transpose(1, 2), "beta": beta.transpose(1, 2)}  # [B, H, T]
 
-    def read_query(self, q, k, gates, ccq_state, form, cu_seqlens=None, context=None):
+    def read_query(self, q, k, gates, ccq_state, form, cu_seqlens=None):
         return F.normalize(q, dim=-1, eps=1e-6), F.normalize(k, dim=-1, eps=1e-6), ccq_state
 
 
@@ -339,16 +352,17 @@ class CCQRead:
         return "states" if runs_fla(self.cfg.backend, self.lambda_bias, self.scalar_gates) else "outputs"
 
     @property
-    def splits(self) -> bool:
+    def splits(self) -> str | None:
         """The first-order read's statistics carry across ranks as a scan; the ridge read's solves do not yet."""
-        return self.cfg.read != "ridge"
+        return "documents" if self.cfg.read != "ridge" else None
 
     def ablated(self):
         """lambda = sigmoid(w . q_bar + b) set to 0 (w = 0, b = -30): the backbone's own read."""
         return overwritten((self.lambda_weight, 0.0), (self.lambda_bias, -30.0))
 
-    def read_query(self, q, k, gates, ccq_state, form, cu_seqlens=None, context=None):
-        q, k, _ = super().read_query(q, k, gates, ccq_state, form=form)
+    def read_inputs(self, q, k, gates, form):
+        """(q, k as the backbone reads and writes them, k_bar, lambda, the statistics' log-decays or None)."""
+        q, k, _ = super().read_query(q, k, gates, None, form=form)
         if self.unit_qk:
             q_bar, k_bar = q, k
         else:
@@ -358,6 +372,25 @@ class CCQRead:
         if self.cfg.ccq_decay:
             log_decay = gates["log_decay"]
             log_decay = log_decay.mean(-1) if log_decay.ndim == 4 else log_decay  # GLA: mean over channels
+        return q, k, k_bar, lam, log_decay
+
+    def read_shard(self, q, k, gates, form, context, documents):
+        """The first-order read on this rank's shard: the key statistics from those the ranks before it leave (one
+        decay ages them all: a diagonal scan), each document's from zero."""
+        q, k, k_bar, lam, log_decay = self.read_inputs(q, k, gates, form)
+        chunk = fla_ops.ccq_fla if form == "fla" else ccq_chunk
+
+        def piece(time, start, cu, silent):
+            q_clean, end = chunk(q[:, :, time], k_bar[:, :, time], lam[:, :, time], unflat_stats(start, q.shape[-1]),
+                                 None if log_decay is None else log_decay[:, :, time], self.cfg.chunk_size,
+                                 cu_seqlens=cu)
+            return q_clean, flat_stats(end)
+
+        q_clean, _ = context.scan(documents.run(piece, q.shape[2]), diagonal=True)
+        return q_clean, k
+
+    def read_query(self, q, k, gates, ccq_state, form, cu_seqlens=None):
+        q, k, k_bar, lam, log_decay = self.read_inputs(q, k, gates, form)
         if self.cfg.read == "ridge":  # the loop over time for one token; else a chunk's statistics at a time
             ridge = ccq_ridge_reference if form == "step" else partial(ccq_ridge, chunk_size=self.cfg.chunk_size)
             q_clean, ccq_state = ridge(q, k_bar, lam, ccq_state, log_decay)
@@ -368,10 +401,6 @@ class CCQRead:
                                           None if log_decay is None else log_decay[:, :, 0])
             return q_clean[:, :, None], k, ccq_state
         chunk = fla_ops.ccq_fla if form == "fla" else ccq_chunk
-        if context is not None:  # the statistics the ranks before it leave: one decay ages them all (diagonal)
-            shard = ccq_shard(chunk, q, k_bar, lam, log_decay, chunk_size=self.cfg.chunk_size)
-            q_clean, _ = run_shard(shard, diagonal=True, group=context.group)
-            return q_clean, k, None
         q_clean, ccq_state = chunk(q, k_bar, lam, ccq_state, log_decay, self.cfg.chunk_size, cu_seqlens=cu_seqlens)
         return q_clean, k, ccq_state
 

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..context_parallel import Context, carried
+from ..context_parallel import Context, Documents
 from ..errors import ConfigError
 from ..nn import Rotary, ShortConv, at_least_fp32, log_uniform_dt, no_autocast, positions_in_sequences, set_optim
 from ..ops import s4d
@@ -75,7 +75,7 @@ class StateSpaceMixer(Mixer):
     (the memory X [B, H, M, state_width] and the last inputs of a short convolution conv_channels wide)."""
 
     state_type = SSMState
-    splits = True  # a rank's shard runs from the state the ranks before it leave (a diagonal scan)
+    splits = "documents"  # a rank's shard runs from the state the ranks before it leave (a diagonal scan)
 
     def __init__(self, cfg: S4DConfig, conv_channels: int):
         super().__init__(cfg)
@@ -106,17 +106,30 @@ class StateSpaceMixer(Mixer):
         B, T, _ = x.shape
         return x.view(B, T, self.cfg.n_heads, -1).transpose(1, 2)
 
-    def start(self, x: torch.Tensor, state: SSMState | None, context: Context | None) -> SSMState:
-        """The state a call starts from: the given one, a fresh one, or under a context a fresh one at this
-        shard's first position (its memory comes from the scan of the ranks' transitions)."""
-        fresh = self.init_state(x.shape[0], x.device, x.dtype)
-        if context is not None:
-            return SSMState(None, fresh.conv, context.offset(x.shape[1]))
-        return state if state is not None else fresh
+    def convolve(self, streams: torch.Tensor, state: SSMState, cu_seqlens, context: Context | None,
+                 documents: Documents | None):
+        """The short convolution of the streams (and its state): after the state's inputs, within each packed
+        sequence, or on a shard after the previous rank's last inputs."""
+        if documents is not None:
+            before = context.previous(streams, self.cfg.conv_size - 1)
+            return self.conv.continued(streams, before, documents.positions), None
+        return self.conv(streams, state.conv) if cu_seqlens is None else self.conv.packed(streams, cu_seqlens)
 
-    def window(self, streams: torch.Tensor, state: SSMState, context: Context | None) -> torch.Tensor:
-        """The inputs before this call that the short convolution reads: the state's, or the previous rank's."""
-        return state.conv if context is None else context.previous(streams, self.cfg.conv_size - 1)
+    @staticmethod
+    def positions(cu_seqlens, documents: Documents | None, device) -> torch.Tensor | None:
+        """RoPE's positions where they are not the state's count on: in each packed sequence, or on a shard."""
+        if documents is not None:
+            return documents.positions.to(device)
+        return None if cu_seqlens is None else positions_in_sequences(cu_seqlens, device)
+
+    @staticmethod
+    def carry(piece, length: int, state: SSMState, cu_seqlens, context: Context | None,
+              documents: Documents | None):
+        """piece(time, start, cu_seqlens) -> (outputs, final memory) over the call's `length` tokens from the state's
+        memory, or on a shard from the memory the ranks before it leave (a diagonal scan)."""
+        if documents is None:
+            return piece(slice(None), state.memory, cu_seqlens)
+        return context.scan(documents.run(piece, length), diagonal=True)
 
     def project_out(self, x, o, memory, conv_state, state: SSMState, cu_seqlens, context=None):
         """The heads' readouts o [B, H, T, width] merged, gated (if so) and projected, with the state carried on
@@ -184,17 +197,19 @@ class S4DMixer(StateSpaceMixer):
         """The layer over x [B, T, d_model] from state; or, given cu_seqlens, over the sequences packed in
         x [1, N, d_model], each from a fresh state (the short convolution, RoPE's positions and the convolution
         restart), returning no state; or, given a context, over this rank's shard of every sequence."""
-        state = self.start(x, state, context)
+        state = state if state is not None else self.init_state(x.shape[0], x.device, x.dtype)
+        documents = None if context is None else context.documents(cu_seqlens, x.shape[1])
         ab = torch.cat((self.k_proj(x), self.v_proj(x)), dim=-1)
-        ab, conv_state = self.conv(ab, self.window(ab, state, context)) if cu_seqlens is None else \
-            self.conv.packed(ab, cu_seqlens)
+        ab, conv_state = self.convolve(ab, state, cu_seqlens, context, documents)
         a, b = (self.heads(t) for t in ab.split(self.cfg.d_model, dim=-1))
         if self.rotary is not None:
-            positions = None if cu_seqlens is None else positions_in_sequences(cu_seqlens, x.device)
-            a = self.rotary(a, state.position, positions)
+            a = self.rotary(a, state.position, self.positions(cu_seqlens, documents, x.device))
         z = at_least_fp32(torch.cat((self.key_norm(a), self.value_norm(b)), dim=-1))
         with no_autocast(x.device):  # the state and its readout stay in fp32
             lam, B_bar, C = self.ssm()
-            o, memory = carried(lambda start: contract(z, self.contraction, C, lam, B_bar, start, cu_seqlens),
-                                state.memory, context, diagonal=True)
+
+            def piece(time, start, cu, silent=False):
+                return contract(z[:, :, time], self.contraction, C, lam, B_bar, start, cu)
+
+            o, memory = self.carry(piece, x.shape[1], state, cu_seqlens, context, documents)
         return self.project_out(x, o, memory, conv_state, state, cu_seqlens, context)
