@@ -54,7 +54,7 @@ BAD_INPUT = [
     (["bench", "--boltzmann", "--repeats", "2"], "--repeats applies only to the mixers alone (--lengths), --ops, "
                                                  "--model, --packed, not to --boltzmann; drop it"),
     (["bench", "--model", "demo", "--lengths", "64"], "--lengths applies only to the mixers alone (--lengths), --ops, "
-                                                      "--packed, not to --model; drop it"),
+                                                      "--packed, --cp, not to --model; drop it"),
     (["bench", "--quick", "--lengths", "64"], "--quick is the whole bench at toy sizes, --lengths times the mixers"),
     (["train", "demo", "name="], "name= needs a value: give a str"),
     (["train", "demo", "train.steps="], "train.steps= needs a value: give an int"),

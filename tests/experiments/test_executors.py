@@ -82,9 +82,9 @@ def test_a_dry_run_lists_the_jobs_and_their_stages_without_training(tmp_path, ca
     monkeypatch.setattr(runner, "train", lambda *a, **k: pytest.fail("a dry run trains nothing"))
     assert main(["reproduce", "coupled-qk", "--quick", "--dry-run", "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
-    assert "coupled-qk (default): 60 jobs; estimated training time on this machine's CPU" in printed
+    assert "coupled-qk (default): 72 jobs; estimated training time on this machine's CPU" in printed
     assert "lm/softmax/0" in printed and "waits for the model of lm/coupled-euler/0" in printed
-    assert "36 trains, 24 waits for; about" in printed
+    assert "45 trains, 27 waits for; about" in printed
     assert not (tmp_path / "coupled-qk-quick").exists()  # nothing written
 
 
