@@ -2,7 +2,7 @@
 the whole sequence's at its positions, and the parameters' gradients summed over the ranks are the whole sequence's,
 for every mixer that splits (attention over the gathered keys; the linear family and CCQ from the scanned state,
 short convolutions reaching across the boundary; Boltzmann attention's sliding window reading the previous rank's
-last keys), and for the recurrent mixers on packed documents too, a document starting at the shard or running
+last keys), and on packed documents too (all but Boltzmann attention), a document starting at the shard or running
 across it. A mixer that does not split is refused in one line."""
 
 from __future__ import annotations
@@ -42,8 +42,7 @@ def decoder(case: str) -> Decoder:
 
 # packed documents in one row of T tokens: a document starting exactly at the second shard, and one crossing it
 DOCUMENTS = {"a boundary at the shard": [0, 5, 11, 14, T], "a document across the shard": [0, 3, 9, 17, T]}
-DOCUMENT_SPLITTERS = ["linear", "gla", "gdn", "ccq-gla", "ccq-gdn", "s4d", "interdomain", "interdomain chunk form",
-                      "interdomain linear query"]
+DOCUMENT_SPLITTERS = [case for case in SPLIT if case != "boltzmann sliding"]
 
 
 def run_case(case: str, rank: int, cu_seqlens: torch.Tensor | None) -> dict:
@@ -108,6 +107,7 @@ def test_a_mixer_that_does_not_split_or_a_state_with_a_context_is_refused_in_one
     gla = Decoder(ModelConfig(vocab_size=VOCAB, d_model=16, n_layers=1, n_heads=2, mixer="gla"))
     with pytest.raises(UserError, match="runs from its start: give no state with a context"):
         gla.blocks[0].mixer(torch.zeros(1, 4, 16), gla.blocks[0].mixer.init_state(1), context=Context())
-    softmax = Decoder(ModelConfig(vocab_size=VOCAB, d_model=16, n_layers=1, n_heads=2))
-    with pytest.raises(ConfigError, match="softmax splits sequences across ranks but not packed documents"):
-        softmax(torch.zeros(1, 4, dtype=torch.long), cu_seqlens=torch.tensor([0, 2, 4]), context=Context())
+    sliding = Decoder(ModelConfig(vocab_size=VOCAB, d_model=16, n_layers=1, n_heads=2, mixer="boltzmann",
+                                  mixer_options={"boltzmann": {"couplings": "distance", "inference": "banded"}}))
+    with pytest.raises(ConfigError, match="boltzmann splits sequences across ranks but not packed documents"):
+        sliding(torch.zeros(1, 4, dtype=torch.long), cu_seqlens=torch.tensor([0, 2, 4]), context=Context())

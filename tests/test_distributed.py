@@ -110,6 +110,9 @@ def test_packed_documents_split_across_two_processes_train_like_one(tmp_path):
     assert_same_records(losses(tmp_path / "runs" / "split"), losses(tmp_path / "runs" / "single"))
 
 
+SLIDING = ["model.mixer_options.boltzmann.couplings=distance", "model.mixer_options.boltzmann.inference=banded"]
+
+
 def test_context_parallelism_refuses_what_it_cannot_split_in_one_line():
     from attnlab.distributed import Ranks
     from attnlab.model import Decoder
@@ -117,7 +120,8 @@ def test_context_parallelism_refuses_what_it_cannot_split_in_one_line():
 
     cfg = load_config("demo", ["train.context_parallel=2", "model.vocab_size=16"])
     for extra, message in ((["model.mixer=boltzmann"], "boltzmann cannot split a sequence across ranks"),
-                           (["data.pack=true"], "softmax splits sequences across ranks but not packed documents"),
+                           (["data.pack=true", "model.mixer=boltzmann", *SLIDING], "boltzmann splits sequences across "
+                                                                                 "ranks but not packed documents"),
                            (["model.mixer=ccq-gla", "model.mixer_options.ccq-gla.read=ridge"], "ccq-gla cannot split")):
         changed = load_config("demo", ["train.context_parallel=2", "model.vocab_size=16", *extra])
         with pytest.raises(ConfigError, match=message):

@@ -379,8 +379,8 @@ def _check_splits_sequences(model: Decoder, cfg: RunConfig) -> None:
         whole = sorted({block.mixer.name for block in model.blocks if block.mixer.splits == "sequences"})
         if whole:
             raise ConfigError(f"train.context_parallel={t.context_parallel}: {', '.join(whole)} splits sequences "
-                              "across ranks but not packed documents: set data.pack=false (the mixers that split "
-                              "packed documents: the linear family, CCQ's first-order read, S4D, interdomain)")
+                              "across ranks but not packed documents: set data.pack=false (every other mixer that "
+                              "splits sequences splits packed documents too)")
     unsplit = sorted({block.mixer.name for block in model.blocks if not block.mixer.splits})
     if t.context_parallel > 1 and unsplit:
         raise ConfigError(f"train.context_parallel={t.context_parallel}: {', '.join(unsplit)} cannot split a "

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..context_parallel import gather_prefix
+from ..context_parallel import Context, gather_prefix
 from ..nn import Rotary
 from .base import Mixer, MixerConfig, marked
 
@@ -116,7 +116,7 @@ class AttentionMixer(Mixer):
     # each sequence's KV cache is its row's first keys and values. (Cheaper than one block-diagonal mask over
     # the row: its attention costs the sum of the squared lengths, under the causal kernels.)
     packs = "padded"
-    splits = "sequences"  # a rank's queries are the last positions of the keys gathered up to its shard
+    splits = "documents"  # a rank's queries are the last positions of the keys gathered up to its shard
 
     def __init__(self, cfg: AttentionConfig):
         super().__init__(cfg)
@@ -125,15 +125,30 @@ class AttentionMixer(Mixer):
         self.rotary = Rotary(cfg.head_dim, cfg.rope_base) if cfg.rope else None
         self.gate = nn.Linear(cfg.d_model, cfg.d_model, bias=False) if cfg.output_gate else None
 
-    def forward(self, x: torch.Tensor, state: KVCache | None = None, *, context=None):
-        if context is not None:  # this rank's queries read the keys and values of every shard up to its own
-            q, k, v = self.projections(x, context.offset(x.shape[1]))
-            y = self.attend(q, gather_prefix(k, context.group), gather_prefix(v, context.group))
-            return self.output(y, x), None  # a shard keeps no state: it trains and scores
+    def forward(self, x: torch.Tensor, state: KVCache | None = None, *, cu_seqlens: torch.Tensor | None = None,
+                context: Context | None = None):
+        if context is not None:
+            return self.output(self.attend_shard(x, cu_seqlens, context), x), None  # a shard keeps no state
         q, k, v = self.projections(x, 0 if state is None else state.position)
         state = KVCache.holding(k, v) if state is None else state.extend(k, v)
         y = self.attend(q, state.k, state.v)  # [B, H', T, D'], in fp32 where attend normalises in it
         return self.output(y, x), state
+
+    def attend_shard(self, x: torch.Tensor, cu_seqlens: torch.Tensor | None, context: Context) -> torch.Tensor:
+        """This rank's queries over the keys and values of every shard up to its own (gathered), each query's
+        document's alone on packed documents: a document's queries are the last positions of its keys."""
+        T = x.shape[1]
+        documents, first = context.documents(cu_seqlens, T), context.offset(T)
+        q, k, v = self.projections(x, positions=documents.positions.to(x.device))
+        k, v = gather_prefix(k, context.group), gather_prefix(v, context.group)  # positions 0 .. first + T
+        if documents.local is None:
+            return self.attend(q, k, v)
+        bounds = documents.local.tolist()
+        ys = []
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+            begins = first + a - int(documents.positions[a])  # where the document begins in the whole row
+            ys.append(self.attend(q[:, :, a:b], k[:, :, begins : first + b], v[:, :, begins : first + b]))
+        return torch.cat(ys, dim=2)
 
     def projections(self, x: torch.Tensor, offset: int = 0, positions: torch.Tensor | None = None):
         """q, k, v [B, H, T, D] of x [B, T, d_model], q and k rotated to positions offset.. (or the given ones)."""
