@@ -28,7 +28,7 @@ def settings(text_file, tmp_path, name, steps=4, **extra):
             *(f"train.{k}={v}" for k, v in train_settings.items())]
 
 
-def torchrun(tmp_path, overrides):
+def torchrun(tmp_path, overrides, succeeds=True):
     with socket.socket() as s:  # a free port for the rendezvous
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -36,7 +36,7 @@ def torchrun(tmp_path, overrides):
                str(WORKER), str(tmp_path), *overrides]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, env={"OMP_NUM_THREADS": "1",
                                                                                        **__import__("os").environ})
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert (done.returncode == 0) == succeeds, done.stderr[-3000:]
 
 
 @pytest.mark.parametrize("fsdp", [False, True], ids=["ddp", "fsdp"])
@@ -90,6 +90,19 @@ def test_two_processes_splitting_every_sequence_train_like_one_and_resume_alike(
         more = load_config("demo", [*settings(text_file, tmp_path, name, steps=8, ckpt_every=8, seq_len=15), *gdn])
         train(more, resume="auto", progress=False, log=lambda *_: None)
     assert_same_records(*[[r for r in losses(runs / name) if r[0] > 6] for name in ("split", "single")])
+
+
+def test_a_split_run_that_dies_resumes_bitwise(text_file, tmp_path):
+    """Two processes splitting every sequence, stopped dead after the checkpoint of step 3 and resumed, log the
+    losses of the same run never stopped, to the bit."""
+    split = ["model.mixer=gdn", "model.mixer_options.gdn.chunk_size=4", "train.context_parallel=2"]
+    for name, flags in (("straight", []), ("died", ["--die-after=3"])):
+        torchrun(tmp_path, [*settings(text_file, tmp_path, name, steps=6, ckpt_every=3, seq_len=15), *split,
+                            *flags], succeeds=not flags)
+    torchrun(tmp_path, [*settings(text_file, tmp_path, "died", steps=6, ckpt_every=3, seq_len=15), *split,
+                        "--resume"])
+    runs = tmp_path / "runs"
+    assert losses(runs / "died") == losses(runs / "straight") and len(losses(runs / "straight")) == 7
 
 
 def test_packed_documents_split_across_two_processes_train_like_one(tmp_path):
