@@ -50,7 +50,7 @@ def test_suite_runs_and_reports(name, tier, tmp_path, monkeypatch):
     assert set(runs_of(results)) == expected
     assert json.loads((tmp_path / "suite" / "results.json").read_text()) == results.to_json()
     report = write_report(suite, results, tmp_path / "suite").read_text()
-    assert "1 seed(s) on " in report and "torch " in report
+    assert "1 seed(s), the last run on " in report and "torch " in report
     assert f"**Smoke run: not a result.** Results of the {tier} tier of {name}, a smoke run (--quick)." in report
     if suite.claims:
         assert "## Verdicts" in report and (tmp_path / "suite" / "claims.png").stat().st_size > 1000

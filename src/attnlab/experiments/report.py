@@ -73,7 +73,8 @@ def describe_run(suite: Suite, results: Results) -> str:
     when = (f"finished {meta.get('finished', '?')}" if done == expected else
             f"partial: {done} of {expected} runs measured, last saved {meta.get('finished', '?')}")
     workers = f", its jobs run by {meta['workers']}" if meta.get("workers") else ""
-    return (f"{meta.get('seeds', '?')} seed(s) on {meta.get('cpu', 'an unrecorded machine')} "
+    # (the meta is the last invocation's: runs merged from earlier ones may have run elsewhere)
+    return (f"{meta.get('seeds', '?')} seed(s), the last run on {meta.get('cpu', 'an unrecorded machine')} "
             f"({meta.get('threads', '?')} threads, torch {meta.get('torch', '?')}){workers}, {when}, "
             f"{seconds / 60:.1f} minutes of training and evaluation")
 
