@@ -21,6 +21,10 @@ backward pass is exact: the gradients are those of the whole sequence on one ran
 Attention that reads every earlier key has no such state: a rank's queries read the keys and values of every shard
 up to its own (`gather_prefix`, an all-gather along time), and the attention ops take queries that are the last
 positions of their keys as they are. Its traffic grows with the sequence, as ring attention's does.
+
+A whole decoder runs one rank's shard with `Decoder(tokens, context=Context(group))`: every mixer that splits
+(`Mixer.splits`) takes the context, packed documents too (`Context.documents`: a shard's first document continues
+the previous rank's last, the others start afresh), and `train.context_parallel` trains so under torchrun.
 """
 
 from __future__ import annotations
