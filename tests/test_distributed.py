@@ -63,46 +63,47 @@ def test_two_processes_train_like_one_with_the_same_global_batch(text_file, tmp_
     assert_same_records(*[[r for r in losses(runs / name) if r[0] > 4] for name in ("pair", "single")])
 
 
-@pytest.mark.parametrize("fsdp", [False, True], ids=["ddp", "fsdp"])
-def test_two_processes_splitting_every_sequence_train_like_one_and_resume_alike(text_file, tmp_path, fsdp):
-    """train.context_parallel=2: both processes hold the batch's rows, each one half of every sequence (15 tokens
-    padded to 16 and cut in two), and train GDN (its state scanned across them, its short convolution reading
-    across the cut) as one process does; the run resumes under the same split, and in one process, as the one
-    process resumes."""
-    gdn = ["model.mixer=gdn", "model.mixer_options.gdn.chunk_size=4"]
-    train(load_config("demo", [*settings(text_file, tmp_path, "single", seq_len=15), *gdn]), progress=False,
+GDN = ["model.mixer=gdn", "model.mixer_options.gdn.chunk_size=4"]
+
+
+def test_two_processes_splitting_every_sequence_train_like_one_and_a_run_that_dies_resumes_bitwise(text_file,
+                                                                                                 tmp_path):
+    """train.context_parallel=2 (DDP): both processes hold the batch's rows, each one half of every sequence (15
+    tokens padded to 16 and cut in two), and train GDN (its state scanned across them, its short convolution
+    reading across the cut) as one process does, their replicas equal; stopped dead after the checkpoint of step 3
+    and resumed, the run logs the losses of the same run never stopped, to the bit."""
+    train(load_config("demo", [*settings(text_file, tmp_path, "single", steps=6, ckpt_every=3, seq_len=15), *GDN]),
+          progress=False, log=lambda *_: None)
+    for name, flags in (("straight", []), ("died", ["--die-after=3"])):
+        torchrun(tmp_path, [*settings(text_file, tmp_path, name, steps=6, ckpt_every=3, seq_len=15), *GDN,
+                            "train.context_parallel=2", *flags], succeeds=not flags)
+    rank0, rank1 = torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")  # the straight run's
+    assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
+    torchrun(tmp_path, [*settings(text_file, tmp_path, "died", steps=6, ckpt_every=3, seq_len=15), *GDN,
+                        "train.context_parallel=2", "--resume"])
+    runs = tmp_path / "runs"
+    assert_same_records(losses(runs / "straight"), losses(runs / "single"))
+    assert losses(runs / "died") == losses(runs / "straight") and len(losses(runs / "straight")) == 7
+
+
+def test_a_split_and_sharded_run_trains_and_resumes_as_one_process(text_file, tmp_path):
+    """train.context_parallel=2 with train.fsdp=true: the same losses as one process, resumed under the split and
+    in one process as the one process resumes."""
+    train(load_config("demo", [*settings(text_file, tmp_path, "single", seq_len=15), *GDN]), progress=False,
           log=lambda *_: None)
-    split = [*settings(text_file, tmp_path, "split", seq_len=15), *gdn, "train.context_parallel=2",
-             f"train.fsdp={str(fsdp).lower()}"]
-    torchrun(tmp_path, split)
+    split = ["train.context_parallel=2", "train.fsdp=true"]
+    torchrun(tmp_path, [*settings(text_file, tmp_path, "split", seq_len=15), *GDN, *split])
     runs = tmp_path / "runs"
     assert_same_records(losses(runs / "split"), losses(runs / "single"))
-    if not fsdp:  # replicas
-        rank0, rank1 = torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")
-        assert all(torch.equal(rank0[k], rank1[k]) for k in rank0)
-
-    train(load_config("demo", [*settings(text_file, tmp_path, "single", steps=6, ckpt_every=6, seq_len=15), *gdn]),
+    train(load_config("demo", [*settings(text_file, tmp_path, "single", steps=6, ckpt_every=6, seq_len=15), *GDN]),
           resume="auto", progress=False, log=lambda *_: None)
-    torchrun(tmp_path, [*settings(text_file, tmp_path, "split", steps=6, ckpt_every=6, seq_len=15), *gdn,
-                        "train.context_parallel=2", f"train.fsdp={str(fsdp).lower()}", "--resume"])
+    torchrun(tmp_path, [*settings(text_file, tmp_path, "split", steps=6, ckpt_every=6, seq_len=15), *GDN, *split,
+                        "--resume"])
     assert_same_records(*[[r for r in losses(runs / name) if r[0] > 4] for name in ("split", "single")])
     for name in ("single", "split"):  # and a checkpoint of the split run continues in one process
-        more = load_config("demo", [*settings(text_file, tmp_path, name, steps=8, ckpt_every=8, seq_len=15), *gdn])
+        more = load_config("demo", [*settings(text_file, tmp_path, name, steps=8, ckpt_every=8, seq_len=15), *GDN])
         train(more, resume="auto", progress=False, log=lambda *_: None)
     assert_same_records(*[[r for r in losses(runs / name) if r[0] > 6] for name in ("split", "single")])
-
-
-def test_a_split_run_that_dies_resumes_bitwise(text_file, tmp_path):
-    """Two processes splitting every sequence, stopped dead after the checkpoint of step 3 and resumed, log the
-    losses of the same run never stopped, to the bit."""
-    split = ["model.mixer=gdn", "model.mixer_options.gdn.chunk_size=4", "train.context_parallel=2"]
-    for name, flags in (("straight", []), ("died", ["--die-after=3"])):
-        torchrun(tmp_path, [*settings(text_file, tmp_path, name, steps=6, ckpt_every=3, seq_len=15), *split,
-                            *flags], succeeds=not flags)
-    torchrun(tmp_path, [*settings(text_file, tmp_path, "died", steps=6, ckpt_every=3, seq_len=15), *split,
-                        "--resume"])
-    runs = tmp_path / "runs"
-    assert losses(runs / "died") == losses(runs / "straight") and len(losses(runs / "straight")) == 7
 
 
 def test_packed_documents_split_across_two_processes_train_like_one(tmp_path):
