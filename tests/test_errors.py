@@ -55,6 +55,7 @@ BAD_INPUT = [
                                                  "--model, --packed, not to --boltzmann; drop it"),
     (["bench", "--model", "demo", "--lengths", "64"], "--lengths applies only to the mixers alone (--lengths), --ops, "
                                                       "--packed, --cp, not to --model; drop it"),
+    (["bench", "--cp", "--lengths", "4"], "--cp --lengths 4: each length must be even and at least 32"),
     (["bench", "--quick", "--lengths", "64"], "--quick is the whole bench at toy sizes, --lengths times the mixers"),
     (["train", "demo", "name="], "name= needs a value: give a str"),
     (["train", "demo", "train.steps="], "train.steps= needs a value: give an int"),

@@ -44,6 +44,7 @@ OPTIONS = {"lengths": ("mixers", "ops", "packed", "cp"), "batch": ("mixers",),
 PARTS = {"mixers": "the mixers alone (--lengths)", "ops": "--ops", "model": "--model", "packed": "--packed",
          "cp": "--cp", "whole": "the whole bench"}
 EXAMPLES = {"mixers": "--lengths 1024 4096", "model": "--model demo"}
+CP_SHORTEST = 32  # --cp: two shards of at least a sliding window's halo (15 tokens) and a short convolution's
 
 
 def _part(args) -> str:
@@ -76,6 +77,10 @@ def check(args) -> None:
     from ..mixers import list_mixers
 
     _check_options(args)
+    if args.cp and any(n < CP_SHORTEST or n % 2 for n in args.lengths or ()):
+        raise UserError(f"--cp --lengths {' '.join(map(str, args.lengths))}: each length must be even and at least "
+                        f"{CP_SHORTEST} (two ranks take half each, and a rank reads up to 15 tokens of the one "
+                        "before it)")
     for name in args.mixers or ():
         if name != "all" and name not in list_mixers():
             raise UserError(f"argument --mixers: {unknown_mixer(name, [*list_mixers(), 'all'])} (see attnlab bench "
