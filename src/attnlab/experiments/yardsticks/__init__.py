@@ -12,8 +12,8 @@ that its report shows whether these tasks tell the mechanisms apart at this scal
 Tiers (the small shape of zoology's recall studies: 2 layers, d_model 64; one seed per mixer for the catalogue,
 three for the arms the claims compare):
 - `default`: parity at 16 bits, 1,500 steps a model, tested to 8x the length, and MQAR (64 tokens, 4 pairs, 1,000
-  steps) with softmax attention and the recurrent mixers at one state budget (the matched presets): about 45
-  minutes on 2 CPU cores.
+  steps) with softmax attention and the recurrent mixers at one state budget (the matched presets): 60 minutes
+  of training and evaluation on one core beside another job.
 - `converged`: S-NIAH pass-key at 512 characters (RULER's shortest), early stopping or 12,000 steps, tested to 4x:
   a GPU's protocol (see `converged`).
 """
