@@ -30,6 +30,7 @@ from .data.tokenizer import NotInVocabulary
 from .devices import pick_device
 from .errors import ConfigError, UserError
 from .evaluate import perplexity, split_loss, to_device
+from .mixers.base import check_splits
 from .model import Decoder, next_token_loss
 from .paths import user_path
 from .starting_point import check_tokenizer, checkpoint_tokenizer, starting_point
@@ -373,20 +374,10 @@ def _check_ranks(t: TrainConfig, ranks: distributed.Ranks) -> None:
 
 def _check_splits_sequences(model: Decoder, cfg: RunConfig) -> None:
     """Under context parallelism every layer's mixer must split a sequence across ranks (with data.pack, packed
-    documents too)."""
-    t = cfg.train
-    if t.context_parallel > 1 and cfg.data.pack:
-        whole = sorted({block.mixer.name for block in model.blocks if block.mixer.splits == "sequences"})
-        if whole:
-            raise ConfigError(f"train.context_parallel={t.context_parallel}: {', '.join(whole)} splits sequences "
-                              "across ranks but not packed documents: set data.pack=false (every other mixer that "
-                              "splits sequences splits packed documents too)")
-    unsplit = sorted({block.mixer.name for block in model.blocks if not block.mixer.splits})
-    if t.context_parallel > 1 and unsplit:
-        raise ConfigError(f"train.context_parallel={t.context_parallel}: {', '.join(unsplit)} cannot split a "
-                          "sequence across ranks; use train.context_parallel=1 (the mixers that split: attention "
-                          "over every earlier key, Boltzmann attention's sliding banded form, the linear family, "
-                          "CCQ's first-order read, S4D, interdomain)")
+    documents too), refused before the first step as a call would refuse it."""
+    if cfg.train.context_parallel > 1:
+        for block in model.blocks:
+            check_splits(block.mixer, packed=cfg.data.pack)
 
 
 def _check_memory(model: Decoder, cfg: RunConfig, device: torch.device, ranks: distributed.Ranks) -> None:

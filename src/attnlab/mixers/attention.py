@@ -127,6 +127,8 @@ class AttentionMixer(Mixer):
 
     def forward(self, x: torch.Tensor, state: KVCache | None = None, *, cu_seqlens: torch.Tensor | None = None,
                 context: Context | None = None):
+        """x from the state's KV cache; or this rank's shard under a context, cu_seqlens then the whole row's
+        document boundaries (packed calls outside a context reach it as padded batches: `packs`)."""
         if context is not None:
             return self.output(self.attend_shard(x, cu_seqlens, context), x), None  # a shard keeps no state
         q, k, v = self.projections(x, 0 if state is None else state.position)

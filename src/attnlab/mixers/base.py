@@ -129,9 +129,10 @@ def mix(mixer: Mixer, x: torch.Tensor, state=None, cu_seqlens: torch.Tensor | No
     sequence run (context), and the states returned marked as this mixer's."""
     check_input(x, mixer.cfg.d_model)
     if context is not None:
-        check_splits(mixer, state, cu_seqlens)
-        documents = {} if cu_seqlens is None else {"cu_seqlens": cu_seqlens}  # (an attention mixer takes none)
-        y, states = run(mixer, x, context=context, **documents)
+        check_splits(mixer, packed=cu_seqlens is not None)
+        if state is not None:
+            raise UserError("a sequence split across ranks runs from its start: give no state with a context")
+        y, states = run(mixer, x, cu_seqlens=cu_seqlens, context=context)
     elif cu_seqlens is not None:
         check_boundaries(cu_seqlens, x, state)
         y, states = packed(mixer, x, cu_seqlens, keep_state)
@@ -143,17 +144,14 @@ def mix(mixer: Mixer, x: torch.Tensor, state=None, cu_seqlens: torch.Tensor | No
     return y, marked(mixer, states)
 
 
-def check_splits(mixer: Mixer, state, cu_seqlens) -> None:
-    """One rank's shard of whole sequences from their start: a mixer that splits them (and packed documents,
-    given cu_seqlens), no state."""
+def check_splits(mixer: Mixer, packed: bool) -> None:
+    """That the mixer splits a sequence across ranks (packed documents too, where packed)."""
     if not mixer.splits:
         raise ConfigError(f"{mixer.name} cannot split a sequence across ranks (train.context_parallel): its forward "
                           "takes no context; use 1, or a mixer that splits")
-    if cu_seqlens is not None and mixer.splits != "documents":
+    if packed and mixer.splits != "documents":
         raise ConfigError(f"{mixer.name} splits sequences across ranks but not packed documents (data.pack): set "
                           "data.pack=false, or train.context_parallel=1")
-    if state is not None:
-        raise UserError("a sequence split across ranks runs from its start: give no state with a context")
 
 
 def run(mixer: Mixer, *args, **kwargs):
