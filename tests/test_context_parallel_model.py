@@ -7,6 +7,8 @@ across it. A mixer that does not split is refused in one line."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -53,15 +55,29 @@ def run_case(case: str, rank: int, cu_seqlens: torch.Tensor | None) -> dict:
     inputs, targets = tokens[:, :-1], tokens[:, 1:].clone()
     if cu_seqlens is not None:
         targets[0, cu_seqlens[1:] - 1] = -100  # a document's last token predicts nothing across its boundary
+    keep = cu_seqlens is None  # a shard's states: the whole sequences' final ones, where a mixer keeps one
     model = decoder(case)
-    logits, _ = model(inputs[:, part], cu_seqlens=cu_seqlens, keep_states=False, context=Context())
+    logits, states = model(inputs[:, part], cu_seqlens=cu_seqlens, keep_states=keep, context=Context())
     next_token_loss(logits, targets[:, part], reduction="sum").backward()
     whole = decoder(case)
-    whole_logits, _ = whole(inputs, cu_seqlens=cu_seqlens, keep_states=False)
+    whole_logits, whole_states = whole(inputs, cu_seqlens=cu_seqlens, keep_states=keep)
     next_token_loss(whole_logits, targets, reduction="sum").backward()
     return {"logits": (logits.detach(), whole_logits.detach()[:, part]),
+            "states": (detached(states), detached(whole_states)),
             "grads": {name: p.grad for name, p in model.named_parameters()},
             "whole": {name: p.grad for name, p in whole.named_parameters()}}
+
+
+def detached(states) -> list[dict]:
+    """Each layer's state as {field: tensor} (a dataclass's tensors, CCQ's statistics among them), or None."""
+    def fields(value, prefix=""):
+        if torch.is_tensor(value):
+            return {prefix: value.detach()}
+        if dataclasses.is_dataclass(value):
+            return {k: v for f in dataclasses.fields(value)
+                    for k, v in fields(getattr(value, f.name), f"{prefix}.{f.name}").items()}
+        return {prefix: value} if isinstance(value, int) else {}
+    return [None if state is None else fields(state) for state in states]
 
 
 def worker(rank: int, store: str, out: dict) -> None:
@@ -92,6 +108,22 @@ def test_a_decoder_split_across_two_ranks_matches_one_process(mixer, ranks_ran):
             continue
         summed = sum(ranks_ran[mixer, rank]["grads"][name] for rank in range(WORLD))
         torch.testing.assert_close(summed, grad, rtol=1e-9, atol=1e-9, msg=f"{mixer}: the gradient of {name}")
+
+
+RECURRENT = [case for case in SPLIT if case.split()[0] in ("linear", "gla", "gdn", "ccq-gla", "ccq-gdn", "s4d",
+                                                              "interdomain")]
+
+
+@pytest.mark.parametrize("mixer", RECURRENT)
+def test_a_recurrent_layer_split_across_two_ranks_returns_the_whole_sequences_final_state_on_each(mixer, ranks_ran):
+    for rank in range(WORLD):
+        split, whole = ranks_ran[mixer, rank]["states"]
+        assert all(state for state in split), f"{mixer}: a layer returned no state on rank {rank}"
+        for layer, (ours, theirs) in enumerate(zip(split, whole, strict=True)):
+            assert ours.keys() == theirs.keys()
+            for field in ours:  # the memory, the short convolution's last inputs, CCQ's statistics, a position
+                torch.testing.assert_close(ours[field], theirs[field], rtol=1e-9, atol=1e-9,
+                                           msg=f"{mixer}, layer {layer}, rank {rank}: the state's {field}")
 
 
 def test_a_mixer_that_does_not_split_or_a_state_with_a_context_is_refused_in_one_line():

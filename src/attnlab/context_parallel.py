@@ -78,14 +78,20 @@ class Context:
 
     def previous(self, x: torch.Tensor, n: int) -> torch.Tensor:
         """The last n positions of the previous rank's x [..., T_shard, D] (zeros on the first rank): a short
-        convolution's window across the shard boundary. Every rank's result depends on the exchange (the first
-        rank's as zeros times it), so that every rank reaches its backward."""
+        convolution's window across the shard boundary."""
+        return self.boundary(x, n)[0]
+
+    def boundary(self, x: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the last n positions of the previous rank's x [..., T_shard, D], zeros on the first rank; the last n
+        positions of the last rank's: those of the whole sequence, a short convolution's final state), from one
+        exchange. Every rank's result depends on the exchange (the first rank's as zeros times it), so that
+        every rank reaches its backward."""
         if x.shape[-2] < n:
             raise UserError(f"a shard of {x.shape[-2]} tokens is shorter than the {n} positions the next one reads "
                             "across the boundary: give each rank more tokens (train.seq_len / train.context_parallel)")
         tails = _GatherTime.apply(x[..., x.shape[-2] - n :, :].contiguous(), self.group)
         before = tails[..., max(self.rank - 1, 0) * n : max(self.rank, 1) * n, :]
-        return before * 0 if self.rank == 0 else before
+        return before * 0 if self.rank == 0 else before, tails[..., tails.shape[-2] - n :, :]
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,8 @@ class Decoder(nn.Module):
         scoring need no states, and the mixers then take their fastest packed form).
         context: this rank holds one shard of every sequence (context_parallel.Context; tokens [B, T_shard], the
         shards of equal length), the ranks of its group the others: the logits are those of the whole sequences at
-        this shard's positions.
+        this shard's positions, and a recurrent layer's state is the whole sequences' final one on every rank
+        (attention, which would need every rank's keys, and packed documents keep none).
         """
         x = self.embed(tokens)
         if self.position is not None:

@@ -74,7 +74,8 @@ class Mixer(nn.Module):
     # None: mix runs them, as padded batches where no states are kept, else one at a time.
     packs: str | None = None
     # what forward(x, context=...) runs of one rank's shard (context_parallel.Context), its outputs those of the
-    # whole sequences' positions there and its gradients the whole sequences': "sequences" (unpacked), "documents"
+    # whole sequences' positions there, its gradients the whole sequences', and its state (where it returns one,
+    # unpacked) the whole sequences' final one on every rank: "sequences" (unpacked), "documents"
     # (packed documents too, cu_seqlens the whole row's boundaries), None (it does not split)
     splits: str | None = None
 

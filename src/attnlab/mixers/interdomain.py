@@ -98,7 +98,8 @@ class InterdomainAttention(StateSpaceMixer):
         """The layer over x [B, T, d_model] from state; or, given cu_seqlens (the chunk form's query read or the
         linear contraction), over the sequences packed in x [1, N, d_model], each from a fresh state (the short
         convolution, RoPE's positions and the scan or the convolution restart), returning no state; or, given a
-        context, over this rank's shard of every sequence."""
+        context, over this rank's shard of every sequence, returning the state at the end of the whole
+        sequence."""
         cfg = self.cfg
         state = state if state is not None else self.init_state(x.shape[0], x.device, x.dtype)
         documents = None if context is None else context.documents(cu_seqlens, x.shape[1])

@@ -190,7 +190,8 @@ class LinearAttention(Mixer):
                 context: Context | None = None):
         """The layer over x [B, T, d_model] from state; or, given cu_seqlens, over the sequences packed in
         x [1, N, d_model], each from a fresh state, returning each one's state; or, given a context, over this
-        rank's shard of every sequence (keeping no state)."""
+        rank's shard of every sequence, returning on every rank the state at the end of the whole sequence (none
+        for packed documents, which end on different ranks)."""
         B, T, _ = x.shape
         form = self.form(x, cu_seqlens)
         state = state if state is not None else self.init_state(B, x.device)
@@ -198,7 +199,8 @@ class LinearAttention(Mixer):
         conv_state, documents = None, None if context is None else context.documents(cu_seqlens, T)
         if self.conv is not None:
             if documents is not None:  # a shard's windows reach into the previous rank's last inputs
-                qkv = self.conv.continued(qkv, context.previous(qkv, self.cfg.conv_size - 1), documents.positions)
+                before, conv_state = context.boundary(qkv, self.cfg.conv_size - 1)
+                qkv = self.conv.continued(qkv, before, documents.positions)
             elif cu_seqlens is not None:
                 qkv, conv_state = self.conv.packed(qkv, cu_seqlens)
             else:
@@ -210,7 +212,7 @@ class LinearAttention(Mixer):
             q, k, ccq_state = self.read_query(q, k, gates, ccq_state, form=form, cu_seqlens=cu_seqlens)
             o, memory = self.recur(q, k, v, gates, memory, form=form, cu_seqlens=cu_seqlens)
         else:  # the shard from the state the ranks before it leave (a scan of their transitions)
-            q, k = self.read_shard(q, k, gates, form, context, documents)
+            q, k, ccq_state = self.read_shard(q, k, gates, form, context, documents)
             chunk = self.recurrence.fla if form == "fla" else self.recurrence.torch
 
             def piece(time, start, cu, silent):
@@ -219,24 +221,24 @@ class LinearAttention(Mixer):
                 return chunk(q[:, :, time], k[:, :, time], values, *(g[:, :, time] for g in gates.values()),
                              initial_state=start, chunk_size=self.cfg.chunk_size, cu_seqlens=cu)
 
-            o, _ = context.scan(documents.run(piece, T))
+            o, memory = context.scan(documents.run(piece, T))
         o = rms_norm_fp32(self.out_norm, o) * F.silu(self.split_heads(self.gate_proj(x)))
         y = self.out_proj(o.transpose(1, 2).reshape(B, T, -1).to(x.dtype))
-        if context is not None:
-            return y, None
         state = LinearState(memory, conv_state, ccq_state)
         if cu_seqlens is None:
             return y, state
-        return y, [state_row(state, row) for row in range(len(cu_seqlens) - 1)] if self.packs == "states" else None
+        if context is not None or self.packs != "states":
+            return y, None
+        return y, [state_row(state, row) for row in range(len(cu_seqlens) - 1)]
 
     def read_query(self, q, k, gates, ccq_state, form: str, cu_seqlens=None):
         """Transform the queries before the read (identity here; CCQ cleans them)."""
         return q, k, ccq_state
 
     def read_shard(self, q, k, gates, form: str, context: Context, documents: Documents):
-        """read_query on this rank's shard of the documents (CCQ's statistics from the ranks before it)."""
-        q, k, _ = self.read_query(q, k, gates, None, form=form)
-        return q, k
+        """read_query on this rank's shard of the documents (CCQ's statistics from the ranks before it) -> (q, k,
+        the read's state at the end of the whole sequence)."""
+        return self.read_query(q, k, gates, None, form=form)
 
     def recur(self, q, k, v, gates: dict, memory, form: str, cu_seqlens=None):
         """The recurrence over q, k, v and the gates from memory (None: zeros): (outputs, final memory)."""
@@ -386,8 +388,8 @@ class CCQRead:
                                  cu_seqlens=cu)
             return q_clean, flat_stats(end)
 
-        q_clean, _ = context.scan(documents.run(piece, q.shape[2]), diagonal=True)
-        return q_clean, k
+        q_clean, final = context.scan(documents.run(piece, q.shape[2]), diagonal=True)
+        return q_clean, k, unflat_stats(final, q.shape[-1])
 
     def read_query(self, q, k, gates, ccq_state, form, cu_seqlens=None):
         q, k, k_bar, lam, log_decay = self.read_inputs(q, k, gates, form)

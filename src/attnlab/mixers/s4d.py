@@ -109,10 +109,10 @@ class StateSpaceMixer(Mixer):
     def convolve(self, streams: torch.Tensor, state: SSMState, cu_seqlens, context: Context | None,
                  documents: Documents | None):
         """The short convolution of the streams (and its state): after the state's inputs, within each packed
-        sequence, or on a shard after the previous rank's last inputs."""
+        sequence, or on a shard after the previous rank's last inputs (its state the whole sequence's last)."""
         if documents is not None:
-            before = context.previous(streams, self.cfg.conv_size - 1)
-            return self.conv.continued(streams, before, documents.positions), None
+            before, last = context.boundary(streams, self.cfg.conv_size - 1)
+            return self.conv.continued(streams, before, documents.positions), last
         return self.conv(streams, state.conv) if cu_seqlens is None else self.conv.packed(streams, cu_seqlens)
 
     @staticmethod
@@ -133,14 +133,15 @@ class StateSpaceMixer(Mixer):
 
     def project_out(self, x, o, memory, conv_state, state: SSMState, cu_seqlens, context=None):
         """The heads' readouts o [B, H, T, width] merged, gated (if so) and projected, with the state carried on
-        (none for packed sequences or a shard)."""
+        (on a shard, the whole sequence's; none for packed sequences)."""
         B, T, _ = x.shape
         y = o.transpose(1, 2).reshape(B, T, -1).to(x.dtype)
         if self.gate_proj is not None:
             y = F.silu(self.gate_proj(x)) * y
-        if cu_seqlens is not None or context is not None:
+        if cu_seqlens is not None:
             return self.out_proj(y), None
-        return self.out_proj(y), SSMState(memory, conv_state, state.position + T)
+        length = T if context is None else context.world * T  # a shard's sequence: every rank's shard
+        return self.out_proj(y), SSMState(memory, conv_state, state.position + length)
 
     def state_width(self) -> int:
         """The inputs each mode holds: [a, b] or [xi(k), v], 2 head_dim."""
@@ -196,7 +197,8 @@ class S4DMixer(StateSpaceMixer):
                 context: Context | None = None):
         """The layer over x [B, T, d_model] from state; or, given cu_seqlens, over the sequences packed in
         x [1, N, d_model], each from a fresh state (the short convolution, RoPE's positions and the convolution
-        restart), returning no state; or, given a context, over this rank's shard of every sequence."""
+        restart), returning no state; or, given a context, over this rank's shard of every sequence, returning
+        the state at the end of the whole sequence."""
         state = state if state is not None else self.init_state(x.shape[0], x.device, x.dtype)
         documents = None if context is None else context.documents(cu_seqlens, x.shape[1])
         ab = torch.cat((self.k_proj(x), self.v_proj(x)), dim=-1)
