@@ -3,7 +3,8 @@ the whole sequence's at its positions, and the parameters' gradients summed over
 for every mixer that splits (attention over the gathered keys; the linear family and CCQ from the scanned state,
 short convolutions reaching across the boundary; Boltzmann attention's sliding window reading the previous rank's
 last keys), and on packed documents too (all but Boltzmann attention), a document starting at the shard or running
-across it. A mixer that does not split is refused in one line."""
+across it; a recurrent layer returns the whole sequence's final state on every rank. In fp64 to rounding and in
+fp32 to 1e-5. A mixer that does not split is refused in one line."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ from attnlab.errors import ConfigError, UserError
 from attnlab.model import Decoder, next_token_loss
 from helpers import on_gloo_ranks
 
+# each case in fp64, where the split must agree to rounding, and in fp32 to 1e-5, where a transition read off as
+# the difference of two states (context_parallel.transition) would show its cancellation
+PRECISIONS = {"fp64": (torch.float64, 1e-9), "fp32": (torch.float32, 1e-5)}
 B, T, VOCAB, WORLD = 2, 22, 11, 2  # shards of 11 tokens: past one chunk of 4, not a multiple of it
 CHUNKED = {"chunk_size": 4, "short_conv": True}  # the short convolution's window crosses the shard boundary
 SPLIT = {
@@ -34,12 +38,12 @@ SPLIT = {
 }
 
 
-def decoder(case: str) -> Decoder:
+def decoder(case: str, dtype=torch.float64) -> Decoder:
     torch.manual_seed(0)
     mixer = case.split()[0]
     cfg = ModelConfig(vocab_size=VOCAB, d_model=16, n_layers=2, n_heads=2, mixer=mixer,
                       mixer_options={mixer: SPLIT[case]}, positions=T if "positions" in case else 0)
-    return Decoder(cfg).double()
+    return Decoder(cfg).to(dtype)
 
 
 # packed documents in one row of T tokens: a document starting exactly at the second shard, and one crossing it
@@ -47,7 +51,7 @@ DOCUMENTS = {"a boundary at the shard": [0, 5, 11, 14, T], "a document across th
 DOCUMENT_SPLITTERS = [case for case in SPLIT if case != "boltzmann sliding"]
 
 
-def run_case(case: str, rank: int, cu_seqlens: torch.Tensor | None) -> dict:
+def run_case(case: str, rank: int, cu_seqlens: torch.Tensor | None, dtype) -> dict:
     """One rank's logits and gradients of its shard, and one process's of the whole rows."""
     part = slice(rank * T // WORLD, (rank + 1) * T // WORLD)
     rows = 1 if cu_seqlens is not None else B  # packed documents lie in one row
@@ -56,10 +60,10 @@ def run_case(case: str, rank: int, cu_seqlens: torch.Tensor | None) -> dict:
     if cu_seqlens is not None:
         targets[0, cu_seqlens[1:] - 1] = -100  # a document's last token predicts nothing across its boundary
     keep = cu_seqlens is None  # a shard's states: the whole sequences' final ones, where a mixer keeps one
-    model = decoder(case)
+    model = decoder(case, dtype)
     logits, states = model(inputs[:, part], cu_seqlens=cu_seqlens, keep_states=keep, context=Context())
     next_token_loss(logits, targets[:, part], reduction="sum").backward()
-    whole = decoder(case)
+    whole = decoder(case, dtype)
     whole_logits, whole_states = whole(inputs, cu_seqlens=cu_seqlens, keep_states=keep)
     next_token_loss(whole_logits, targets, reduction="sum").backward()
     return {"logits": (logits.detach(), whole_logits.detach()[:, part]),
@@ -83,11 +87,13 @@ def detached(states) -> list[dict]:
 def worker(rank: int, store: str, out: dict) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
     try:
-        for case in SPLIT:
-            out[case, rank] = run_case(case, rank, None)
-            if decoder(case).blocks[0].mixer.splits == "documents":
-                for documents, cu_seqlens in DOCUMENTS.items():
-                    out[f"{case}, packed: {documents}", rank] = run_case(case, rank, torch.tensor(cu_seqlens))
+        for precision, (dtype, _) in PRECISIONS.items():
+            for case in SPLIT:
+                out[case, precision, rank] = run_case(case, rank, None, dtype)
+                if decoder(case).blocks[0].mixer.splits == "documents":
+                    for documents, cu_seqlens in DOCUMENTS.items():
+                        out[f"{case}, packed: {documents}", precision, rank] = run_case(
+                            case, rank, torch.tensor(cu_seqlens), dtype)
     finally:
         dist.destroy_process_group()
 
@@ -97,32 +103,38 @@ def ranks_ran(tmp_path_factory) -> dict:
     return on_gloo_ranks(worker, tmp_path_factory.mktemp("gloo"), WORLD)
 
 
+@pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("mixer", [*SPLIT, *(f"{case}, packed: {documents}" for case in DOCUMENT_SPLITTERS
                                               for documents in DOCUMENTS)])
-def test_a_decoder_split_across_two_ranks_matches_one_process(mixer, ranks_ran):
+def test_a_decoder_split_across_two_ranks_matches_one_process(mixer, precision, ranks_ran):
+    tolerance = PRECISIONS[precision][1]
     for rank in range(WORLD):
-        torch.testing.assert_close(*ranks_ran[mixer, rank]["logits"], rtol=1e-9, atol=1e-9)
-    whole = ranks_ran[mixer, 0]["whole"]
+        torch.testing.assert_close(*ranks_ran[mixer, precision, rank]["logits"], rtol=tolerance, atol=tolerance)
+    whole = ranks_ran[mixer, precision, 0]["whole"]
     for name, grad in whole.items():  # the ranks' gradients summed, as data parallelism sums them
         if grad is None:
             continue
-        summed = sum(ranks_ran[mixer, rank]["grads"][name] for rank in range(WORLD))
-        torch.testing.assert_close(summed, grad, rtol=1e-9, atol=1e-9, msg=f"{mixer}: the gradient of {name}")
+        summed = sum(ranks_ran[mixer, precision, rank]["grads"][name] for rank in range(WORLD))
+        torch.testing.assert_close(summed, grad, rtol=tolerance, atol=tolerance,
+                                   msg=f"{mixer}: the gradient of {name}")
 
 
 RECURRENT = [case for case in SPLIT if case.split()[0] in ("linear", "gla", "gdn", "ccq-gla", "ccq-gdn", "s4d",
                                                               "interdomain")]
 
 
+@pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("mixer", RECURRENT)
-def test_a_recurrent_layer_split_across_two_ranks_returns_the_whole_sequences_final_state_on_each(mixer, ranks_ran):
+def test_a_recurrent_layer_split_across_two_ranks_returns_the_whole_sequences_final_state_on_each(mixer, precision,
+                                                                                                  ranks_ran):
+    tolerance = PRECISIONS[precision][1]
     for rank in range(WORLD):
-        split, whole = ranks_ran[mixer, rank]["states"]
+        split, whole = ranks_ran[mixer, precision, rank]["states"]
         assert all(state for state in split), f"{mixer}: a layer returned no state on rank {rank}"
         for layer, (ours, theirs) in enumerate(zip(split, whole, strict=True)):
             assert ours.keys() == theirs.keys()
             for field in ours:  # the memory, the short convolution's last inputs, CCQ's statistics, a position
-                torch.testing.assert_close(ours[field], theirs[field], rtol=1e-9, atol=1e-9,
+                torch.testing.assert_close(ours[field], theirs[field], rtol=tolerance, atol=tolerance,
                                            msg=f"{mixer}, layer {layer}, rank {rank}: the state's {field}")
 
 
