@@ -12,6 +12,7 @@ os.environ["TRITON_INTERPRET"] = "1"
 
 import json
 import sys
+import tempfile
 import traceback
 
 import torch
@@ -233,6 +234,57 @@ def check_packed():
         y_out, _ = fla_mixer(x, cu_seqlens=cu_seqlens, keep_state=False)  # the training path: no states
         torch.testing.assert_close(y_out, y, **TOLERANCE, msg=lambda m, name=name: f"{name} outputs: {m}")
         assert_same_parameter_gradients(torch_mixer, fla_mixer, y, y_out, f"{name} packed")
+
+
+# each fla form a shard runs once: GLA's kernel on packed documents, the delta rule's, CCQ's read with decayed
+# statistics, interdomain's query read (the interpreter takes seconds a case)
+CONTEXT_PARALLEL_CASES = [("gla", {}, [0, 5, 20, 34]), ("gdn", {}, None), ("ccq-gdn", {"ccq_decay": True}, None),
+                          ("interdomain", {"modes": 8}, None)]
+
+
+def check_context_parallel():
+    """Linear-attention mixers with backend=fla split across two gloo ranks (context_parallel.Context, shards of
+    17 tokens against fla's chunks of 16 and more): each rank's outputs are the whole sequence's there, its final
+    state the whole sequence's, and the parameters' gradients summed over the ranks the whole sequence's; on a
+    packed row, its middle document across the cut, the outputs and gradients."""
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as folder:
+        mp.spawn(context_parallel_rank, args=(f"{folder}/store",), nprocs=2)
+
+
+def context_parallel_rank(rank: int, store: str):
+    import torch.distributed as dist
+
+    from attnlab.context_parallel import Context
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        T_whole, part = 34, slice(17 * rank, 17 * (rank + 1))
+        x = torch.randn(1, T_whole, 64, generator=torch.Generator().manual_seed(7))
+        weights = torch.randn(1, T_whole, 64, generator=torch.Generator().manual_seed(8))
+        for name, options, documents in CONTEXT_PARALLEL_CASES:
+            cu_seqlens = None if documents is None else torch.tensor(documents)
+            what = f"{name} {options}" + ("" if documents is None else f" packed {documents}")
+            torch.manual_seed(0)  # the same parameters on both ranks
+            _, mixer = mixer_pair(name, **options)
+            params = list(mixer.parameters())
+            y, state = mixer(x, cu_seqlens=cu_seqlens, keep_state=cu_seqlens is None)
+            y_shard, state_shard = mixer(x[:, part], cu_seqlens=cu_seqlens, context=Context())
+            torch.testing.assert_close(y_shard, y[:, part], **TOLERANCE, msg=lambda m, w=what: f"{w}: {m}")
+            if cu_seqlens is None:
+                for a, b in zip(state_tensors(state_shard), state_tensors(state), strict=True):
+                    torch.testing.assert_close(a, b, **TOLERANCE, msg=lambda m, w=what: f"{w} state: {m}")
+            grads = torch.autograd.grad((y * weights).sum(), params)
+            split = torch.autograd.grad((y_shard * weights[:, part]).sum(), params)
+            for (param, _), g_split, g in zip(mixer.named_parameters(), split, grads, strict=True):
+                g_split = g_split.contiguous()
+                dist.all_reduce(g_split)  # the ranks' gradients summed, as data parallelism sums them
+                torch.testing.assert_close(g_split, g, rtol=TOLERANCE["rtol"],
+                                           atol=TOLERANCE["atol"] * max(1.0, g.abs().max().item()),
+                                           msg=lambda m, w=what, p=param: f"{w}: the gradient of {p}: {m}")
+    finally:
+        dist.destroy_process_group()
 
 
 def check_banded():

@@ -15,9 +15,10 @@ from helpers import triton_worker_results
 
 # fp32 outputs, final states and every gradient of gla, linear, the delta rule, CCQ (plain, decayed) and
 # interdomain's query read; bf16 inputs; each mixer with backend=fla against backend=torch (prefill + decode
-# too); packed rows through fla's cu_seqlens against each sequence alone; and the doctor's dry run
+# too); packed rows through fla's cu_seqlens against each sequence alone; a sequence split across two gloo ranks
+# (context parallelism) against one process; and the doctor's dry run
 CHECKS = ["gla", "linear", "delta_rule", "ccq", "ccq_decay", "interdomain", "bf16", "mixers", "packed",
-          "doctor_dry_run"]
+          "context_parallel", "doctor_dry_run"]
 
 
 @pytest.fixture(scope="module")
