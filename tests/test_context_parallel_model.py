@@ -155,3 +155,29 @@ def test_a_mixer_that_does_not_split_or_a_state_with_a_context_is_refused_in_one
                                   mixer_options={"boltzmann": {"couplings": "distance", "inference": "banded"}}))
     with pytest.raises(ConfigError, match="boltzmann splits sequences across ranks but not packed documents"):
         sliding(torch.zeros(1, 4, dtype=torch.long), cu_seqlens=torch.tensor([0, 2, 4]), context=Context())
+
+
+# (mixer, its options, what the refusal names, the tokens a shard reads of the one before it)
+HALOS = [("gdn", {"conv_size": 4}, "gdn's conv_size=4", 3), ("s4d", {"conv_size": 6}, "s4d's conv_size=6", 5),
+         ("boltzmann", {"couplings": "distance", "inference": "banded", "window": 8, "band": 2},
+          "boltzmann's window=8", 7)]
+
+
+@pytest.mark.parametrize("mixer, options, option, halo", HALOS)
+def test_a_shard_shorter_than_what_the_next_reads_across_its_boundary_is_refused_before_training(mixer, options,
+                                                                                               option, halo):
+    from attnlab.config import load_config
+    from attnlab.train import _check_splits_sequences
+
+    def check(seq_len):
+        cfg = load_config("demo", [f"model.mixer={mixer}", "model.d_model=16", "model.n_heads=2", "model.n_layers=1",
+                                   *(f"model.mixer_options.{mixer}.{k}={v}" for k, v in options.items()),
+                                   f"train.seq_len={seq_len}", "train.context_parallel=4"])
+        _check_splits_sequences(Decoder(dataclasses.replace(cfg.model, vocab_size=VOCAB)), cfg)
+
+    with pytest.raises(ConfigError, match=rf"^train.seq_len={4 * (halo - 1)} split across train.context_parallel=4 "
+                                          rf"ranks gives shards of {halo - 1} tokens, fewer than the {halo} that "
+                                          rf"{option} reads across a shard's boundary: raise train.seq_len to at least "
+                                          rf"{4 * halo} or lower"):
+        check(4 * (halo - 1))
+    check(4 * halo - 3)  # padded to 4 * halo: shards of halo tokens

@@ -374,10 +374,20 @@ def _check_ranks(t: TrainConfig, ranks: distributed.Ranks) -> None:
 
 def _check_splits_sequences(model: Decoder, cfg: RunConfig) -> None:
     """Under context parallelism every layer's mixer must split a sequence across ranks (with data.pack, packed
-    documents too), refused before the first step as a call would refuse it."""
-    if cfg.train.context_parallel > 1:
-        for block in model.blocks:
-            check_splits(block.mixer, packed=cfg.data.pack)
+    documents too), and each shard (a sequence padded to a multiple of the ranks) must hold what the next one reads
+    across the boundary: refused before the first step as a call would refuse it."""
+    t = cfg.train
+    if t.context_parallel == 1:
+        return
+    shard = -(-t.seq_len // t.context_parallel)
+    for block in model.blocks:
+        check_splits(block.mixer, packed=cfg.data.pack)
+        halo = block.mixer.cfg.halo
+        if halo is not None and shard < halo[0]:
+            raise ConfigError(f"train.seq_len={t.seq_len} split across train.context_parallel={t.context_parallel} "
+                              f"ranks gives shards of {shard} tokens, fewer than the {halo[0]} that "
+                              f"{block.mixer.name}'s {halo[1]} reads across a shard's boundary: raise train.seq_len "
+                              f"to at least {halo[0] * t.context_parallel} or lower train.context_parallel")
 
 
 def _check_memory(model: Decoder, cfg: RunConfig, device: torch.device, ranks: distributed.Ranks) -> None:

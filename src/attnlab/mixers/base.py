@@ -43,6 +43,12 @@ class MixerConfig:
         return None
 
     @property
+    def halo(self) -> tuple[int, str] | None:
+        """(the tokens of the previous shard that a shard reads across its boundary when a sequence is split across
+        ranks, the option that sets them), checked against the shard's length before training; None: none."""
+        return None
+
+    @property
     def cost_advice(self) -> str | None:
         """What one query costs in this configuration and a cheaper one to try, printed with the estimate before
         an expensive training run; None where there is nothing to add."""

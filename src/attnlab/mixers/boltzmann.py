@@ -147,6 +147,11 @@ class BoltzmannConfig(AttentionConfig):
         return None if self.sliding() else (self.window, f"boltzmann's window={self.window}")
 
     @property
+    def halo(self) -> tuple[int, str] | None:
+        """The sliding form's chains reach window - 1 keys back (the other forms do not split)."""
+        return (self.window - 1, f"window={self.window}") if self.sliding() else None
+
+    @property
     def cost_advice(self) -> str:
         """What one query costs in this configuration against the sliding one."""
         work = {"exact": f"enumerates 2^{self.window} configurations",

@@ -38,6 +38,10 @@ class LinearConfig(MixerConfig):
     expand_v: float = 1.0  # value width = expand_v * d_model
     short_conv: bool = False  # depthwise causal conv (kernel conv_size) + SiLU on q, k, v
     conv_size: int = 4
+
+    @property
+    def halo(self) -> tuple[int, str] | None:
+        return (self.conv_size - 1, f"conv_size={self.conv_size}") if self.short_conv else None
     chunk_size: int = 64
     norm_eps: float = 1e-5
     # where sequences (training, prefill) run: torch (our chunkwise forms), fla (flash-linear-attention's

@@ -41,6 +41,10 @@ class S4DConfig(MixerConfig):
     ssm_max_lr: float = 1e-3  # S4D and input-norm parameters: lr = min(run lr, this), no weight decay
     norm_eps: float = 1e-6
 
+    @property
+    def halo(self) -> tuple[int, str] | None:
+        return self.conv_size - 1, f"conv_size={self.conv_size}"
+
     def validate(self) -> None:
         super().validate()
         if self.modes < 1 or self.conv_size < 2:
