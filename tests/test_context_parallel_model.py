@@ -2,9 +2,10 @@
 the whole sequence's at its positions, and the parameters' gradients summed over the ranks are the whole sequence's,
 for every mixer that splits (attention over the gathered keys; the linear family and CCQ from the scanned state,
 short convolutions reaching across the boundary; Boltzmann attention's sliding window reading the previous rank's
-last keys), and on packed documents too (all but Boltzmann attention), a document starting at the shard or running
-across it; a recurrent layer returns the whole sequence's final state on every rank. In fp64 to rounding and in
-fp32 to 1e-5. A mixer that does not split is refused in one line."""
+last keys), and on packed documents too, a document starting at the shard or running across it; a recurrent layer
+returns the whole sequence's final state on every rank. In fp64 to rounding and in fp32 to 1e-5. A mixer that does
+not split is refused in one line, and a shard shorter than what the next one reads across the boundary before
+training."""
 
 from __future__ import annotations
 
@@ -48,7 +49,6 @@ def decoder(case: str, dtype=torch.float64) -> Decoder:
 
 # packed documents in one row of T tokens: a document starting exactly at the second shard, and one crossing it
 DOCUMENTS = {"a boundary at the shard": [0, 5, 11, 14, T], "a document across the shard": [0, 3, 9, 17, T]}
-DOCUMENT_SPLITTERS = [case for case in SPLIT if case != "boltzmann sliding"]
 
 
 def run_case(case: str, rank: int, cu_seqlens: torch.Tensor | None, dtype) -> dict:
@@ -90,10 +90,9 @@ def worker(rank: int, store: str, out: dict) -> None:
         for precision, (dtype, _) in PRECISIONS.items():
             for case in SPLIT:
                 out[case, precision, rank] = run_case(case, rank, None, dtype)
-                if decoder(case).blocks[0].mixer.splits == "documents":
-                    for documents, cu_seqlens in DOCUMENTS.items():
-                        out[f"{case}, packed: {documents}", precision, rank] = run_case(
-                            case, rank, torch.tensor(cu_seqlens), dtype)
+                for documents, cu_seqlens in DOCUMENTS.items():
+                    out[f"{case}, packed: {documents}", precision, rank] = run_case(case, rank,
+                                                                                    torch.tensor(cu_seqlens), dtype)
     finally:
         dist.destroy_process_group()
 
@@ -104,7 +103,7 @@ def ranks_ran(tmp_path_factory) -> dict:
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
-@pytest.mark.parametrize("mixer", [*SPLIT, *(f"{case}, packed: {documents}" for case in DOCUMENT_SPLITTERS
+@pytest.mark.parametrize("mixer", [*SPLIT, *(f"{case}, packed: {documents}" for case in SPLIT
                                               for documents in DOCUMENTS)])
 def test_a_decoder_split_across_two_ranks_matches_one_process(mixer, precision, ranks_ran):
     tolerance = PRECISIONS[precision][1]
@@ -151,10 +150,6 @@ def test_a_mixer_that_does_not_split_or_a_state_with_a_context_is_refused_in_one
     gla = Decoder(ModelConfig(vocab_size=VOCAB, d_model=16, n_layers=1, n_heads=2, mixer="gla"))
     with pytest.raises(UserError, match="runs from its start: give no state with a context"):
         gla.blocks[0].mixer(torch.zeros(1, 4, 16), gla.blocks[0].mixer.init_state(1), context=Context())
-    sliding = Decoder(ModelConfig(vocab_size=VOCAB, d_model=16, n_layers=1, n_heads=2, mixer="boltzmann",
-                                  mixer_options={"boltzmann": {"couplings": "distance", "inference": "banded"}}))
-    with pytest.raises(ConfigError, match="boltzmann splits sequences across ranks but not packed documents"):
-        sliding(torch.zeros(1, 4, dtype=torch.long), cu_seqlens=torch.tensor([0, 2, 4]), context=Context())
 
 
 # (mixer, its options, what the refusal names, the tokens a shard reads of the one before it)

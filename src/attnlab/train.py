@@ -381,7 +381,7 @@ def _check_splits_sequences(model: Decoder, cfg: RunConfig) -> None:
         return
     shard = -(-t.seq_len // t.context_parallel)
     for block in model.blocks:
-        check_splits(block.mixer, packed=cfg.data.pack)
+        check_splits(block.mixer)
         halo = block.mixer.cfg.halo
         if halo is not None and shard < halo[0]:
             raise ConfigError(f"train.seq_len={t.seq_len} split across train.context_parallel={t.context_parallel} "

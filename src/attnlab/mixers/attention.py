@@ -116,7 +116,7 @@ class AttentionMixer(Mixer):
     # each sequence's KV cache is its row's first keys and values. (Cheaper than one block-diagonal mask over
     # the row: its attention costs the sum of the squared lengths, under the causal kernels.)
     packs = "padded"
-    splits = "documents"  # a rank's queries are the last positions of the keys gathered up to its shard
+    splits = True  # a rank's queries are the last positions of the keys gathered up to its shard
 
     def __init__(self, cfg: AttentionConfig):
         super().__init__(cfg)

@@ -81,9 +81,9 @@ class Mixer(nn.Module):
     packs: str | None = None
     # what forward(x, context=...) runs of one rank's shard (context_parallel.Context), its outputs those of the
     # whole sequences' positions there, its gradients the whole sequences', and its state (where it returns one,
-    # unpacked) the whole sequences' final one on every rank: "sequences" (unpacked), "documents"
-    # (packed documents too, cu_seqlens the whole row's boundaries), None (it does not split)
-    splits: str | None = None
+    # unpacked) the whole sequences' final one on every rank; packed documents too (cu_seqlens the whole row's
+    # boundaries). False: it does not split
+    splits: bool = False
 
     def __init__(self, cfg: MixerConfig):
         super().__init__()
@@ -136,7 +136,7 @@ def mix(mixer: Mixer, x: torch.Tensor, state=None, cu_seqlens: torch.Tensor | No
     sequence run (context), and the states returned marked as this mixer's."""
     check_input(x, mixer.cfg.d_model)
     if context is not None:
-        check_splits(mixer, packed=cu_seqlens is not None)
+        check_splits(mixer)
         if state is not None:
             raise UserError("a sequence split across ranks runs from its start: give no state with a context")
         y, states = run(mixer, x, cu_seqlens=cu_seqlens, context=context)
@@ -151,14 +151,11 @@ def mix(mixer: Mixer, x: torch.Tensor, state=None, cu_seqlens: torch.Tensor | No
     return y, marked(mixer, states)
 
 
-def check_splits(mixer: Mixer, packed: bool) -> None:
-    """That the mixer splits a sequence across ranks (packed documents too, where packed)."""
+def check_splits(mixer: Mixer) -> None:
+    """That the mixer splits a sequence across ranks."""
     if not mixer.splits:
         raise ConfigError(f"{mixer.name} cannot split a sequence across ranks (train.context_parallel): its forward "
                           "takes no context; use 1, or a mixer that splits")
-    if packed and mixer.splits != "documents":
-        raise ConfigError(f"{mixer.name} splits sequences across ranks but not packed documents (data.pack): set "
-                          "data.pack=false, or train.context_parallel=1")
 
 
 def run(mixer: Mixer, *args, **kwargs):

@@ -232,16 +232,15 @@ class BoltzmannAttention(AttentionMixer):
         return "outputs" if native else None
 
     @property
-    def splits(self) -> str | None:
-        """Banded inference over a sliding window splits a sequence across ranks: a rank's queries read at most
-        window - 1 keys of the rank before (its halo)."""
-        sliding = self.cfg.sliding() and self.cfg.inference == "banded" and not self.uses_flex(self.qkv.weight)
-        return "sequences" if sliding else None
+    def splits(self) -> bool:
+        """Banded inference over a sliding window splits a sequence across ranks, packed documents too: a rank's
+        queries read at most window - 1 keys of the rank before (its halo)."""
+        return self.cfg.sliding() and self.cfg.inference == "banded" and not self.uses_flex(self.qkv.weight)
 
     def forward(self, x: torch.Tensor, state: KVCache | None = None, *, cu_seqlens: torch.Tensor | None = None,
                 context: Context | None = None):
         if context is not None:
-            return self.output(self.attend_shard(x, context), x), None
+            return self.output(self.attend_shard(x, cu_seqlens, context), x), None
         if cu_seqlens is not None:  # each query's chain begins no earlier than its own sequence's start
             positions = positions_in_sequences(cu_seqlens, x.device)
             q, k, v = self.projections(x, positions=positions)
@@ -252,17 +251,19 @@ class BoltzmannAttention(AttentionMixer):
             state = state.keep_last(self.cfg.window - 1)
         return y, state
 
-    def attend_shard(self, x: torch.Tensor, context: Context) -> torch.Tensor:
-        """This rank's queries over its keys and the halo of the previous rank's last window - 1 keys and values
-        (the first rank's halo is zeros that no chain reads: its chains start at its first key)."""
+    def attend_shard(self, x: torch.Tensor, cu_seqlens: torch.Tensor | None, context: Context) -> torch.Tensor:
+        """This rank's queries over its keys and the halo of the previous rank's last window - 1 keys and values,
+        each query's chain beginning no earlier than its document's start (cu_seqlens: the whole row's boundaries;
+        the first rank's halo is zeros that no chain reads)."""
         halo, T = self.cfg.window - 1, x.shape[1]
         if T < halo:
             raise UserError(f"a shard of {T} tokens is shorter than Boltzmann attention's halo of window - 1 = "
                             f"{halo} keys: give each rank at least {halo} tokens (train.seq_len / "
                             "train.context_parallel)")
-        q, k, v = self.projections(x, context.offset(T))
+        positions = context.documents(cu_seqlens, T).positions.to(x.device)  # each token's, in its document
+        q, k, v = self.projections(x, positions=positions)
         k, v = (torch.cat((context.previous(t, halo), t), dim=-2) for t in (k, v))
-        starts = torch.full((T,), halo if context.rank == 0 else 0, device=x.device)
+        starts = (halo + torch.arange(T, device=x.device) - positions).clamp(min=0)  # keys index the halo first
         return self.attend_banded(q, k, v, starts)
 
     def state_size(self, seq_len: int) -> int:

@@ -159,7 +159,7 @@ class LinearAttention(Mixer):
     backends = ("torch", "fla")
     state_type = LinearState
     packs = "states"  # the chunkwise forms, fla's and ours, take the boundaries and return each sequence's state
-    splits = "documents"  # a rank's shard runs from the state that the ranks before it leave (context_parallel)
+    splits = True  # a rank's shard runs from the state that the ranks before it leave (context_parallel)
 
     def __init__(self, cfg: LinearConfig, recurrence: Recurrence, unit_qk: bool = False):
         super().__init__(cfg)
@@ -358,9 +358,9 @@ class CCQRead:
         return "states" if runs_fla(self.cfg.backend, self.lambda_bias, self.scalar_gates) else "outputs"
 
     @property
-    def splits(self) -> str | None:
+    def splits(self) -> bool:
         """The first-order read's statistics carry across ranks as a scan; the ridge read's solves do not yet."""
-        return "documents" if self.cfg.read != "ridge" else None
+        return self.cfg.read != "ridge"
 
     def ablated(self):
         """lambda = sigmoid(w . q_bar + b) set to 0 (w = 0, b = -30): the backbone's own read."""

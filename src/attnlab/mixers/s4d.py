@@ -79,7 +79,7 @@ class StateSpaceMixer(Mixer):
     (the memory X [B, H, M, state_width] and the last inputs of a short convolution conv_channels wide)."""
 
     state_type = SSMState
-    splits = "documents"  # a rank's shard runs from the state the ranks before it leave (a diagonal scan)
+    splits = True  # a rank's shard runs from the state the ranks before it leave (a diagonal scan)
 
     def __init__(self, cfg: S4DConfig, conv_channels: int):
         super().__init__(cfg)
