@@ -29,7 +29,7 @@ CHUNKED = {"chunk_size": 4, "short_conv": True}  # the short convolution's windo
 SPLIT = {
     "softmax": {}, "sigmoid": {}, "differential": {}, "stick-breaking": {}, "nonlinear-q": {}, "coupled-qk": {},
     "coupled-differential": {}, "linear": CHUNKED, "gla": CHUNKED, "gdn": CHUNKED, "ccq-gla": CHUNKED,
-    "ccq-gdn": CHUNKED | {"ccq_decay": True},
+    "ccq-gdn": CHUNKED | {"ccq_decay": True}, "ccq-gla ridge read": CHUNKED | {"read": "ridge"},
     "softmax with learned positions": {"rope": False},  # the second rank's positions count on from the first's
     "s4d": {"modes": 4}, "interdomain": {"modes": 4}, "interdomain chunk form": {"modes": 4, "form": "chunk",
                                                                                  "chunk_size": 4},

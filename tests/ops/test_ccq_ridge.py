@@ -1,5 +1,5 @@
-"""The ridge read (I + lambda Sigma)^-1 q: its chunked form against the loop, a carried state, the first-order read
-CCQ uses as its truncation, and the shrinking it shares with it."""
+"""The ridge read (I + lambda Sigma)^-1 q: its chunked form against the loop, a carried state, packed sequences, the
+first-order read CCQ uses as its truncation, and the shrinking it shares with it."""
 
 import pytest
 import torch
@@ -41,6 +41,15 @@ def test_a_sequence_continued_from_its_carried_statistics_reads_as_a_whole(form)
     first, stats = form(q[:, :, :9], k[:, :, :9], lam[:, :, :9], log_decay=log_decay[:, :, :9])
     rest, _ = form(q[:, :, 9:], k[:, :, 9:], lam[:, :, 9:], stats, log_decay=log_decay[:, :, 9:])
     torch.testing.assert_close(torch.cat([first, rest], dim=2), whole)
+
+
+def test_packed_sequences_read_each_from_empty_statistics():
+    q, k, lam, log_decay = (x[:1] for x in inputs(decay=True))
+    cu_seqlens = torch.tensor([0, 1, 8, 21])
+    packed, _ = ccq_ridge(q, k, lam, log_decay=log_decay, chunk_size=4, cu_seqlens=cu_seqlens)
+    alone = [ccq_ridge(*(x[:, :, a:b] for x in (q, k, lam)), log_decay=log_decay[:, :, a:b], chunk_size=4)[0]
+             for a, b in zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist(), strict=True)]
+    torch.testing.assert_close(packed, torch.cat(alone, dim=2))
 
 
 def test_ccq_s_read_is_its_first_order_term():

@@ -357,11 +357,6 @@ class CCQRead:
             return None
         return "states" if runs_fla(self.cfg.backend, self.lambda_bias, self.scalar_gates) else "outputs"
 
-    @property
-    def splits(self) -> bool:
-        """The first-order read's statistics carry across ranks as a scan; the ridge read's solves do not yet."""
-        return self.cfg.read != "ridge"
-
     def ablated(self):
         """lambda = sigmoid(w . q_bar + b) set to 0 (w = 0, b = -30): the backbone's own read."""
         return overwritten((self.lambda_weight, 0.0), (self.lambda_bias, -30.0))
@@ -381,10 +376,10 @@ class CCQRead:
         return q, k, k_bar, lam, log_decay
 
     def read_shard(self, q, k, gates, form, context, documents):
-        """The first-order read on this rank's shard: the key statistics from those the ranks before it leave (one
-        decay ages them all: a diagonal scan), each document's from zero."""
+        """The read on this rank's shard: the key statistics from those the ranks before it leave (one decay ages
+        them all: a diagonal scan), each document's from zero."""
         q, k, k_bar, lam, log_decay = self.read_inputs(q, k, gates, form)
-        chunk = fla_ops.ccq_fla if form == "fla" else ccq_chunk
+        chunk = ccq_ridge if self.cfg.read == "ridge" else fla_ops.ccq_fla if form == "fla" else ccq_chunk
 
         def piece(time, start, cu, silent):
             q_clean, end = chunk(q[:, :, time], k_bar[:, :, time], lam[:, :, time], unflat_stats(start, q.shape[-1]),

@@ -43,11 +43,18 @@ def ccq_ridge_reference(q, k, lam, stats: CCQStats | None = None, log_decay=None
 
 
 @autocast_off
-def ccq_ridge(q, k, lam, stats: CCQStats | None = None, log_decay=None, chunk_size: int = 64):
+def ccq_ridge(q, k, lam, stats: CCQStats | None = None, log_decay=None, chunk_size: int = 64, cu_seqlens=None):
     """Every position's statistics a chunk at a time: within a chunk with cumulative log-decays b and
     Gamma_ij = exp(b_i - b_j) for j <= i (never above 1),
         P_i = exp(b_i) P_prev + sum_{j<=i} Gamma_ij k_j k_j^T,   m_i and n_i alike,
-    then one batched solve per chunk; the chunk's last statistics carry to the next."""
+    then one batched solve per chunk; the chunk's last statistics carry to the next. cu_seqlens: packed
+    sequences in one row, each from empty statistics, read one after another (none are returned, as `ccq_chunk`)."""
+    if cu_seqlens is not None:
+        bounds = cu_seqlens.tolist()
+        pieces = [ccq_ridge(*(x[:, :, a:b] for x in (q, k, lam)), None,
+                            None if log_decay is None else log_decay[:, :, a:b], chunk_size)[0]
+                  for a, b in zip(bounds, bounds[1:], strict=False)]
+        return torch.cat(pieces, dim=2), None
     out_dtype = q.dtype
     q, k, lam, stats, g = prepare_inputs(q, k, lam, stats, log_decay)
     second, total, count = stats.second, stats.total, stats.count
