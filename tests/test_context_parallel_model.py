@@ -36,6 +36,9 @@ SPLIT = {
     "interdomain linear query": {"modes": 4, "query": "linear"},
     # sliding banded inference: a query's chain reaches window - 1 = 5 keys back, into the previous rank's shard
     "boltzmann sliding": {"couplings": "distance", "inference": "banded", "band": 2, "window": 6, "j_init_std": 0.1},
+    # over positions, a window as long as the sequence: the keys gathered up to the shard, as attention's
+    "boltzmann banded": {"inference": "banded", "band": 2, "window": T, "j_init_std": 0.1},
+    "boltzmann mean-field": {"inference": "mean-field", "window": T, "mean_field_iterations": 5, "j_init_std": 0.1},
 }
 
 
@@ -138,7 +141,9 @@ def test_a_recurrent_layer_split_across_two_ranks_returns_the_whole_sequences_fi
 
 
 def test_a_mixer_that_does_not_split_or_a_state_with_a_context_is_refused_in_one_line():
-    boltzmann = Decoder(ModelConfig(vocab_size=VOCAB, d_model=16, n_layers=1, n_heads=2, mixer="boltzmann"))
+    flex = {"mode": "h-only", "backend": "flex"}  # FlexAttention: not split
+    boltzmann = Decoder(ModelConfig(vocab_size=VOCAB, d_model=16, n_layers=1, n_heads=2, mixer="boltzmann",
+                                    mixer_options={"boltzmann": flex}))
     with pytest.raises(ConfigError, match="^boltzmann cannot split a sequence across ranks "
                                           r"\(train.context_parallel\)"):
         boltzmann(torch.zeros(1, 4, dtype=torch.long), context=Context())

@@ -148,8 +148,8 @@ class BoltzmannConfig(AttentionConfig):
 
     @property
     def halo(self) -> tuple[int, str] | None:
-        """The sliding form's chains reach window - 1 keys back (the other forms do not split)."""
-        return (self.window - 1, f"window={self.window}") if self.sliding() else None
+        """The sliding banded form's chains reach window - 1 keys back (the other forms gather every key)."""
+        return (self.window - 1, f"window={self.window}") if self.sliding() and self.inference == "banded" else None
 
     @property
     def cost_advice(self) -> str:
@@ -233,9 +233,15 @@ class BoltzmannAttention(AttentionMixer):
 
     @property
     def splits(self) -> bool:
-        """Banded inference over a sliding window splits a sequence across ranks, packed documents too: a rank's
-        queries read at most window - 1 keys of the rank before (its halo)."""
-        return self.cfg.sliding() and self.cfg.inference == "banded" and not self.uses_flex(self.qkv.weight)
+        """A sequence splits across ranks, packed documents too, but on FlexAttention: banded inference over a
+        sliding window reads at most window - 1 keys of the rank before (its halo), every other form the keys
+        gathered up to its shard, as attention does."""
+        return not self.uses_flex(self.qkv.weight)
+
+    def slides_on_shards(self) -> bool:
+        """Whether a shard reads only the previous rank's last window - 1 keys (banded inference over a sliding
+        window), not every key before it."""
+        return self.cfg.sliding() and self.cfg.inference == "banded"
 
     def forward(self, x: torch.Tensor, state: KVCache | None = None, *, cu_seqlens: torch.Tensor | None = None,
                 context: Context | None = None):
@@ -254,7 +260,10 @@ class BoltzmannAttention(AttentionMixer):
     def attend_shard(self, x: torch.Tensor, cu_seqlens: torch.Tensor | None, context: Context) -> torch.Tensor:
         """This rank's queries over its keys and the halo of the previous rank's last window - 1 keys and values,
         each query's chain beginning no earlier than its document's start (cu_seqlens: the whole row's boundaries;
-        the first rank's halo is zeros that no chain reads)."""
+        the first rank's halo is zeros that no chain reads); or, off the sliding banded form, over the keys of
+        every shard up to its own."""
+        if not self.slides_on_shards():
+            return super().attend_shard(x, cu_seqlens, context)
         halo, T = self.cfg.window - 1, x.shape[1]
         if T < halo:
             raise UserError(f"a shard of {T} tokens is shorter than Boltzmann attention's halo of window - 1 = "
