@@ -124,22 +124,17 @@ def test_packed_documents_split_across_two_processes_train_like_one(tmp_path):
     assert_same_records(losses(tmp_path / "runs" / "split"), losses(tmp_path / "runs" / "single"))
 
 
-SLIDING = ["model.mixer_options.boltzmann.couplings=distance", "model.mixer_options.boltzmann.inference=banded"]
-
-
 def test_context_parallelism_refuses_what_it_cannot_split_in_one_line():
     from attnlab.distributed import Ranks
     from attnlab.model import Decoder
     from attnlab.train import _check_ranks, _check_splits_sequences
 
     cfg = load_config("demo", ["train.context_parallel=2", "model.vocab_size=16"])
-    for extra, message in ((["model.mixer=boltzmann"], "boltzmann cannot split a sequence across ranks"),
-                           (["data.pack=true", "model.mixer=boltzmann", *SLIDING], "boltzmann splits sequences across "
-                                                                                 "ranks but not packed documents"),
-                           (["model.mixer=ccq-gla", "model.mixer_options.ccq-gla.read=ridge"], "ccq-gla cannot split")):
-        changed = load_config("demo", ["train.context_parallel=2", "model.vocab_size=16", *extra])
-        with pytest.raises(ConfigError, match=message):
-            _check_splits_sequences(Decoder(changed.model), changed)
+    flex = ["model.mixer=boltzmann", "model.mixer_options.boltzmann.mode=h-only",
+            "model.mixer_options.boltzmann.backend=flex"]
+    changed = load_config("demo", ["train.context_parallel=2", "model.vocab_size=16", *flex])
+    with pytest.raises(ConfigError, match="boltzmann cannot split a sequence across ranks"):
+        _check_splits_sequences(Decoder(changed.model), changed)
     _check_splits_sequences(Decoder(cfg.model), cfg)  # softmax attention splits
     with pytest.raises(ConfigError, match="runs eager blocks only"):
         _check_ranks(load_config("demo", ["train.context_parallel=2", "train.compile=true"]).train, Ranks(0, 2))
