@@ -46,22 +46,31 @@ def counted_collectives(sent: list[int]):
         dist.all_gather, dist.all_reduce = originals
 
 
-def _splitting(d_model: int, n_heads: int) -> list[tuple[str, str, dict]]:
-    """The contenders whose mixer splits a sequence across ranks."""
-    found = []
+def _splitting(lengths: list[int], d_model: int, n_heads: int) -> tuple[list[tuple[str, str, dict]], dict]:
+    """The contenders whose mixer splits a sequence across ranks at these lengths, and {label: why not} for those
+    that split but not at these lengths (a read limit below the longest, a halo longer than the shortest shard)."""
+    found, skipped = [], {}
     for label, name, options in contenders():
         cfg = ModelConfig(vocab_size=2, d_model=d_model, n_layers=1, n_heads=n_heads, mixer=name,
                           mixer_options={name: options} if options else {})
-        if Decoder(cfg).blocks[0].mixer.splits:
+        mixer = Decoder(cfg).blocks[0].mixer
+        limit, halo, shard = mixer.cfg.read_limit, mixer.cfg.halo, min(lengths) // RANKS
+        if not mixer.splits:
+            continue
+        if limit is not None and limit[0] < max(lengths):
+            skipped[label] = f"reads at most {limit[0]} tokens ({limit[1]})"
+        elif halo is not None and halo[0] > shard:
+            skipped[label] = f"a shard of {shard} tokens is shorter than the {halo[0]} its {halo[1]} reads across"
+        else:
             found.append((label, name, options))
-    return found
+    return found, skipped
 
 
 def _rank(rank: int, port: int, lengths: list[int], d_model: int, n_layers: int, n_heads: int, out: dict) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=RANKS)
     torch.set_num_threads(1)
     try:
-        for label, name, options in _splitting(d_model, n_heads):
+        for label, name, options in _splitting(lengths, d_model, n_heads)[0]:
             torch.manual_seed(0)
             cfg = ModelConfig(vocab_size=256, d_model=d_model, n_layers=n_layers, n_heads=n_heads, mixer=name,
                               mixer_options={name: options} if options else {})
@@ -95,4 +104,6 @@ def bench_context(lengths: list[int], d_model: int = 64, n_layers: int = 2, n_he
         trend = "grows" if sent[lengths[-1]] > GROWS * sent[lengths[0]] else "flat"
         results[label] = {**sent, "trend": trend}
         log(f"{label:<26}" + "".join(f"{sent[n] / 1024:>12,.1f}" for n in lengths) + f"{'':>3}{trend}")
+    for label, why in _splitting(lengths, d_model, n_heads)[1].items():
+        log(f"{label:<26}not measured: {why}")
     return results
