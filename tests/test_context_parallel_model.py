@@ -54,6 +54,9 @@ def decoder(case: str, dtype=torch.float64) -> Decoder:
 DOCUMENTS = {"a boundary at the shard": [0, 5, 11, 14, T], "a document across the shard": [0, 3, 9, 17, T]}
 
 
+CONTEXT = Context()  # one for every case: the documents it holds must follow each call's rows
+
+
 def run_case(case: str, rank: int, cu_seqlens: torch.Tensor | None, dtype) -> dict:
     """One rank's logits and gradients of its shard, and one process's of the whole rows."""
     part = slice(rank * T // WORLD, (rank + 1) * T // WORLD)
@@ -64,7 +67,7 @@ def run_case(case: str, rank: int, cu_seqlens: torch.Tensor | None, dtype) -> di
         targets[0, cu_seqlens[1:] - 1] = -100  # a document's last token predicts nothing across its boundary
     keep = cu_seqlens is None  # a shard's states: the whole sequences' final ones, where a mixer keeps one
     model = decoder(case, dtype)
-    logits, states = model(inputs[:, part], cu_seqlens=cu_seqlens, keep_states=keep, context=Context())
+    logits, states = model(inputs[:, part], cu_seqlens=cu_seqlens, keep_states=keep, context=CONTEXT)
     next_token_loss(logits, targets[:, part], reduction="sum").backward()
     whole = decoder(case, dtype)
     whole_logits, whole_states = whole(inputs, cu_seqlens=cu_seqlens, keep_states=keep)

@@ -30,7 +30,7 @@ the previous rank's last, the others start afresh), and `train.context_parallel`
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
@@ -48,6 +48,9 @@ class Context:
     `context` runs its shard of the sequence from the start of the sequence as the ranks before it leave it."""
 
     group: object = None
+    # the documents of the last row asked for, held with its boundaries: every layer asks for the same row's, and
+    # computing them reads cu_seqlens on the host
+    _last: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def rank(self) -> int:
@@ -63,7 +66,12 @@ class Context:
 
     def documents(self, cu_seqlens: torch.Tensor | None, shard_len: int) -> Documents:
         """This shard's part of the packed documents whose boundaries in the whole row are cu_seqlens (None: one
-        sequence, unpacked)."""
+        sequence, unpacked), computed once for a row's boundaries."""
+        if self._last.get("rows", ()) is not cu_seqlens or self._last["length"] != shard_len:
+            self._last.update(rows=cu_seqlens, length=shard_len, documents=self._documents(cu_seqlens, shard_len))
+        return self._last["documents"]
+
+    def _documents(self, cu_seqlens: torch.Tensor | None, shard_len: int) -> Documents:
         first = self.offset(shard_len)
         if cu_seqlens is None:
             return Documents(None, first == 0, torch.arange(first, first + shard_len))
