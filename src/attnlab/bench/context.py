@@ -54,9 +54,9 @@ def _splitting(lengths: list[int], d_model: int, n_heads: int) -> tuple[list[tup
         cfg = ModelConfig(vocab_size=2, d_model=d_model, n_layers=1, n_heads=n_heads, mixer=name,
                           mixer_options={name: options} if options else {})
         mixer = Decoder(cfg).blocks[0].mixer
-        limit, halo, shard = mixer.cfg.read_limit, mixer.cfg.halo, min(lengths) // RANKS
         if not mixer.splits:
             continue
+        limit, halo, shard = mixer.cfg.read_limit, mixer.cfg.halo, min(lengths) // RANKS
         if limit is not None and limit[0] < max(lengths):
             skipped[label] = f"reads at most {limit[0]} tokens ({limit[1]})"
         elif halo is not None and halo[0] > shard:

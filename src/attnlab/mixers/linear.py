@@ -38,10 +38,6 @@ class LinearConfig(MixerConfig):
     expand_v: float = 1.0  # value width = expand_v * d_model
     short_conv: bool = False  # depthwise causal conv (kernel conv_size) + SiLU on q, k, v
     conv_size: int = 4
-
-    @property
-    def halo(self) -> tuple[int, str] | None:
-        return (self.conv_size - 1, f"conv_size={self.conv_size}") if self.short_conv else None
     chunk_size: int = 64
     norm_eps: float = 1e-5
     # where sequences (training, prefill) run: torch (our chunkwise forms), fla (flash-linear-attention's
@@ -56,6 +52,10 @@ class LinearConfig(MixerConfig):
     @property
     def value_dim(self) -> int:
         return round(self.expand_v * self.d_model)
+
+    @property
+    def halo(self) -> tuple[int, str] | None:
+        return (self.conv_size - 1, f"conv_size={self.conv_size}") if self.short_conv else None
 
     def validate(self) -> None:
         super().validate()
@@ -352,7 +352,7 @@ class CCQRead:
     def packs(self) -> str | None:
         """fla's kernel returns each packed sequence's key statistics; ours keep none (the zeros that move the
         sequences to their chunks would count), so where states are kept mix runs the sequences one at a time.
-        The ridge read has no packed form: mix runs its sequences as rows."""
+        The ridge read solves its sequences one after another in any case: mix runs them as rows."""
         if self.cfg.read == "ridge":
             return None
         return "states" if runs_fla(self.cfg.backend, self.lambda_bias, self.scalar_gates) else "outputs"
