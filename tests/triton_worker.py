@@ -352,7 +352,7 @@ def check_doctor_dry_run():
 
     with tempfile.TemporaryDirectory() as out:
         report = run_doctor(out, train_steps=0, dry_run=True, log=lambda line: None)
-    assert list(report["speed"]) == list(report["fused"]) == ["16", "32"], report.keys()
+    assert list(report["speed"]) == list(report["fused"]) == ["8", "16"], report.keys()
     for seq_len, compared in report["fused"].items():
         assert set(compared) == {"linear, fla", "gla, fla", "gdn, fla", "ccq-gla, fla", "ccq-gdn, fla",
                                  "interdomain, fla", "boltzmann (banded 4, window 64), triton",

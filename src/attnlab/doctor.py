@@ -40,7 +40,7 @@ LIMITS = {"fp32": 1e-4, "bf16": 3e-2}
 PACKING = {"gpu": (1, 4, 16), "dry run": (1, 2)}
 # the timed sections' sizes: on a GPU, and in a dry run (the same code paths at sizes a CPU runs in seconds)
 SIZES = {"gpu": {"batch": 8, "lengths": (2048, 8192), "d_model": 512, "n_heads": 8, "repeats": 5},
-         "dry run": {"batch": 1, "lengths": (16, 32), "d_model": 32, "n_heads": 2, "repeats": 1}}
+         "dry run": {"batch": 1, "lengths": (8, 16), "d_model": 32, "n_heads": 2, "repeats": 1}}
 
 
 def relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
