@@ -238,11 +238,6 @@ class BoltzmannAttention(AttentionMixer):
         gathered up to its shard, as attention does."""
         return not self.uses_flex(self.qkv.weight)
 
-    def slides_on_shards(self) -> bool:
-        """Whether a shard reads only the previous rank's last window - 1 keys (banded inference over a sliding
-        window), not every key before it."""
-        return self.cfg.sliding() and self.cfg.inference == "banded"
-
     def forward(self, x: torch.Tensor, state: KVCache | None = None, *, cu_seqlens: torch.Tensor | None = None,
                 context: Context | None = None):
         if context is not None:
@@ -262,9 +257,9 @@ class BoltzmannAttention(AttentionMixer):
         each query's chain beginning no earlier than its document's start (cu_seqlens: the whole row's boundaries;
         the first rank's halo is zeros that no chain reads); or, off the sliding banded form, over the keys of
         every shard up to its own."""
-        if not self.slides_on_shards():
+        if self.cfg.halo is None:  # not the sliding banded form: every key before the shard
             return super().attend_shard(x, cu_seqlens, context)
-        halo, T = self.cfg.window - 1, x.shape[1]
+        halo, T = self.cfg.halo[0], x.shape[1]
         if T < halo:
             raise UserError(f"a shard of {T} tokens is shorter than Boltzmann attention's halo of window - 1 = "
                             f"{halo} keys: give each rank at least {halo} tokens (train.seq_len / "
