@@ -66,11 +66,12 @@ def _splitting(lengths: list[int], d_model: int, n_heads: int) -> tuple[list[tup
     return found, skipped
 
 
-def _rank(rank: int, port: int, lengths: list[int], d_model: int, n_layers: int, n_heads: int, out: dict) -> None:
+def _rank(rank: int, port: int, cases: list, lengths: list[int], d_model: int, n_layers: int, n_heads: int,
+          out: dict) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=RANKS)
     torch.set_num_threads(1)
     try:
-        for label, name, options in _splitting(lengths, d_model, n_heads)[0]:
+        for label, name, options in cases:
             torch.manual_seed(0)
             cfg = ModelConfig(vocab_size=256, d_model=d_model, n_layers=n_layers, n_heads=n_heads, mixer=name,
                               mixer_options={name: options} if options else {})
@@ -92,8 +93,9 @@ def bench_context(lengths: list[int], d_model: int = 64, n_layers: int = 2, n_he
     with socket.socket() as s:  # a free port for the ranks to meet
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    cases, skipped = _splitting(lengths, d_model, n_heads)
     out = mp.Manager().dict()
-    mp.spawn(_rank, args=(port, lengths, d_model, n_layers, n_heads, out), nprocs=RANKS)
+    mp.spawn(_rank, args=(port, cases, lengths, d_model, n_layers, n_heads, out), nprocs=RANKS)
     labels = list(dict.fromkeys(label for label, _, _ in out.keys()))
     log(f"context parallelism on {RANKS} gloo ranks: KiB a rank sends in one training step (forward and backward) of "
         f"a decoder of d_model {d_model}, {n_layers} layers, one sequence split in {RANKS}")
@@ -104,6 +106,6 @@ def bench_context(lengths: list[int], d_model: int = 64, n_layers: int = 2, n_he
         trend = "grows" if sent[lengths[-1]] > GROWS * sent[lengths[0]] else "flat"
         results[label] = {**sent, "trend": trend}
         log(f"{label:<26}" + "".join(f"{sent[n] / 1024:>12,.1f}" for n in lengths) + f"{'':>3}{trend}")
-    for label, why in _splitting(lengths, d_model, n_heads)[1].items():
+    for label, why in skipped.items():
         log(f"{label:<26}not measured: {why}")
     return results
