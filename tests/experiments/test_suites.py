@@ -14,10 +14,10 @@ from attnlab.evaluate import block_losses, perplexity_by_length, whole_split_los
 from attnlab.experiments import SUITES, claims, get_suite, report, runner
 from attnlab.experiments.claims import Anchor, Claim
 from attnlab.experiments.metrics import get_metric, tokens_to_loss
-from attnlab.experiments.plan import Settings, plan, superseded
+from attnlab.experiments.plan import Plan, Settings, plan, superseded
 from attnlab.experiments.report import results_summary, update_readme, write_report
 from attnlab.experiments.runner import run_suite, training_extent
-from attnlab.experiments.spec import ABLATED, Arm, Experiment, Suite, ablated, sweep_rates
+from attnlab.experiments.spec import ABLATED, Arm, Experiment, Suite, ablated, shared_rate, sweep_rates
 from attnlab.experiments.stats import mean_std, paired_difference
 from attnlab.experiments.store import Record, Results, RunKey
 from attnlab.inference import load_run
@@ -186,6 +186,8 @@ def test_a_learning_rate_sweep_trains_every_seed_at_the_rate_with_the_lowest_val
     assert set(runs) == {"mqar/softmax/lr=1e-05", "mqar/softmax/lr=0.003", "mqar/softmax/0", "mqar/softmax/1"}
     assert runs["mqar/softmax/0"]["run"] == runs[str(RunKey("mqar", "softmax", lr=best))]["run"]  # trained once
     assert f"-lr{best:g}-s1" in runs["mqar/softmax/1"]["run"] and runs["mqar/softmax/1"]["steps"] == 6
+    saved = json.loads((tmp_path / "suite" / "results.json").read_text())["shared_rates"]
+    assert saved["mqar"]["lr"] == best  # one arm shares with no other: its own best, recorded once decided
     report = write_report(Suite("s", "s", [sweep]), results, tmp_path / "suite").read_text()
     assert "| softmax |" in report
 
@@ -236,6 +238,62 @@ def test_the_plan_trains_the_rates_a_sweep_adds_and_chooses_among_all():
     assert trained == [str(RunKey("lm", "softmax", lr=lr)) for lr in (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2)]
     seed = plan(suite, [sweep], results, settings).jobs[-1]
     assert (str(seed.key), seed.status, seed.lr) == ("lm/softmax/0", "measure", 8e-3)  # the sweep's model
+
+
+def test_shared_rate_is_one_that_no_arm_s_sweep_can_tell_from_its_best():
+    losses = {"gla": {1e-3: 1.500, 3e-3: 1.503, 1e-2: 1.60}, "gdn": {1e-3: 1.52, 3e-3: 1.50, 1e-2: 1.501}}
+    assert shared_rate(losses, {"gla": 0.005, "gdn": 0.005}) == 3e-3  # tied for both
+    assert shared_rate(losses, {"gla": 0.001, "gdn": 0.005}) is None  # gla separates 3e-3 from its best
+    assert shared_rate(losses, {"gla": 0.2, "gdn": 0.05}) == 3e-3  # all three tied: the least above the bests
+    assert shared_rate({"gla": losses["gla"]}, {"gla": 0.2}) == 1e-3  # alone, an arm keeps its best
+
+
+def test_arms_share_a_rate_where_the_sweep_cannot_separate_rates_and_the_decision_stands_once_made(tmp_path):
+    from attnlab.experiments.plan import measurement_of
+
+    arms = [Arm("softmax", "demo"), Arm("sigmoid", "demo", ["model.mixer=sigmoid"])]
+    sweep = Experiment("lm", "LM", "val_ppl", arms, "softmax", lrs=[1e-3, 2e-3])
+    suite, settings = Suite("s", "s", [sweep], seeds=2), Settings(Path("runs"), seeds=2)
+    results = Results({"suite": "s", "runs": {}})
+    losses = {("softmax", 1e-3): 1.500, ("softmax", 2e-3): 1.501, ("sigmoid", 1e-3): 1.60, ("sigmoid", 2e-3): 1.50}
+    seeds = {"softmax": [1.50, 1.51], "sigmoid": [1.50, 1.5001]}  # softmax's spread (0.007) hides 2e-3's +0.001
+
+    def train_as_planned() -> Plan:
+        jobs = plan(suite, [sweep], results, settings)
+        for job in jobs.jobs:
+            if job.runnable:
+                loss = losses[job.key.arm, job.key.lr] if job.key.sweep else seeds[job.key.arm][job.key.seed]
+                results.records[job.key] = Record(best_val_loss=loss, config=job.fingerprint,
+                                                  measured=measurement_of(sweep))
+        return jobs
+
+    train_as_planned()  # the sweep
+    own = train_as_planned()  # the seeds, each arm at its own best
+    assert not own.decided and {job.key.arm: job.lr for job in own.jobs if not job.key.sweep} == {
+        "softmax": 1e-3, "sigmoid": 2e-3}
+    shared = plan(suite, [sweep], results, settings)
+    decision = shared.decided["lm"]
+    assert decision["lr"] == 2e-3 and decision["spreads"] == pytest.approx({"softmax": 0.00707, "sigmoid": 7.07e-5},
+                                                                           rel=0.01)
+    softmax = [job for job in shared.jobs if job.key.arm == "softmax" and not job.key.sweep]
+    assert [(job.lr, job.status) for job in softmax] == [(2e-3, "measure"), (2e-3, "train")]  # seed 0: the sweep's
+    assert superseded(suite, results) == {RunKey("lm", "softmax", seed=0), RunKey("lm", "softmax", seed=1)}
+    lines = "\n".join(report.training_table(suite, sweep, results))
+    assert "softmax: lr 0.001 best, lr 0.002 (+0.001 against a spread of 0.0071)" in lines
+    assert "**Shared rate:** every arm trains at lr 0.002" in lines
+    path = tmp_path / "results.json"
+    results.save_shared_rates(path, shared.decided)
+    assert Results.load(path).shared_rates == shared.decided
+    seeds["softmax"] = [1.501, 1.501]  # trained again at the shared rate, with no spread at all
+    train_as_planned()
+    after = plan(suite, [sweep], results, settings)  # the recorded decision stands: read, not made again
+    assert not after.decided and all(job.status == "done" for job in after.jobs)
+    assert {job.lr for job in after.jobs if not job.key.sweep} == {2e-3} and not superseded(suite, results)
+    point = RunKey("lm", "sigmoid", lr=1e-3)
+    results.records[point] = Record({**results.get(point), "best_val_loss": 1.4})  # its sweep trained again
+    again = plan(suite, [sweep], results, settings)  # decided again, once its seeds at the new best are trained
+    assert not again.decided and {job.lr for job in again.jobs if job.key.arm == "sigmoid" and not job.key.sweep
+                                  } == {1e-3}
 
 
 def test_a_job_that_measures_another_experiments_model_trains_it_again_where_the_model_is_not_on_disk():
@@ -725,7 +783,7 @@ def test_a_sweep_compares_rates_by_the_whole_split_loss_where_measured_and_says_
         runs |= {str(RunKey("lm", label, seed=s)): {"best_val_loss": v} for s, v in enumerate(losses)}
     lines = "\n".join(report.training_table(Suite("toy", "Toy", [sweep]), sweep, Results({"suite": "toy",
                                                                                          "runs": runs})))
-    assert "Not separated by the sweep" in lines and "gla: lr 0.002 chosen, lr 0.001 (+0.0001 against" in lines
+    assert "Not separated by the sweep" in lines and "gla: lr 0.002 best, lr 0.001 (+0.0001 against" in lines
     assert "gdn: lr" not in lines  # 0.1 apart against a spread of 0.001: separated
 
 

@@ -33,7 +33,8 @@ from ..model import Decoder
 from ..typed import from_dict
 from .claims import anchors_of, failed_calibrations
 from .metrics import get_metric
-from .spec import Arm, Experiment, Suite, arm_seeds, seed_count, sweep_rates, sweep_source
+from .spec import Arm, Experiment, Suite, arm_seeds, seed_count, shared_rate, sweep_rates, sweep_source
+from .stats import mean_std
 from .store import Record, Results, RunKey
 
 
@@ -80,6 +81,7 @@ class Job:
 class Plan:
     jobs: list[Job]
     settings: Settings
+    decided: dict[str, dict] = dataclasses.field(default_factory=dict)  # shared-rate decisions made by this plan
 
     def runnable(self) -> list[Job]:
         """The jobs that can start now: measurements of models that exist first (cheap, and as soon as the model
@@ -101,6 +103,7 @@ def plan(suite: Suite, experiments: list[Experiment], results: Results, settings
     shell patterns over run keys (experiment/arm/seed) whose records are measured again whatever they hold."""
     jobs: list[Job] = []
     rates: dict[tuple[str, str], float | None | str] = {}  # (sweeping experiment, arm) -> rate, or why not yet
+    decided: dict[str, dict] = {}
     for experiment in experiments:
         anchored = {a.arm for a in anchors_of(suite.claims) if a.experiment == experiment.name}
         gated = bool(anchored) and not settings.smoke  # a smoke run's few steps calibrate nothing
@@ -109,6 +112,7 @@ def plan(suite: Suite, experiments: list[Experiment], results: Results, settings
         for arm in order:  # every arm's sweep before any seed
             for job in _sweep_jobs(suite, experiment, arm, results, settings, rates):
                 jobs.append(dataclasses.replace(job, **held) if held and arm.label not in anchored else job)
+        _share_rate(suite, experiment, results, settings, rates, decided)
         for seed in range(min(settings.seeds, experiment.seeds or settings.seeds)):  # seed by seed: stays paired
             for arm in order:
                 if seed >= seed_count(experiment, arm, settings.seeds):
@@ -123,7 +127,7 @@ def plan(suite: Suite, experiments: list[Experiment], results: Results, settings
             raise UserError(f"--remeasure {pattern} matches no run of the selected experiments; a run is named "
                             f"experiment/arm/seed, e.g. {example}")
     _settle(jobs, results, models, attempted, beside, again)
-    return Plan(jobs, settings)
+    return Plan(jobs, settings, decided)
 
 
 def _held(calibrated: bool | str | None) -> dict:
@@ -180,6 +184,61 @@ def _sweep_jobs(suite, experiment, arm, results, settings, rates) -> list[Job]:
     known = [loss(lr) for lr in jobs]
     rates[which] = chosen if None not in known else f"the sweep of {source.name}/{arm.label}"
     return list(jobs.values())
+
+
+def _share_rate(suite, experiment, results, settings, rates, decided) -> None:
+    """Where the experiment's sweep has decided that its arms share a rate, every arm's seeds train at it; a
+    decision made here (not yet in the results) goes to `decided`, for the driver to record."""
+    source = sweep_source(suite, experiment)
+    decision = None if source is None else shared_decision(source, results, settings)
+    if decision is None:
+        return
+    if source.name not in results.shared_rates:
+        decided[source.name] = decision
+    for arm in experiment.arms:
+        if decision["lr"] is not None and isinstance(rates.get((source.name, arm.label)), float):
+            rates[source.name, arm.label] = decision["lr"]
+
+
+def shared_decision(source: Experiment, results: Results, settings: Settings) -> dict | None:
+    """Whether the arms of a sweep share a rate (spec.shared_rate): as the results record it, else decided from
+    every arm's sweep and its seeds at its own best rate (their spread); None until those are all measured. The
+    driver records a decision once made, so that seeds trained again at the shared rate, whose spread differs,
+    cannot undo it; a sweep trained again (its losses are not those the decision read) decides again. {"lr": the
+    shared rate, or None where each arm keeps its own; "spreads": arm -> spread; "sweep": the losses read}"""
+    losses = {a.label: swept_losses(results, source, a.label, extend=not settings.smoke) for a in source.arms}
+    if any(None in by_lr.values() for by_lr in losses.values()):
+        return None
+    recorded = results.shared_rates.get(source.name)
+    if recorded is not None and recorded["sweep"] == _as_read(losses):  # a sweep trained again decides again
+        return recorded
+    spreads = {}
+    for arm in source.arms:
+        own, values = min(losses[arm.label], key=losses[arm.label].get), []
+        for seed in range(seed_count(source, arm, settings.seeds)):
+            key = RunKey(source.name, arm.label, seed=seed)
+            cfg, print_ = configured(source, arm, seed, own, settings)
+            if not stands(results.get(key), key, source, cfg, print_):
+                return None
+            values.append(sweep_loss(results.get(key)))
+        spreads[arm.label] = mean_std(values)[1] if len(values) > 1 else 0.0
+    return {"lr": shared_rate(losses, spreads), "spreads": spreads, "sweep": _as_read(losses)}
+
+
+def _as_read(losses: dict[str, dict[float, float]]) -> dict[str, dict[str, float]]:
+    """The sweep's losses as a decision records what it read (rates as JSON keys)."""
+    return {label: {f"{lr:g}": loss for lr, loss in by_lr.items()} for label, by_lr in losses.items()}
+
+
+def arm_rates(source: Experiment, results: Results, settings: Settings) -> dict[str, float]:
+    """The rate each arm of a sweep trains at once its sweep is complete: the shared one where the arms share a
+    rate, else its own best."""
+    losses = {a.label: swept_losses(results, source, a.label, extend=not settings.smoke) for a in source.arms}
+    own = {label: min(by_lr, key=by_lr.get) for label, by_lr in losses.items() if None not in by_lr.values()}
+    decision = shared_decision(source, results, settings)
+    if decision is None or decision["lr"] is None:
+        return own
+    return dict.fromkeys(own, decision["lr"])
 
 
 def _calibration(suite, experiment, results, settings) -> bool | str | None:
@@ -335,10 +394,8 @@ def superseded(suite: Suite, results: Results, settings: Settings | None = None)
     settings = settings or settings_of(suite, results)
     old = set()
     for experiment in suite.experiments:
-        lrs, source = {}, sweep_source(suite, experiment)
-        if source is not None:
-            losses = {a.label: swept_losses(results, source, a.label, extend=not settings.smoke) for a in source.arms}
-            lrs = {label: min(by_lr, key=by_lr.get) for label, by_lr in losses.items() if None not in by_lr.values()}
+        source = sweep_source(suite, experiment)
+        lrs = {} if source is None else arm_rates(source, results, settings)
         arms = {arm.label: arm for arm in experiment.arms if source is None or arm.label in lrs}
         for key, record in results.of(experiment.name).items():
             # a record written by hand or by a version before fingerprints has no config to compare

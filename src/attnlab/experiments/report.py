@@ -16,7 +16,7 @@ from .claims import (
     verdict_table,
 )
 from .metrics import PREFIX_TOKENS, get_metric
-from .plan import run_config, settings_of, superseded, sweep_loss, swept_losses
+from .plan import Settings, run_config, settings_of, shared_decision, superseded, sweep_loss, swept_losses
 from .seeds_needed import settle_lines
 from .spec import SWEEP_EXTENSIONS, Experiment, Suite, ablated, arm_seeds, seed_count, sweep_source
 from .state_size import ruler_grid, state_section
@@ -249,7 +249,7 @@ def _command(suite: Suite, results: Results) -> str:
 
 def training_table(suite: Suite, experiment: Experiment, results: Results) -> list[str]:
     """Where each arm's runs stopped, and for a learning-rate sweep what each rate reached on validation."""
-    lines = _sweep_lines(experiment, results) if experiment.lrs else []
+    lines = _sweep_lines(experiment, results, settings_of(suite, results)) if experiment.lrs else []
     if experiment.sweep_of:
         source = next(e for e in suite.experiments if e.name == experiment.sweep_of)
         same = [a.overrides for a in source.arms] == [a.overrides for a in experiment.arms]
@@ -265,7 +265,7 @@ def training_table(suite: Suite, experiment: Experiment, results: Results) -> li
     return lines
 
 
-def _sweep_lines(experiment: Experiment, results: Results) -> list[str]:
+def _sweep_lines(experiment: Experiment, results: Results, settings: Settings) -> list[str]:
     """The validation loss each arm reached at each rate of its sweep (the grid, and the rates added past an edge
     that won), naming the arms whose sweep goes on and those whose best rate stays at its edge; or, before the
     sweep has run, that it has not."""
@@ -299,9 +299,11 @@ def _sweep_lines(experiment: Experiment, results: Results) -> list[str]:
                       "of the best rate so far."]
     if edges:  # the optimum may lie beyond the rates tried
         lines += ["", f"At the sweep's edge: {', '.join(edges)}; a rate beyond it might train better."]
-    if unseparated := _unseparated(experiment, results, losses):
+    decision = shared_decision(experiment, results, settings)
+    if unseparated := _unseparated(experiment, results, losses, decision):
         lines += ["", f"Not separated by the sweep (the loss at another rate within the seed-to-seed spread of the "
-                      f"chosen one's seeds): {'; '.join(unseparated)}. The chosen rate may be chance."]
+                      f"best one's seeds): {'; '.join(unseparated)}. The best rate may be chance."]
+    lines += _sharing(decision, losses, bool(unseparated))
     # a sweep's point trains at the first seed, so at the chosen rate it is the model of seed 0
     lines += ["", "Each arm's seed 0 is its sweep's own run at the chosen rate (the same model): the run that chose "
                   "the rate is one of the compared seeds, and the rate is chosen on one run's validation loss (over "
@@ -309,21 +311,43 @@ def _sweep_lines(experiment: Experiment, results: Results) -> list[str]:
     return [*lines, ""]
 
 
-def _unseparated(experiment: Experiment, results: Results, losses: dict) -> list[str]:
-    """Per arm, the rates whose sweep loss lies within one standard deviation (over the arm's seeds at the chosen
-    rate) of the chosen rate's: "gla: lr 0.002 (+0.0001 against a spread of 0.004)"."""
+def _unseparated(experiment: Experiment, results: Results, losses: dict, decision: dict | None) -> list[str]:
+    """Per arm, the rates whose sweep loss lies within one standard deviation (over the arm's seeds at its best
+    rate: those the shared-rate decision read, where it is made) of the best rate's: "gla: lr 0.002 best, lr 0.001
+    (+0.0001 against a spread of 0.004)"."""
     out = []
     for label, by_lr in losses.items():
         known = {lr: v for lr, v in by_lr.items() if v is not None}
         seeds = [sweep_loss(r) for r in results.of(experiment.name, label).values()]
-        if len(known) < 2 or len(seeds) < 2:
+        if not known:
             continue
-        best, spread = min(known, key=known.get), mean_std(seeds)[1]
+        if decision is not None:
+            spread = decision["spreads"][label]
+        elif len(seeds) > 1:
+            spread = mean_std(seeds)[1]
+        else:
+            continue
+        best = min(known, key=known.get)
         close = [f"lr {lr:g} ({v - known[best]:+.2g} against a spread of {spread:.2g})"
                  for lr, v in sorted(known.items()) if lr != best and v - known[best] < spread]
         if close:
-            out.append(f"{label}: lr {best:g} chosen, {', '.join(close)}")
+            out.append(f"{label}: lr {best:g} best, {', '.join(close)}")
     return out
+
+
+def _sharing(decision: dict | None, losses: dict, unseparated: bool) -> list[str]:
+    """What the sweep decided about a shared rate (plan.shared_decision), where it is not the arms' own bests."""
+    if decision is None:
+        return ["", "Whether the arms share a rate is decided once every arm's seeds at its best rate are "
+                    "measured."] if unseparated else []
+    if decision["lr"] is None:
+        return ["", "No rate lies within every arm's spread of its best, so each arm trains at its own best."
+                ] if unseparated else []
+    if {min(by_lr, key=by_lr.get) for by_lr in losses.values()} == {decision["lr"]}:
+        return []  # every arm's own best
+    return ["", f"**Shared rate:** every arm trains at lr {decision['lr']:g}, a rate that no arm's sweep can tell "
+                "from its best (of such rates, the one whose losses lie least above the arms' bests), so that no "
+                "arm's rate is a chance in its favour; the seeds trained at an arm's own best rate are superseded."]
 
 
 def _not_converged(suite: Suite, experiment: Experiment, results: Results) -> list[str]:

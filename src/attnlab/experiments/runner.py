@@ -80,6 +80,8 @@ def run_suite(suite: Suite, out_dir: str | Path, seeds: int | None = None, quick
                 beside = _results_beside(out, warn)
                 jobs = plan(suite, experiments, results, settings, _models(out, results, beside), frozenset(finished),
                             _records(beside), again)
+                if jobs.decided:  # recorded at once: its seeds' spread, which it read, changes as they train again
+                    results.save_shared_rates(out / "results.json", jobs.decided)
                 for job in jobs.runnable():
                     if job.key in running or any(j.fingerprint == job.fingerprint for j in running.values()):
                         continue  # running, or its model is being trained: it waits for that

@@ -131,6 +131,26 @@ def sweep_rates(lrs: list[float], loss, extend: bool = True) -> list[float]:
     return rates
 
 
+def tied_rates(losses: dict[float, float], spread: float) -> set[float]:
+    """The rates a sweep cannot tell from its best: those whose loss lies less than the seed-to-seed spread (one
+    standard deviation over the seeds at the best rate) above the best one's."""
+    best = min(losses.values())
+    return {lr for lr, loss in losses.items() if loss - best < spread or loss == best}
+
+
+def shared_rate(losses: dict[str, dict[float, float]], spreads: dict[str, float]) -> float | None:
+    """The rate every arm of a comparison trains at where the sweep cannot separate rates: one that each arm's
+    sweep cannot tell from its own best (tied_rates), so that no arm gains from a choice that is chance; of
+    several, the one whose losses lie least above the arms' bests in all. None where no rate is tied for every
+    arm: each arm keeps its own best. losses: arm -> rate -> its sweep's loss; spreads: arm -> its spread."""
+    common = set.intersection(*(tied_rates(by_lr, spreads[arm]) for arm, by_lr in losses.items()))
+
+    def excess(lr: float) -> float:
+        return sum(by_lr[lr] - min(by_lr.values()) for by_lr in losses.values())
+
+    return min(sorted(common), key=excess) if common else None
+
+
 def sweep_source(suite: Suite, experiment: Experiment) -> Experiment | None:
     """The experiment whose learning-rate sweep sets this one's rates (itself, or the one it names), None if
     its arms train at their presets' rates."""

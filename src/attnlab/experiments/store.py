@@ -151,6 +151,12 @@ class Results:
         return self.data.setdefault("meta", {})
 
     @property
+    def shared_rates(self) -> dict[str, dict]:
+        """Sweep experiment -> its shared-rate decision, made once (plan.shared_decision): {"lr": the rate every
+        arm trains at, or None where each keeps its own best; "spreads" and "sweep": what the decision read}."""
+        return self.data.get("shared_rates", {})
+
+    @property
     def extra(self) -> list[str]:
         return self.data.get("extra", [])
 
@@ -197,6 +203,15 @@ class Results:
         with _locked(path.parent):
             on_disk = Results.load(path).records if path.exists() else {}
             self.records = {**self.records, **on_disk, key: Record(record)}
+            self.write(path)
+
+    def save_shared_rates(self, path: Path, decided: dict[str, dict]) -> None:
+        """Adds shared-rate decisions, here and in the file at path (taking in the records written there
+        meanwhile, as save_record does)."""
+        with _locked(path.parent):
+            on_disk = Results.load(path) if path.exists() else Results.empty()
+            self.records = {**self.records, **on_disk.records}
+            self.data["shared_rates"] = {**on_disk.shared_rates, **self.shared_rates, **decided}
             self.write(path)
 
     def write(self, path: Path) -> None:
