@@ -206,7 +206,7 @@ def shared_decision(source: Experiment, results: Results, settings: Settings) ->
     driver records a decision once made, so that seeds trained again at the shared rate, whose spread differs,
     cannot undo it; a sweep trained again (its losses are not those the decision read) decides again. {"lr": the
     shared rate, or None where each arm keeps its own; "spreads": arm -> spread; "sweep": the losses read}"""
-    losses = {a.label: swept_losses(results, source, a.label, extend=not settings.smoke) for a in source.arms}
+    losses = _every_sweep(source, results, settings)
     if any(None in by_lr.values() for by_lr in losses.values()):
         return None
     recorded = results.shared_rates.get(source.name)
@@ -225,6 +225,11 @@ def shared_decision(source: Experiment, results: Results, settings: Settings) ->
     return {"lr": shared_rate(losses, spreads), "spreads": spreads, "sweep": _as_read(losses)}
 
 
+def _every_sweep(source: Experiment, results: Results, settings: Settings) -> dict[str, dict[float, float | None]]:
+    """Every arm's sweep as far as the results know it (swept_losses), by arm label."""
+    return {a.label: swept_losses(results, source, a.label, extend=not settings.smoke) for a in source.arms}
+
+
 def _as_read(losses: dict[str, dict[float, float]]) -> dict[str, dict[str, float]]:
     """The sweep's losses as a decision records what it read (rates as JSON keys)."""
     return {label: {f"{lr:g}": loss for lr, loss in by_lr.items()} for label, by_lr in losses.items()}
@@ -233,7 +238,7 @@ def _as_read(losses: dict[str, dict[float, float]]) -> dict[str, dict[str, float
 def arm_rates(source: Experiment, results: Results, settings: Settings) -> dict[str, float]:
     """The rate each arm of a sweep trains at once its sweep is complete: the shared one where the arms share a
     rate, else its own best."""
-    losses = {a.label: swept_losses(results, source, a.label, extend=not settings.smoke) for a in source.arms}
+    losses = _every_sweep(source, results, settings)
     own = {label: min(by_lr, key=by_lr.get) for label, by_lr in losses.items() if None not in by_lr.values()}
     decision = shared_decision(source, results, settings)
     if decision is None or decision["lr"] is None:
