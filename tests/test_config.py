@@ -381,7 +381,7 @@ def test_every_arm_of_every_suite_loads():
             for experiment in get_suite(name, tier).experiments for arm in experiment.arms]
     assert len(arms) > 100
     for arm in arms:
-        load_config(arm.preset, arm.overrides)
+        load_config(arm.preset, arm.changes)
 
 
 def test_min_lr_above_lr_is_refused_naming_both(capsys, tmp_path, monkeypatch):

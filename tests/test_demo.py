@@ -6,22 +6,23 @@ from collections import Counter
 
 from attnlab.config import load_config
 from attnlab.experiments import demo
+from attnlab.experiments.spec import Changes
 
 
 def test_the_demo_writes_no_bars_into_a_redirected_stderr_and_each_note_once(tmp_path, monkeypatch, capsys, caplog):
     text_file = tmp_path / "play.txt"  # holds the characters of the demo's prompt
     text_file.write_text("".join(f"ROMEO.\nLine {i}: the quick brown fox jumps over the lazy dog.\n"
                                  for i in range(300)))
-    tiny = ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "train.batch_size=4"]
-    tiny_text = [*tiny, "data.source=text", f"data.path={text_file}", f"data.cache_dir={tmp_path / 'cache'}",
-                 "train.seq_len=16"]
-    tiny_task = [*tiny, "data.mqar.train_examples=64", "data.mqar.test_examples=32"]
+    tiny = Changes.model(d_model=16, n_layers=1, n_heads=2) | Changes.train(batch_size=4)
+    tiny_text = (tiny | Changes.data(source="text", path=str(text_file), cache_dir=str(tmp_path / "cache"))
+                 | Changes.train(seq_len=16))
+    tiny_task = tiny | Changes.task("mqar", train_examples=64, test_examples=32)
 
     def small_suite(tier="default"):
         """The demo's suite with two arms per experiment, on tiny models (the lm arms on a small text)."""
         suite = real_suite(tier)
         shrink = {"lm": tiny_text, "mqar": tiny_task}
-        experiments = [dataclasses.replace(e, arms=[dataclasses.replace(a, overrides=[*a.overrides, *shrink[e.name]])
+        experiments = [dataclasses.replace(e, arms=[dataclasses.replace(a, changes=a.changes | shrink[e.name])
                                                     for a in e.arms[:2]]) for e in suite.experiments]
         return dataclasses.replace(suite, experiments=experiments)
 

@@ -534,29 +534,43 @@ def _refuse_repeated_keys(node, path: Path, where: str = "") -> None:
         _refuse_repeated_keys(value, path, name)
 
 
-def apply_overrides(values: dict, overrides: list[str]) -> dict:
-    """Apply ``a.b.c=value`` strings; values are parsed as YAML (``3``, ``1e-3``, ``true``, ``[a, b]``). A key
-    of a task's old section (data.mqar.pairs) sets its place in data.task_options."""
+def apply_overrides(values: dict, overrides) -> dict:
+    """Apply overrides: ``a.b.c=value`` strings, whose values are parsed as YAML (``3``, ``1e-3``, ``true``,
+    ``[a, b]``), or ``(a.b.c, value)`` pairs of a key and a Python value (a suite's arms). A key of a task's old
+    section (data.mqar.pairs) sets its place in data.task_options."""
     for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"override '{item}' must look like section.field=value, e.g. train.steps=500")
-        key = upgraded_key(key)
-        try:
-            value = yaml.safe_load(raw) if raw else None
-        except yaml.YAMLError:
-            value = raw
+        key, value = parsed_override(item)
         node = values
         *parents, leaf = key.split(".")
         for part in parents:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise ConfigError(f"override '{item}': '{part}' is a value, not a section")
+                raise ConfigError(f"override '{_shown(item)}': '{part}' is a value, not a section")
         node[leaf] = value
     return values
 
 
-def load_config(preset_or_path: str | None = None, overrides: list[str] = ()) -> RunConfig:
+def parsed_override(item) -> tuple[str, object]:
+    """An override as (the key as the config names it now, its value)."""
+    if isinstance(item, tuple):
+        key, value = item
+        return upgraded_key(key), value
+    key, sep, raw = item.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"override '{item}' must look like section.field=value, e.g. train.steps=500")
+    try:
+        value = yaml.safe_load(raw) if raw else None
+    except yaml.YAMLError:
+        value = raw
+    return upgraded_key(key), value
+
+
+def _shown(item) -> str:
+    return item if isinstance(item, str) else f"{item[0]}={item[1]!r}"
+
+
+def load_config(preset_or_path: str | None = None, overrides=()) -> RunConfig:
+    """A preset or YAML file with overrides applied (strings or pairs, see apply_overrides), validated."""
     values = preset_values(preset_or_path) if preset_or_path else {}
     if isinstance(values.get("data"), dict):  # old sections moved first, so that the overrides below win over them
         values["data"] = DataConfig.upgrade(values["data"])
@@ -566,8 +580,8 @@ def load_config(preset_or_path: str | None = None, overrides: list[str] = ()) ->
 
 
 def overridden(overrides) -> set[str]:
-    """The dotted keys that overrides set, as the config names them now."""
-    return {upgraded_key(item.partition("=")[0]) for item in overrides}
+    """The dotted keys that overrides (strings or pairs, see apply_overrides) set, as the config names them now."""
+    return {upgraded_key(item[0] if isinstance(item, tuple) else item.partition("=")[0]) for item in overrides}
 
 
 def _refuse_unused_mixer(model: ModelConfig, asked: set[str]) -> None:

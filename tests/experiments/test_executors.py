@@ -19,7 +19,7 @@ from attnlab.data import tasks
 from attnlab.experiments import executors, get_suite, metrics, registry, runner
 from attnlab.experiments.claims import Anchor, Claim
 from attnlab.experiments.plan import Settings, measurement_of, plan
-from attnlab.experiments.spec import Arm, Experiment, Suite
+from attnlab.experiments.spec import Arm, Changes, Experiment, Suite
 from attnlab.experiments.store import Record, Results, RunKey
 from attnlab.mixers import registry as mixer_registry
 
@@ -29,7 +29,7 @@ TIMING = ("seconds", "run", "resumed_from")  # what may differ between two train
 
 
 def anchored_sweep(tolerance: float) -> Suite:
-    arms = [Arm("hJ", "demo", ["model.mixer=sigmoid"]), Arm("softmax", "demo")]
+    arms = [Arm("hJ", "demo", Changes.mixer("sigmoid")), Arm("softmax", "demo")]
     anchor = Anchor("lm", "softmax", "val_ppl", 5.0, tolerance)
     claim = Claim("hJ beats softmax", "lm", "val_ppl", "hJ", "softmax", "lower", calibration=(anchor,))
     return Suite("s", "s", [Experiment("lm", "lm", "val_ppl", arms, "softmax", lrs=[1e-3, 2e-3, 4e-3])],
@@ -239,8 +239,8 @@ def test_workers_share_the_gpus_and_the_cores():
 
 def test_a_run_of_several_ranks_trains_under_torchrun_and_records_what_one_process_would(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
-    tiny = ["train.steps=4", "train.batch_size=2", "train.eval_batches=1", "train.eval_every=4",
-            "train.ckpt_every=4", "model.d_model=16", "model.n_layers=1", "data.max_chars=20000"]
+    tiny = (Changes.train(steps=4, batch_size=2, eval_batches=1, eval_every=4, ckpt_every=4)
+            | Changes.model(d_model=16, n_layers=1) | Changes.data(max_chars=20000))
     records = {}
     for ranks in (1, 2):
         lm = Experiment("lm", "lm", "val_ppl", [Arm("softmax", "demo", tiny, ranks=ranks)], "softmax")

@@ -10,7 +10,7 @@ from attnlab.config import load_config
 from attnlab.experiments import SUITES, get_suite
 from attnlab.experiments.claims import Claim, evaluate
 from attnlab.experiments.estimate import describe_estimate, estimate
-from attnlab.experiments.spec import Arm, Experiment, Suite
+from attnlab.experiments.spec import Arm, Changes, Experiment, Suite
 from attnlab.experiments.store import Results
 from attnlab.mixers.boltzmann import BoltzmannConfig
 
@@ -20,13 +20,13 @@ OUR_TIERS = [(name, tier) for name, tier in TIERS if name in PAPERS]
 
 
 @cache
-def config(preset: str, overrides: tuple[str, ...]):
-    return load_config(preset, list(overrides))
+def config(preset: str, changes: Changes):
+    return load_config(preset, changes)
 
 
 def metric_keys(experiment: Experiment, arm: Arm) -> set[str]:
     """The result keys that runner.measure records for this experiment's metric with this arm's config."""
-    cfg = config(arm.preset, tuple(arm.overrides))
+    cfg = config(arm.preset, arm.changes)
     T = cfg.train.seq_len
     if experiment.metric == "accuracy":  # MQAR adds one slice per number of test pairs
         pairs = cfg.data.task_config().test_pairs if cfg.data.source == "mqar" else []
@@ -168,12 +168,12 @@ def test_the_gpu_estimate_is_six_n_d_plus_attention_context_over_the_throughput(
         tokens = steps * 4 * 32
         return 6 * (n + context) * tokens
 
-    run = ["model.vocab_size=100", "train.steps=10", "train.batch_size=4", "train.seq_len=32"]
+    run = Changes.model(vocab_size=100) | Changes.train(steps=10, batch_size=4, seq_len=32)
     suite = Suite("s", "s", [
         Experiment("a", "a", "val_ppl", [Arm("tied", "demo", run),
-                                         Arm("untied", "demo", [*run, "model.tie_embeddings=false"])], "tied"),
+                                         Arm("untied", "demo", run | Changes.model(tie_embeddings=False))], "tied"),
         Experiment("again", "the same model again", "val_ppl", [Arm("same", "demo", run)], "same", seeds=1),
-        Experiment("sweep", "a sweep", "val_ppl", [Arm("long", "demo", [*run, "train.steps=20"])], "long",
+        Experiment("sweep", "a sweep", "val_ppl", [Arm("long", "demo", run | Changes.train(steps=20))], "long",
                    lrs=[1e-3, 3e-3]),
     ], seeds=2)
     tflops = 1e-6

@@ -30,7 +30,7 @@ def test_every_arm_of_every_suite_keeps_its_fingerprint():
             for tier in paper.tiers for experiment in get_suite(name, tier).experiments for arm in experiment.arms}
     assert sorted(arms) == sorted(EXPECTED["arms"])
     moved = [key for key, arm in arms.items()
-             if fingerprint(load_config(arm.preset, arm.overrides)) != EXPECTED["arms"][key]]
+             if fingerprint(load_config(arm.preset, arm.changes)) != EXPECTED["arms"][key]]
     assert moved == []
 
 

@@ -3,12 +3,12 @@ import dataclasses
 from attnlab.experiments import coupled_qk, estimate
 from attnlab.experiments.claims import evaluate
 from attnlab.experiments.seeds_needed import settle_lines
-from attnlab.experiments.spec import Arm, Experiment, Suite
+from attnlab.experiments.spec import Arm, Changes, Experiment, Suite
 from attnlab.experiments.stats import MAX_SEEDS
 from attnlab.experiments.store import Results
 from helpers import add_runs, lower, toy_results, two_arms
 
-ARMS = [Arm("softmax", "demo", ["train.steps=300", "train.patience=3"]), Arm("hJ", "demo", ["train.steps=500"])]
+ARMS = [Arm("softmax", "demo", Changes.train(steps=300, patience=3)), Arm("hJ", "demo", Changes.train(steps=500))]
 
 
 def toy_suite(claim, name: str = "toy", experiment: str = "lm", arms=ARMS) -> Suite:
@@ -35,7 +35,7 @@ def test_an_inconclusive_headline_claim_gets_the_seeds_and_hours_its_spread_asks
     assert "of at most 500 steps," in text and "stopping early" not in text  # one arm has no early stopping
     assert f"about {more_runs * 90 / 3600:.2g} hours on this machine at the 90 s a run took here" in text
     assert "no paper-scale tier" in text
-    stopping = [dataclasses.replace(a, overrides=[*a.overrides, "train.patience=2"]) for a in ARMS]
+    stopping = [dataclasses.replace(a, changes=a.changes | Changes.train(patience=2)) for a in ARMS]
     assert "500 steps, each stopping early once it stops improving" in settle_lines(toy_suite(claim, arms=stopping),
                                                                                      results)[2]
 

@@ -17,7 +17,17 @@ from attnlab.experiments.metrics import get_metric, tokens_to_loss
 from attnlab.experiments.plan import Plan, Settings, plan, superseded
 from attnlab.experiments.report import results_summary, update_readme, write_report
 from attnlab.experiments.runner import run_suite, training_extent
-from attnlab.experiments.spec import ABLATED, Arm, Experiment, Suite, ablated, shared_rate, sweep_rates
+from attnlab.experiments.spec import (
+    ABLATED,
+    UNCHANGED,
+    Arm,
+    Changes,
+    Experiment,
+    Suite,
+    ablated,
+    shared_rate,
+    sweep_rates,
+)
 from attnlab.experiments.stats import mean_std, paired_difference
 from attnlab.experiments.store import Record, Results, RunKey
 from attnlab.inference import load_run
@@ -131,7 +141,7 @@ def test_statistics():
 
 def test_an_arm_shared_by_two_experiments_is_trained_once_and_measured_by_each(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
-    softmax, sigmoid = Arm("softmax", "demo"), Arm("sigmoid", "demo", ["model.mixer=sigmoid"])
+    softmax, sigmoid = Arm("softmax", "demo"), Arm("sigmoid", "demo", Changes.mixer("sigmoid"))
     suite = Suite("s", "s", [
         Experiment("ppl", "perplexity", "val_ppl", [softmax, sigmoid], "softmax"),
         Experiment("speed", "sample efficiency", "tokens_to_loss", [Arm("again", "demo")], "again",
@@ -251,7 +261,7 @@ def test_shared_rate_is_one_that_no_arm_s_sweep_can_tell_from_its_best():
 def test_arms_share_a_rate_where_the_sweep_cannot_separate_rates_and_the_decision_stands_once_made(tmp_path):
     from attnlab.experiments.plan import measurement_of
 
-    arms = [Arm("softmax", "demo"), Arm("sigmoid", "demo", ["model.mixer=sigmoid"])]
+    arms = [Arm("softmax", "demo"), Arm("sigmoid", "demo", Changes.mixer("sigmoid"))]
     sweep = Experiment("lm", "LM", "val_ppl", arms, "softmax", lrs=[1e-3, 2e-3])
     suite, settings = Suite("s", "s", [sweep], seeds=2), Settings(Path("runs"), seeds=2)
     results = Results({"suite": "s", "runs": {}})
@@ -345,7 +355,7 @@ def test_a_suite_measures_what_a_suite_beside_it_trained_with_the_same_config(tm
 
 def test_a_model_is_measured_by_every_experiment_that_uses_it_as_soon_as_it_is_trained(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
-    softmax, sigmoid = Arm("softmax", "demo"), Arm("sigmoid", "demo", ["model.mixer=sigmoid"])
+    softmax, sigmoid = Arm("softmax", "demo"), Arm("sigmoid", "demo", Changes.mixer("sigmoid"))
     suite = Suite("s", "s", [Experiment("ppl", "perplexity", "val_ppl", [softmax, sigmoid], "softmax"),
                              Experiment("long", "extrapolation", "extrapolation", [softmax], "softmax", lengths=[1])])
     calls = []
@@ -358,7 +368,7 @@ def test_a_model_is_measured_by_every_experiment_that_uses_it_as_soon_as_it_is_t
 def test_a_baseline_trains_its_seeds_first_and_nothing_is_compared_with_one_that_misses(tolerance, tmp_path,
                                                                                          monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
-    arms = [Arm("softmax", "demo"), Arm("sigmoid", "demo", ["model.mixer=sigmoid"])]
+    arms = [Arm("softmax", "demo"), Arm("sigmoid", "demo", Changes.mixer("sigmoid"))]
     anchor = Anchor("lm", "softmax", "val_ppl", 1.0, tolerance)  # a perplexity of 1 is out of reach in 2 steps
     claim = Claim("sigmoid beats softmax", "lm", "val_ppl", "sigmoid", "softmax", "lower", calibration=(anchor,))
     suite = Suite("s", "s", [Experiment("lm", "lm", "val_ppl", arms, "softmax")], claims=[claim])
@@ -379,7 +389,7 @@ def test_a_baseline_trains_its_seeds_first_and_nothing_is_compared_with_one_that
 def test_a_record_measured_before_its_metric_changed_meaning_is_measured_again_from_its_model(old_measured, tmp_path,
                                                                                               monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
-    niah = Experiment("niah", "retrieval", "niah", [Arm("softmax", "demo", ["data.source=niah"])], "softmax",
+    niah = Experiment("niah", "retrieval", "niah", [Arm("softmax", "demo", Changes.data(source="niah"))], "softmax",
                       lengths=[1])
     lm = Experiment("lm", "perplexity", "val_ppl", [Arm("softmax", "demo")], "softmax")
     suite = Suite("s", "s", [niah, lm])
@@ -408,7 +418,7 @@ def test_a_record_measured_before_its_metric_changed_meaning_is_measured_again_f
 def test_a_record_from_before_its_metric_measured_the_model_without_its_component_is_measured_again(tmp_path,
                                                                                                      monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
-    arms = [Arm("softmax", "demo"), Arm("ccq", "demo", ["model.mixer=ccq-gla"])]
+    arms = [Arm("softmax", "demo"), Arm("ccq", "demo", Changes.mixer("ccq-gla"))]
     suite = Suite("s", "s", [Experiment("lm", "lm", "val_ppl", arms, "softmax", lrs=[1e-3, 2e-3])])
     first = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None)
     assert ABLATED in runs_of(first)["lm/ccq/0"] and ABLATED not in runs_of(first)["lm/softmax/0"]
@@ -471,7 +481,7 @@ def test_only_runs_the_experiments_that_match(tmp_path, monkeypatch):
 
 def test_arms_trains_only_the_arms_that_match(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
-    arms = [Arm("softmax", "demo"), Arm("wd", "demo", ["train.weight_decay=0.2"])]
+    arms = [Arm("softmax", "demo"), Arm("wd", "demo", Changes.train(weight_decay=0.2))]
     suite = Suite("s", "s", [Experiment("lm", "lm", "val_ppl", arms, "softmax", lrs=[1e-3, 3e-3])])
     results = run_suite(suite, tmp_path / "suite", seeds=2, extra=TINY, log=lambda *_: None, arms=["w*"])
     assert set(runs_of(results)) == {"lm/wd/lr=0.001", "lm/wd/lr=0.003", "lm/wd/0", "lm/wd/1"}
@@ -521,7 +531,7 @@ def test_an_unreadable_results_file_is_one_clear_error(tmp_path):
 def test_a_results_folder_refuses_runs_of_another_tier_or_setting(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
     lm = Experiment("lm", "lm", "val_ppl", [Arm("softmax", "demo")], "softmax")
-    run_suite(Suite("s", "s", [lm], quick=["train.steps=1"]), tmp_path / "suite", seeds=1, quick=True, extra=TINY,
+    run_suite(Suite("s", "s", [lm], quick=Changes.train(steps=1)), tmp_path / "suite", seeds=1, quick=True, extra=TINY,
               log=lambda *_: None)
     before = (tmp_path / "suite" / "results.json").read_text()
     refusal = (r"^\S+suite holds results of the default tier of s, a smoke run \(--quick\), not of the default tier "
@@ -551,8 +561,8 @@ def test_a_language_model_is_scored_on_the_whole_split_and_without_its_mechanism
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr("attnlab.experiments.metrics.VAL_BLOCKS", 4)  # the tiny split holds a few windows
     # a step of 1 (not 0.1) and 40 training steps: removing the coupling then moves the loss measurably
-    coupled = ["model.mixer=coupled-qk", "model.mixer_options.coupled-qk.dt_init=1.0"]
-    arms = [Arm("softmax", "demo", ["model.mixer=softmax"]), Arm("coupled", "demo", coupled)]
+    coupled = Changes.mixer("coupled-qk", dt_init=1.0)
+    arms = [Arm("softmax", "demo", Changes.mixer("softmax")), Arm("coupled", "demo", coupled)]
     suite = Suite("toy", "Toy", [Experiment("lm", "LM", "val_ppl", arms, "softmax")])
     longer = [*TINY, "train.steps=40", "train.eval_every=40", "train.ckpt_every=40", "train.lr=0.01"]
     results = run_suite(suite, tmp_path / "suite", seeds=1, extra=longer, log=lambda *_: None)
@@ -574,11 +584,11 @@ def test_a_language_model_is_scored_on_the_whole_split_and_without_its_mechanism
 
 def test_records_of_a_superseded_config_are_left_out_of_the_report_until_retrained(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
-    arms = [Arm("softmax", "demo", ["model.mixer=softmax"]), Arm("sigmoid", "demo", ["model.mixer=sigmoid"])]
+    arms = [Arm("softmax", "demo", Changes.mixer("softmax")), Arm("sigmoid", "demo", Changes.mixer("sigmoid"))]
     suite = Suite("toy", "Toy", [Experiment("lm", "LM", "val_ppl", arms, "softmax")])
     results = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None)
     assert superseded(suite, results) == set()
-    suite.experiments[0].arms[1] = Arm("sigmoid", "demo", ["model.mixer=sigmoid", "model.dropout=0.1"])
+    suite.experiments[0].arms[1] = Arm("sigmoid", "demo", Changes.mixer("sigmoid") | Changes.model(dropout=0.1))
     assert superseded(suite, results) == {RunKey("lm", "sigmoid", seed=0)}
     text = write_report(suite, results, tmp_path / "suite").read_text()
     assert "**1 run left out**: trained under an earlier config of lm" in text
@@ -587,7 +597,7 @@ def test_records_of_a_superseded_config_are_left_out_of_the_report_until_retrain
 
 def test_an_arm_with_fewer_seeds_trains_only_those(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
-    arms = [Arm("softmax", "demo", ["model.mixer=softmax"]), Arm("sigmoid", "demo", ["model.mixer=sigmoid"], seeds=1)]
+    arms = [Arm("softmax", "demo", Changes.mixer("softmax")), Arm("sigmoid", "demo", Changes.mixer("sigmoid"), seeds=1)]
     suite = Suite("toy", "Toy", [Experiment("lm", "LM", "val_ppl", arms, "softmax")])
     results = run_suite(suite, tmp_path / "suite", seeds=2, extra=TINY, log=lambda *_: None)
     assert set(runs_of(results)) == {"lm/softmax/0", "lm/softmax/1", "lm/sigmoid/0"}
@@ -628,7 +638,8 @@ def test_a_metric_registered_outside_the_runner_measures_and_reports_like_the_bu
 
 
 def test_runs_that_stop_early_but_end_at_their_cap_are_flagged_as_not_converged():
-    arms = [Arm("softmax", "demo", ["train.steps=300", "train.patience=3"]), Arm("fixed", "demo", ["train.steps=300"])]
+    arms = [Arm("softmax", "demo", Changes.train(steps=300, patience=3)),
+            Arm("fixed", "demo", Changes.train(steps=300))]
     experiment = Experiment("lm", "lm", "val_ppl", arms, "softmax")
     toy = Suite("toy", "Toy", [experiment])
     runs = {"lm/softmax/0": {"steps": 300, "stopped_early": False, "seconds": 1.0},
@@ -646,8 +657,8 @@ def test_runs_that_stop_early_but_end_at_their_cap_are_flagged_as_not_converged(
 
 
 def test_a_verdict_on_runs_that_ended_at_their_cap_is_marked_not_converged():
-    arms = [Arm("softmax", "demo", ["train.steps=300", "train.patience=3"]),
-            Arm("hJ", "demo", ["train.steps=300", "train.patience=3"])]
+    arms = [Arm("softmax", "demo", Changes.train(steps=300, patience=3)),
+            Arm("hJ", "demo", Changes.train(steps=300, patience=3))]
     suite = Suite("toy", "Toy", [Experiment("lm", "lm", "val_ppl", arms, "softmax")])
     claim = Claim("h+J beats softmax", "lm", "val_ppl", "hJ", "softmax", "lower", paper=-1.0)
     results = two_arms(-1.0, 0.05, n=3)
@@ -675,7 +686,7 @@ def test_a_sweep_not_run_yet_says_the_seeds_had_the_presets_rate():
 
 def test_extrapolation_also_scores_the_training_length_without_the_mechanism(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
-    arms = [Arm("gla", "demo", ["model.mixer=gla"]), Arm("ccq-gla", "demo", ["model.mixer=ccq-gla"])]
+    arms = [Arm("gla", "demo", Changes.mixer("gla")), Arm("ccq-gla", "demo", Changes.mixer("ccq-gla"))]
     suite = Suite("toy", "Toy", [Experiment("extrapolation", "x", "extrapolation", arms, "gla", lengths=[1, 2])])
     results = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None)
     gla, ccq = runs_of(results)["extrapolation/gla/0"], runs_of(results)["extrapolation/ccq-gla/0"]
@@ -717,10 +728,11 @@ def test_records_scored_on_a_prefix_are_named_in_their_claims_rows_and_scored_ag
     assert stands(results.get(key), key, experiment, cfg, "f")
 
 
-@pytest.mark.parametrize("metric, preset, extra", [("accuracy", "mqar", []), ("niah", "demo", ["data.source=niah"])])
+@pytest.mark.parametrize("metric, preset, extra", [("accuracy", "mqar", UNCHANGED),
+                                                  ("niah", "demo", Changes.data(source="niah"))])
 def test_task_metrics_also_score_the_model_without_the_mechanism(tmp_path, monkeypatch, metric, preset, extra):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
-    arms = [Arm("gla", preset, ["model.mixer=gla", *extra]), Arm("ccq-gla", preset, ["model.mixer=ccq-gla", *extra])]
+    arms = [Arm("gla", preset, Changes.mixer("gla") | extra), Arm("ccq-gla", preset, Changes.mixer("ccq-gla") | extra)]
     suite = Suite("toy", "Toy", [Experiment("task", "x", metric, arms, "gla", lengths=[1])])
     results = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None)
     gla, ccq = runs_of(results)["task/gla/0"], runs_of(results)["task/ccq-gla/0"]
@@ -737,7 +749,7 @@ def test_task_metrics_also_score_the_model_without_the_mechanism(tmp_path, monke
 
 def test_an_experiment_on_anothers_sweep_measures_its_models_as_they_are_trained(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
-    arms = [Arm("softmax", "mqar"), Arm("sigmoid", "mqar", ["model.mixer=sigmoid"])]
+    arms = [Arm("softmax", "mqar"), Arm("sigmoid", "mqar", Changes.mixer("sigmoid"))]
     swept = Experiment("mqar", "recall", "accuracy", arms, "softmax", lrs=[1e-5, 3e-3])
     again = Experiment("again", "the same models", "accuracy", arms, "softmax", sweep_of="mqar")
     suite = Suite("s", "s", [swept, again], seeds=2)

@@ -31,7 +31,7 @@ def test_the_yardsticks_run_every_registered_mixer_and_gdn_with_negative_eigenva
             assert set(every) <= set(labels) and len(labels) == len(set(labels))
     parity = get_suite("yardsticks").experiments[0]
     negative = next(arm for arm in parity.arms if arm.label == yardsticks.NEGATIVE)
-    cfg = load_config(negative.preset, negative.overrides)
+    cfg = load_config(negative.preset, negative.changes)
     assert cfg.model.mixer == "gdn" and cfg.model.mixer_options["gdn"]["negative_eigenvalues"] is True
 
 

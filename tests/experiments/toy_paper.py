@@ -13,7 +13,7 @@ from attnlab.data.tokenizer import IdTokenizer
 from attnlab.experiments import Paper, register_paper
 from attnlab.experiments.claims import Claim
 from attnlab.experiments.metrics import Metric
-from attnlab.experiments.spec import Arm, Experiment, Suite
+from attnlab.experiments.spec import Arm, Changes, Experiment, Suite
 from attnlab.inference import load_run
 from attnlab.mixers import register_mixer
 from attnlab.mixers.softmax import SoftmaxAttention
@@ -21,8 +21,8 @@ from attnlab.mixers.softmax import SoftmaxAttention
 NAME = "toy"
 TIERS = ("default",)
 PROVENANCE = {"toy attention": "softmax attention under another name ([I]: a test of the registries)"}
-TINY = ["train.steps=4", "train.batch_size=2", "train.eval_batches=1", "train.eval_every=2", "train.ckpt_every=4",
-        "model.d_model=16", "model.n_layers=1", "data.max_chars=20000"]
+TINY = (Changes.train(steps=4, batch_size=2, eval_batches=1, eval_every=2, ckpt_every=4)
+        | Changes.model(d_model=16, n_layers=1) | Changes.data(max_chars=20000))
 
 
 @register_mixer("toy-attention")
@@ -79,9 +79,9 @@ BENCH = BenchCase("toy", "only the toy mechanism against softmax", bench_toy, se
 
 
 def suite(tier: str = "default") -> Suite:
-    arms = [Arm("softmax", "demo", [*TINY, "model.mixer=softmax"]),
-            Arm("toy", "demo", [*TINY, "model.mixer=toy-attention"])]
-    copy = [Arm(arm.label, "demo", [*arm.overrides, "data.source=toy-copy", "data.max_chars=null"]) for arm in arms]
+    arms = [Arm("softmax", "demo", TINY | Changes.mixer("softmax")),
+            Arm("toy", "demo", TINY | Changes.mixer("toy-attention"))]
+    copy = [Arm(arm.label, "demo", arm.changes | Changes.data(source="toy-copy", max_chars=None)) for arm in arms]
     experiments = [Experiment("lm", "The toy LM", "val_ppl", arms, "softmax", {"toy": "5.0"}),
                    Experiment("heads", "Heads", "toy_heads", arms, "softmax", lengths=[1, 2]),
                    Experiment("copy", "Copying", "accuracy", copy, "softmax")]

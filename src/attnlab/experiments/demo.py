@@ -8,24 +8,23 @@ from __future__ import annotations
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .paper import Paper
-from .spec import QUICK, Arm, Experiment, Suite
+from .spec import QUICK, Arm, Changes, Experiment, Suite
 
 SAMPLE_PROMPT = "ROMEO.\n"
-SMALL = ["model.d_model=64", "model.n_layers=2", "model.n_heads=2"]
+SMALL = Changes.model(d_model=64, n_layers=2, n_heads=2)
 
 
 @dataclass(frozen=True)
 class DemoArm:
-    """A mixer in the demo, with the overrides that fit it to a few CPU minutes (its options at a small size, a
-    form that runs at the demo's 64-token contexts) and a note for the demo's report where they change what the
-    mixer computes."""
+    """A mixer in the demo, with the options that fit it to a few CPU minutes (a small size, a form that runs at
+    the demo's 64-token contexts) and a note for the demo's report where they change what the mixer computes."""
 
     mixer: str
-    overrides: tuple[str, ...] = ()
+    options: dict = field(default_factory=dict)  # model.mixer_options.<mixer>
     note: str = ""
 
 
@@ -37,11 +36,12 @@ def register_demo_arm(arm: DemoArm) -> DemoArm:
     return arm
 
 
-def arms(preset: str, *overrides: str) -> list[Arm]:
-    """Softmax and every mixer the papers put in the demo, small, on the preset with these overrides and each
-    mixer's own."""
-    mixers = {"softmax": [], **{mixer: list(arm.overrides) for mixer, arm in DEMO_ARMS.items()}}
-    return [Arm(m, preset, [f"model.mixer={m}", *SMALL, *overrides, *own]) for m, own in mixers.items()]
+def arms(preset: str, changes: Changes) -> list[Arm]:
+    """Softmax and every mixer the papers put in the demo, small, on the preset with these changes and each
+    mixer's own options."""
+    mixers = {"softmax": {}, **{mixer: arm.options for mixer, arm in DEMO_ARMS.items()}}
+    return [Arm(m, preset, Changes.model(mixer=m) | SMALL | changes | Changes.options(m, **options))
+            for m, options in mixers.items()]
 
 
 def suite(tier: str = "default") -> Suite:
@@ -50,32 +50,16 @@ def suite(tier: str = "default") -> Suite:
         "lm",
         "Character-level Shakespeare, 64-character context: validation perplexity",
         "val_ppl",
-        arms(
-            "demo",
-            "train.seq_len=64",
-            "train.steps=300",
-            "train.batch_size=16",
-            "train.eval_every=300",
-            "train.warmup_steps=30",
-            "train.ckpt_every=300",
-        ),
+        arms("demo", Changes.train(seq_len=64, steps=300, batch_size=16, eval_every=300, warmup_steps=30,
+                                   ckpt_every=300)),
         baseline="softmax",
     )
     mqar = Experiment(
         "mqar",
         "MQAR, 32 tokens, 2 key-value pairs: test accuracy",
         "accuracy",
-        arms(
-            "mqar",
-            "train.seq_len=32",
-            "train.steps=400",
-            "data.mqar.pairs=2",
-            "data.mqar.test_pairs=[2]",
-            "data.mqar.train_examples=10000",
-            "data.mqar.test_examples=500",
-            "train.eval_every=400",
-            "train.ckpt_every=400",
-        ),
+        arms("mqar", Changes.train(seq_len=32, steps=400, eval_every=400, ckpt_every=400)
+             | Changes.task("mqar", pairs=2, test_pairs=[2], train_examples=10000, test_examples=500)),
         baseline="softmax",
     )
     return Suite(

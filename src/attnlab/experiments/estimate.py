@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from .spec import Experiment, Suite, seed_count
+from .spec import Changes, Experiment, Suite, seed_count
 
 if TYPE_CHECKING:  # the suites import this module for SMOKE and ASSUMPTION: it stays cheap to import
     from ..config import RunConfig
@@ -32,9 +32,9 @@ ASSUMPTION = (f"GPU-hours are training FLOPs (6 · parameters · tokens plus sof
 # The --quick version of a paper tier: its arms shrunk to CPU size on local text, a check that every arm
 # builds, trains and is measured end to end (not a result); characters read no BPE size, so an arm's
 # data.bpe_vocab goes back to its default. Suites add their own QUICK (steps) and their mixers' sizes to it.
-SMOKE = ["data.source=shakespeare", "data.tokenizer=char", "data.bpe_vocab=4096", "model.vocab_size=0",
-         "model.d_model=64", "model.n_layers=2", "model.n_heads=2", "model.ffn_hidden=null", "train.seq_len=64",
-         "train.batch_size=8", "train.precision=fp32", "train.warmup_steps=5"]
+SMOKE = (Changes.data(source="shakespeare", tokenizer="char", bpe_vocab=4096)
+         | Changes.model(vocab_size=0, d_model=64, n_layers=2, n_heads=2, ffn_hidden=None)
+         | Changes.train(seq_len=64, batch_size=8, precision="fp32", warmup_steps=5))
 
 
 def estimate(suite: Suite, tflops: float = SUSTAINED_TFLOPS, seeds: int | None = None) -> list[tuple[str, float]]:
@@ -69,10 +69,10 @@ def run_configs(experiment: Experiment, seeds: int) -> Iterator[RunConfig]:
     from ..config import load_config
 
     for arm in experiment.arms:
-        first = [[f"train.lr={lr}", "train.seed=1000"] for lr in experiment.lrs] or [["train.seed=1000"]]
-        others = [[f"train.seed={1000 + seed}"] for seed in range(1, seed_count(experiment, arm, seeds))]
+        first = [Changes.train(lr=lr, seed=1000) for lr in experiment.lrs] or [Changes.train(seed=1000)]
+        others = [Changes.train(seed=1000 + seed) for seed in range(1, seed_count(experiment, arm, seeds))]
         for extra in first + others:
-            yield load_config(arm.preset, [*arm.overrides, *extra])
+            yield load_config(arm.preset, arm.changes | extra)
 
 
 def training_flops(cfg: RunConfig) -> float:

@@ -33,26 +33,37 @@ from ..model import Decoder
 from ..typed import from_dict
 from .claims import anchors_of, failed_calibrations
 from .metrics import get_metric
-from .spec import Arm, Experiment, Suite, arm_seeds, seed_count, shared_rate, sweep_rates, sweep_source
+from .spec import (
+    UNCHANGED,
+    Arm,
+    Changes,
+    Experiment,
+    Suite,
+    arm_seeds,
+    seed_count,
+    shared_rate,
+    sweep_rates,
+    sweep_source,
+)
 from .stats import mean_std
 from .store import Record, Results, RunKey
 
 
 @dataclass(frozen=True)
 class Settings:
-    """How this attempt trains the suite: its folder for runs, whether it is a smoke run (--quick) and the suite's
-    overrides for one, --scale, the caller's overrides and the seed count."""
+    """How this attempt trains the suite: its folder for runs, whether it is a smoke run (--quick), --scale, the
+    caller's overrides and the seed count."""
 
     runs_dir: Path
     smoke: bool = False  # a smoke run's few steps calibrate nothing and choose no rate beyond the sweep's grid
-    quick: tuple = ()
+    quick: Changes = UNCHANGED  # the suite's changes for a smoke run
     scale: float = 1.0
     extra: tuple = ()
     seeds: int = 3
 
     @classmethod
     def of(cls, suite: Suite, runs_dir: Path, smoke: bool, scale: float, extra, seeds: int) -> Settings:
-        return cls(Path(runs_dir), smoke, tuple(suite.quick) if smoke else (), scale, tuple(extra), seeds)
+        return cls(Path(runs_dir), smoke, suite.quick if smoke else UNCHANGED, scale, tuple(extra), seeds)
 
 
 @dataclass
@@ -337,26 +348,25 @@ def ablates(cfg: RunConfig) -> bool:
 
 
 def run_config(experiment: Experiment, arm: Arm, seed: int, lr: float | None, settings: Settings) -> RunConfig:
-    """The config of one run of the suite: the arm's preset and overrides at this seed and learning rate (None:
-    the preset's), the quick tier's overrides and the caller's, its steps multiplied by scale."""
+    """The config of one run of the suite: the arm's preset and changes at this seed and learning rate (None:
+    the preset's), the quick tier's changes and the caller's overrides, its steps multiplied by scale."""
     return configured(experiment, arm, seed, lr, settings)[0]
 
 
 def configured(experiment: Experiment, arm: Arm, seed: int, lr: float | None, settings: Settings
                ) -> tuple[RunConfig, str]:
     """run_config and its fingerprint, made once for the same inputs: a plan is made again after every job."""
-    return _configured(experiment.name, arm.label, arm.preset, tuple(arm.overrides), seed, lr, settings,
-                       _stamp(arm.preset))
+    return _configured(experiment.name, arm, seed, lr, settings, _stamp(arm.preset))
 
 
 @functools.lru_cache(maxsize=4096)
-def _configured(experiment: str, label: str, preset: str, overrides: tuple, seed: int, lr: float | None,
-                settings: Settings, stamp: int) -> tuple[RunConfig, str]:
-    name = "-".join([experiment, label, *([f"lr{lr:g}"] if lr else []), f"s{seed}"])
-    own = [*overrides, *(learning_rate(Arm(label, preset, list(overrides)), lr) if lr else []), *settings.quick]
-    overrides = [*own, *_read_by_run(preset, own, list(settings.extra)), f"name={name}".replace("+", "p"),
-                 f"out_dir={settings.runs_dir}", f"train.seed={1000 + seed}", "train.keep_last=1"]
-    cfg = load_config(preset, overrides)
+def _configured(experiment: str, arm: Arm, seed: int, lr: float | None, settings: Settings, stamp: int
+                ) -> tuple[RunConfig, str]:
+    name = "-".join([experiment, arm.label, *([f"lr{lr:g}"] if lr else []), f"s{seed}"])
+    own = [*arm.changes, *(learning_rate(arm, lr) if lr else ()), *settings.quick]
+    overrides = [*own, *_read_by_run(arm.preset, own, list(settings.extra)), ("name", name.replace("+", "p")),
+                 ("out_dir", str(settings.runs_dir)), ("train.seed", 1000 + seed), ("train.keep_last", 1)]
+    cfg = load_config(arm.preset, overrides)
     if settings.scale != 1.0:
         steps = max(1, round(cfg.train.steps * settings.scale))
         cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=steps))
@@ -386,10 +396,10 @@ def _read_by_run(preset: str, own: list[str], extra: list[str]) -> list[str]:
     return [o for o in extra if not o.startswith("data.") or data.reads(o.partition("=")[0].removeprefix("data."))]
 
 
-def learning_rate(arm: Arm, lr: float) -> list[str]:
-    """Overrides that train the arm at peak rate lr, its schedule's floor scaled alike."""
-    base = load_config(arm.preset, arm.overrides).train
-    return [f"train.lr={lr}", f"train.min_lr={lr * base.min_lr / base.lr}"]
+def learning_rate(arm: Arm, lr: float) -> Changes:
+    """The changes that train the arm at peak rate lr, its schedule's floor scaled alike."""
+    base = load_config(arm.preset, arm.changes).train
+    return Changes.train(lr=lr, min_lr=lr * base.min_lr / base.lr)
 
 
 def superseded(suite: Suite, results: Results, settings: Settings | None = None) -> set[RunKey]:

@@ -9,15 +9,15 @@ not trained again."""
 from __future__ import annotations
 
 from .claims import Claim
-from .spec import Arm, Experiment
+from .spec import Arm, Changes, Experiment
 
 SETTINGS = [(64, 4), (64, 16)]  # (tokens, key-value pairs): the small setting and one with 4x the pairs
 LRS = [1e-3, 3e-3, 1e-2]  # zoology sweeps four rates over 1e-4..1e-2; the upper three, to fit a CPU
 # Blocks without the feed-forward part: recall is the mixers' work, and it halves the cost of a step.
 # Compiled blocks: measured on one CPU thread, a step of most of these models is 1.3-1.95x faster (some break
 # even; mixers with a compile_exclusion stay eager), for about a minute of compilation per run.
-CONVERGE = ["model.ffn=false", "train.compile=true", "train.steps=8000", "train.eval_every=250", "train.patience=8",
-            "train.min_delta=0.001", "train.ckpt_every=8000"]
+CONVERGE = Changes.model(ffn=False) | Changes.train(compile=True, steps=8000, eval_every=250, patience=8,
+                                                   min_delta=0.001, ckpt_every=8000)
 
 
 # softmax attention must learn the task (zoology's reaches ~100%) before the other arms' scores mean anything
@@ -38,8 +38,8 @@ def mqar(mixers: list[str], settings=SETTINGS) -> list[Experiment]:
             f"MQAR, {T} tokens, {pairs} key-value pairs: test accuracy (converged, the best of {len(LRS)} "
             "learning rates on validation)",
             "accuracy",
-            [Arm(m, "mqar", [f"model.mixer={m}", f"train.seq_len={T}", f"data.mqar.pairs={pairs}",
-                             f"data.mqar.test_pairs=[{pairs}]", *CONVERGE]) for m in mixers],
+            [Arm(m, "mqar", Changes.mixer(m) | Changes.train(seq_len=T)
+                 | Changes.task("mqar", pairs=pairs, test_pairs=[pairs]) | CONVERGE) for m in mixers],
             mixers[0],
             lrs=LRS,
         )

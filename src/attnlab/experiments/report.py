@@ -252,7 +252,7 @@ def training_table(suite: Suite, experiment: Experiment, results: Results) -> li
     lines = _sweep_lines(experiment, results, settings_of(suite, results)) if experiment.lrs else []
     if experiment.sweep_of:
         source = next(e for e in suite.experiments if e.name == experiment.sweep_of)
-        same = [a.overrides for a in source.arms] == [a.overrides for a in experiment.arms]
+        same = [a.changes for a in source.arms] == [a.changes for a in experiment.arms]
         lines += [f"Learning rates: each arm's as the sweep of {experiment.sweep_of} chose it"
                   f"{' (the same models)' if same else ''}.", ""]
     stops = {arm.label: _runs(results, experiment, arm.label, "seconds") for arm in experiment.arms}

@@ -1,18 +1,77 @@
-"""What a suite declares: its experiments, their arms (a preset and overrides each) and the paper's claims.
+"""What a suite declares: its experiments, their arms (a preset and its changes each) and the paper's claims.
 Plain data, cheap to import; ``runner`` trains and measures it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# overrides of a suite's --quick smoke version: a few steps per run
-QUICK = ["train.steps=20", "train.eval_every=20", "train.eval_batches=2", "train.ckpt_every=20"]
+SECTIONS = ("model", "data", "train")  # the sections of a run's config that an arm changes
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What an arm changes in its preset: config fields by their dotted keys, with Python values, applied in
+    order (a later one wins). Built by section, `Changes.train(steps=400)`, and joined with `|`:
+    `Changes.mixer("coupled-qk", steps=3) | Changes.train(steps=400)`. The loader types every value through the
+    config's dataclasses, so a field that does not exist or a value of the wrong type is refused with its key."""
+
+    pairs: tuple = ()  # ((dotted key, value), ...)
+
+    def __post_init__(self):
+        for key, _ in self.pairs:
+            if key.split(".")[0] not in SECTIONS or "." not in key:
+                raise ValueError(f"an arm changes fields of {', '.join(SECTIONS)}, not '{key}'")
+
+    def __hash__(self):  # a plan's configs are cached by the arm's changes; a value may be a list
+        return hash(repr(self.pairs))
+
+    def __or__(self, other: Changes) -> Changes:
+        return Changes(self.pairs + other.pairs)
+
+    def __iter__(self):
+        """The (key, value) pairs that load_config and apply_overrides take."""
+        return iter(self.pairs)
+
+    @classmethod
+    def section(cls, name: str, **fields) -> Changes:
+        return cls(tuple((f"{name}.{key}", value) for key, value in fields.items()))
+
+    @classmethod
+    def model(cls, **fields) -> Changes:
+        return cls.section("model", **fields)
+
+    @classmethod
+    def data(cls, **fields) -> Changes:
+        return cls.section("data", **fields)
+
+    @classmethod
+    def train(cls, **fields) -> Changes:
+        return cls.section("train", **fields)
+
+    @classmethod
+    def options(cls, mixer: str, **options) -> Changes:
+        """Options of one mixer (model.mixer_options.<mixer>.<option>), each set on its own."""
+        return cls.section(f"model.mixer_options.{mixer}", **options)
+
+    @classmethod
+    def mixer(cls, mixer: str, **options) -> Changes:
+        """Every layer this mixer, with these of its options."""
+        return cls.model(mixer=mixer) | cls.options(mixer, **options)
+
+    @classmethod
+    def task(cls, task: str, **settings) -> Changes:
+        """Settings of one task (data.task_options.<task>.<setting>), each set on its own."""
+        return cls.section(f"data.task_options.{task}", **settings)
+
+
+UNCHANGED = Changes()  # an arm that trains its preset as it is
+
+# a suite's --quick smoke version: a few steps per run
+QUICK = Changes.train(steps=20, eval_every=20, eval_batches=2, ckpt_every=20)
 # the converged tiers' language models: at most 4,000 steps (the cosine schedule spans the cap), evaluated
 # every 250 and stopped after 4 evaluations without a gain of 0.001 nats; compiled where the mixer compiles
 # (about 1.2x faster per step for a character LM on one CPU thread, after some 20 s of compilation)
-CONVERGED_LM = ["train.steps=4000", "train.eval_every=250", "train.patience=4", "train.min_delta=0.001",
-                "train.ckpt_every=4000", "train.compile=true"]
-
+CONVERGED_LM = Changes.train(steps=4000, eval_every=250, patience=4, min_delta=0.001, ckpt_every=4000, compile=True)
 
 def sweep_around(preset: str) -> list[float]:
     """The learning-rate sweep every arm of a language-model comparison gets: the preset's rate halved, as it
@@ -39,15 +98,20 @@ def is_ablated(key: str) -> bool:
     return key.startswith(ablated(""))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Arm:
     label: str
     preset: str
-    overrides: list[str] = field(default_factory=list)
+    changes: Changes = UNCHANGED  # what the arm changes in its preset
     seeds: int | None = None  # at most this many seeds (a secondary arm of a costly experiment)
     # processes that train one run together under torchrun (attnlab's DDP, or FSDP where the preset sets
     # train.fsdp): the GPUs of one machine for a model too large or too slow for one
     ranks: int = 1
+
+    def __post_init__(self):
+        if not isinstance(self.changes, Changes):
+            raise TypeError(f"arm {self.label!r}: its changes are a Changes, e.g. Changes.train(steps=400), "
+                            f"not {self.changes!r}")
 
 
 @dataclass
@@ -78,7 +142,7 @@ class Suite:
     name: str
     title: str
     experiments: list[Experiment]
-    quick: list[str] = field(default_factory=list)  # overrides of the --quick smoke version
+    quick: Changes = UNCHANGED  # the --quick smoke version's changes to every run
     source: str = ""
     seeds: int = 3
     tier: str = "default"
@@ -90,11 +154,11 @@ class Suite:
     ablation: str = ""  # what Mixer.ablated removes from the suite's mechanism at evaluation, for the report
 
 
-def sensitivity(name: str, title: str, protocol: Experiment, arm: str, override: str) -> Experiment:
+def sensitivity(name: str, title: str, protocol: Experiment, arm: str, change: Changes) -> Experiment:
     """A labelled sensitivity run beside a protocol's experiment, not the protocol: its baseline (the protocol's
     own model, measured again) and one of its arms with one setting changed."""
     base, changed = (next(a for a in protocol.arms if a.label == label) for label in (protocol.baseline, arm))
-    return Experiment(name, title, protocol.metric, [base, Arm(arm, changed.preset, [*changed.overrides, override])],
+    return Experiment(name, title, protocol.metric, [base, Arm(arm, changed.preset, changed.changes | change)],
                       protocol.baseline, lengths=protocol.lengths)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..claims import Anchor, Claim, relative
 from ..paper import Paper
 from ..registry import register_paper
-from ..spec import ABLATED, QUICK, Arm, Experiment, Suite, ablated, sensitivity
+from ..spec import ABLATED, QUICK, UNCHANGED, Arm, Changes, Experiment, Suite, ablated, sensitivity
 from . import bench, presets
 from .couplings import METRIC as COUPLINGS
 from .couplings import add_parser as couplings_command
@@ -37,8 +37,7 @@ PAPER_DQA = {"exact": 6.156, "dqa": 6.182}  # table 4, T = 6: perplexity with ex
 
 # The paper's protocol (§3.1 and the spec's chosen defaults for what it leaves unstated): evaluate every
 # 200 steps, stop after 20 evaluations without a lower validation loss, at most 20,000 steps, dropout 0.1.
-PROTOCOL = ["train.eval_every=200", "train.patience=20", "train.steps=20000", "train.ckpt_every=20000",
-            "model.dropout=0.1"]
+PROTOCOL = Changes.train(eval_every=200, patience=20, steps=20000, ckpt_every=20000) | Changes.model(dropout=0.1)
 
 
 # Readings of what the paper leaves unstated, each a softmax arm at T = 12 that must reach the paper's 5.628
@@ -46,28 +45,29 @@ PROTOCOL = ["train.eval_every=200", "train.patience=20", "train.steps=20000", "t
 # training characters at batch 64 is 90,000 / 64 ≈ 1,406 steps: an "epoch" read that way.
 EPOCH_STEPS = 1406
 ROW_11 = PROTOCOL  # an epoch of 200 steps, the 20,000-step cap, the printed plays, SwiGLU and RMSNorm
-DIALOGUE = ["data.source=shakespeare-dialogue"]  # Tiny Shakespeare's play and layout: 61 characters, as the paper
-PAPER_BLOCK = ["model.ffn_kind=gelu", "model.norm=layer"]  # the paper's two-layer GELU FFN; LayerNorm
-PASSES = [f"train.eval_every={EPOCH_STEPS}", "train.patience=20", f"train.steps={100 * EPOCH_STEPS}",
-          f"train.ckpt_every={100 * EPOCH_STEPS}", "model.dropout=0.1"]
-UNTIED = ["model.tie_embeddings=false"]  # the spec's block (row 9): an output head of its own
+# Tiny Shakespeare's play and layout: 61 characters, as the paper
+DIALOGUE = Changes.data(source="shakespeare-dialogue")
+PAPER_BLOCK = Changes.model(ffn_kind="gelu", norm="layer")  # the paper's two-layer GELU FFN; LayerNorm
+PASSES = (Changes.train(eval_every=EPOCH_STEPS, patience=20, steps=100 * EPOCH_STEPS, ckpt_every=100 * EPOCH_STEPS)
+          | Changes.model(dropout=0.1))
+UNTIED = Changes.model(tie_embeddings=False)  # the spec's block (row 9): an output head of its own
 
 
-def by_epochs(epoch_steps: int) -> list[str]:
+def by_epochs(epoch_steps: int) -> Changes:
     """Evaluate once an epoch, stop after 20 epochs without a lower validation loss, at most 200 epochs (Fig. 3's
     curves run to about 175), a checkpoint every 20, dropout 0.1."""
-    return [f"train.eval_every={epoch_steps}", "train.patience=20", f"train.steps={200 * epoch_steps}",
-            f"train.ckpt_every={20 * epoch_steps}", "model.dropout=0.1"]
+    return (Changes.train(eval_every=epoch_steps, patience=20, steps=200 * epoch_steps, ckpt_every=20 * epoch_steps)
+            | Changes.model(dropout=0.1))
 
 
 LONGER = by_epochs(EPOCH_STEPS)
 READINGS = {
     "row 11": ROW_11,
-    "+ dialogue": [*ROW_11, *DIALOGUE],
-    "+ GELU, LayerNorm": [*ROW_11, *DIALOGUE, *PAPER_BLOCK],
-    "+ epoch = one pass": [*DIALOGUE, *PAPER_BLOCK, *PASSES],
-    "dialogue, SwiGLU, one pass": [*DIALOGUE, *PASSES],
-    "+ untied head, 200 passes": [*DIALOGUE, *PAPER_BLOCK, *UNTIED, *LONGER],
+    "+ dialogue": ROW_11 | DIALOGUE,
+    "+ GELU, LayerNorm": ROW_11 | DIALOGUE | PAPER_BLOCK,
+    "+ epoch = one pass": DIALOGUE | PAPER_BLOCK | PASSES,
+    "dialogue, SwiGLU, one pass": DIALOGUE | PASSES,
+    "+ untied head, 200 passes": DIALOGUE | PAPER_BLOCK | UNTIED | LONGER,
 }
 READING_NOTE = (
     "Each arm adds one reading to the one above: *row 11* is the spec's first reading (the printed plays from "
@@ -80,21 +80,20 @@ READING_NOTE = (
     "*+ epoch = one pass* the spec's untied output head and a cap of 200 epochs (figure 3's bracket curves run "
     "to about 175), with a checkpoint every 20. Every arm is validated, stopped early and measured on every "
     "position of the validation split.")
-WHOLE_SPLIT = ["train.eval_batches=0"]  # validation (and early stopping) on every position of the split
+WHOLE_SPLIT = Changes.train(eval_batches=0)  # validation (and early stopping) on every position of the split
 
 
 def survey(name: str, title: str, metric: str, preset: str, T: int, readings: dict, paper: str, note: str,
            seeds: int, mode: str = "softmax") -> Experiment:
-    """One mode at length T under each reading (label -> overrides), every row against the paper's one number."""
-    arms = [Arm(label, preset, [*window(T), choose(mode), *overrides])
-            for label, overrides in readings.items()]
+    """One mode at length T under each reading (label -> changes), every row against the paper's one number."""
+    arms = [Arm(label, preset, window(T) | choose(mode) | reading) for label, reading in readings.items()]
     return Experiment(name, title, metric, arms, arms[0].label, dict.fromkeys(readings, paper), note=note, seeds=seeds)
 
 
 def calibration() -> Experiment:
     """A survey at one seed: the chosen reading's softmax is the lm-T12 softmax arm, whose every seed the
     calibration line then judges."""
-    readings = {label: [*overrides, *WHOLE_SPLIT] for label, overrides in READINGS.items()}
+    readings = {label: reading | WHOLE_SPLIT for label, reading in READINGS.items()}
     return survey("calibration", "Calibration: softmax at T = 12 under each reading of the unstated settings",
                   "val_ppl", "boltzmann-char", 12, readings, f"{PAPER_LM[12][0]:g} ± 0.019", READING_NOTE, seeds=1)
 
@@ -106,21 +105,20 @@ def calibration() -> Experiment:
 # calibration-epoch tables show both). The first reading's cap, 20,000 steps, ended every h+J model without the
 # FFN at T = 12 before early stopping did.
 BRACKET_EXAMPLES = 20_000  # the bracket task's training set (data.brackets.train_examples), stated where read
-BRACKET_PROTOCOL = [*by_epochs(200), *WHOLE_SPLIT]
-ONE_PASS = [f"data.brackets.train_examples={BRACKET_EXAMPLES}", *by_epochs(BRACKET_EXAMPLES // 64), *WHOLE_SPLIT]
-NO_FFN = ["model.ffn=false"]
+BRACKET_PROTOCOL = by_epochs(200) | WHOLE_SPLIT
+ONE_PASS = Changes.task("brackets", train_examples=BRACKET_EXAMPLES) | by_epochs(BRACKET_EXAMPLES // 64) | WHOLE_SPLIT
+NO_FFN = Changes.model(ffn=False)
 
 # Readings of the bracket generator, each a softmax arm that must reach the paper's accuracy before any bracket
 # comparison is made (the spec's ambiguity row 12)
-BALANCED = ["data.brackets.balanced=true"]
-BRACKET_BLOCK = ["model.ffn_kind=gelu", "model.ffn_hidden=64", "model.norm=layer"]  # §3.3: GELU, d_ff = 64
-BRACKET_READINGS = {"row 12, random pairs and fillers": [], "balanced, no fillers": BALANCED,
+BALANCED = Changes.task("brackets", balanced=True)
+BRACKET_BLOCK = Changes.model(ffn_kind="gelu", ffn_hidden=64, norm="layer")  # §3.3: GELU, d_ff = 64
+BRACKET_READINGS = {"row 12, random pairs and fillers": UNCHANGED, "balanced, no fillers": BALANCED,
                     "row 12, the paper's GELU block": BRACKET_BLOCK,
-                    "balanced, the paper's GELU block": [*BALANCED, *BRACKET_BLOCK],
+                    "balanced, the paper's GELU block": BALANCED | BRACKET_BLOCK,
                     # the paper gives no training-set size: a smaller one leaves softmax less to learn from
-                    **{f"row 12, the paper's GELU block, {n:,} examples": [*BRACKET_BLOCK,
-                                                                           f"data.brackets.train_examples={n}"]
-                       for n in (2_000, 5_000)}}
+                    **{f"row 12, the paper's GELU block, {n:,} examples":
+                       BRACKET_BLOCK | Changes.task("brackets", train_examples=n) for n in (2_000, 5_000)}}
 BRACKET_NOTE = (
     "*Row 12* is the spec's generator: 1 to T/2 pairs of a random well-nested word, with fillers at random places "
     "between them; *balanced* always has T/2 pairs and no fillers; *the paper's GELU block* is §3.3's two-layer GELU "
@@ -129,7 +127,7 @@ BRACKET_NOTE = (
 
 
 def bracket_calibration(T: int) -> Experiment:
-    readings = {label: [*overrides, *BRACKET_PROTOCOL] for label, overrides in BRACKET_READINGS.items()}
+    readings = {label: reading | BRACKET_PROTOCOL for label, reading in BRACKET_READINGS.items()}
     return survey(f"calibration-brackets-T{T}", f"Calibration: softmax on brackets at T = {T} under each reading of "
                   "the generator", "accuracy", "brackets", T, readings, f"{PAPER_BRACKETS[T][0]:g}%", BRACKET_NOTE,
                   seeds=1)
@@ -141,7 +139,7 @@ EPOCHS = {"an epoch of 200 steps": BRACKET_PROTOCOL, "an epoch of one pass": ONE
 def epoch_calibration(T: int) -> Experiment:
     """Softmax without the FFN under both readings of an epoch, at every seed of the tier's bracket experiments: the
     first is the brackets-noffn softmax arm (the same models, measured again)."""
-    readings = {label: [*NO_FFN, *protocol] for label, protocol in EPOCHS.items()}
+    readings = {label: NO_FFN | protocol for label, protocol in EPOCHS.items()}
     return survey(f"calibration-epoch-T{T}", f"Calibration: softmax on brackets without the feed-forward block at "
                   f"T = {T} under each reading of an epoch", "accuracy", "brackets", T, readings,
                   f"{PAPER_BRACKETS_NO_FFN[T][0]:g}%", EPOCH_NOTE, seeds=5)
@@ -154,24 +152,25 @@ EPOCH_NOTE = (
     "validate on every validation example. The tier's bracket experiments train by the first.")
 
 
-def window(T: int) -> list[str]:
+def window(T: int) -> Changes:
     """The context, the Boltzmann window and the learned position table, all T."""
-    return [f"train.seq_len={T}", f"model.mixer_options.boltzmann.window={T}", f"model.positions={T}"]
+    return Changes.train(seq_len=T) | Changes.options("boltzmann", window=T) | Changes.model(positions=T)
 
 
 def ablation(name: str, title: str, metric: str, preset: str, T: int, paper: list[float], unit: str,
-             *overrides: str, modes=MODES, seeds: int | None = None, arm_seeds: dict | None = None) -> Experiment:
+             changes: Changes = UNCHANGED, modes=MODES, seeds: int | None = None, arm_seeds: dict | None = None
+             ) -> Experiment:
     def arm(mode):
-        return Arm(mode, preset, [*window(T), choose(mode), *overrides], seeds=(arm_seeds or {}).get(mode))
+        return Arm(mode, preset, window(T) | choose(mode) | changes, seeds=(arm_seeds or {}).get(mode))
 
     quoted = {mode: f"{value:g}{unit}" for mode, value in zip(MODES, paper, strict=True)}
     return Experiment(name, title, metric, [arm(m) for m in modes], "softmax", {m: quoted[m] for m in modes},
                       seeds=seeds)
 
 
-def choose(mode: str) -> str:
-    """The override that makes a model's attention one of MODES."""
-    return "model.mixer=softmax" if mode == "softmax" else f"model.mixer_options.boltzmann.mode={mode}"
+def choose(mode: str) -> Changes:
+    """The change that makes a model's attention one of MODES."""
+    return Changes.mixer("softmax") if mode == "softmax" else Changes.options("boltzmann", mode=mode)
 
 
 def relative_gain(paper: list[float], mode: str) -> float:
@@ -213,7 +212,7 @@ def suite(tier: str = "default") -> Suite:
 
 def lm_experiments(paper: bool) -> list[Experiment]:
     """The four-way ablation on the language model at T = 12 (the headline) and T = 8."""
-    lm_protocol = [*READINGS[LM_READING], *WHOLE_SPLIT] if paper else []
+    lm_protocol = READINGS[LM_READING] | WHOLE_SPLIT if paper else UNCHANGED
     # The paper tier's runs take 20-40 minutes each on one core: the headline (softmax and h+J at T = 12) gets the
     # paper's 10 seeds, the secondary arms and lengths 3, which keeps the whole language model near 12 hours on 2
     # cores (the run times measured are in the report)
@@ -221,10 +220,15 @@ def lm_experiments(paper: bool) -> list[Experiment]:
     return [
         ablation(f"lm-T{T}", f"Tiny Shakespeare's first 100K characters, T = {T}: validation perplexity"
                  if paper else f"Shakespeare 100K characters, T = {T}: validation perplexity", "val_ppl",
-                 "boltzmann-char", T, PAPER_LM[T], "", *lm_protocol, seeds=3 if paper and T == 8 else None,
+                 "boltzmann-char", T, PAPER_LM[T], "", lm_protocol, seeds=3 if paper and T == 8 else None,
                  arm_seeds=secondary)
         for T in (12, 8)  # the headline length first
     ]
+
+
+def short_brackets(T: int) -> Changes:
+    """The default tier's bracket runs: a fixed number of steps of 32 sequences."""
+    return Changes.train(steps=1000 if T > 12 else 1500, batch_size=32)
 
 
 def bracket_experiments(paper: bool, bracket_T: list[int]) -> list[Experiment]:
@@ -232,14 +236,12 @@ def bracket_experiments(paper: bool, bracket_T: list[int]) -> list[Experiment]:
     T = 12 only)."""
     # A bracket model at T = 16 costs about 3x one at T = 12 per step and the paper tier trains up to 40,000
     # steps of 64 sequences: its bracket experiments get 5 seeds (the LM, the headline claim, gets 10)
-    protocol = BRACKET_PROTOCOL if paper else []
     return [
         ablation(f"brackets{tag}-T{T}", f"Bracket matching{title}, T = {T}: test accuracy", "accuracy", "brackets", T,
-                 table[T], "%", *ffn, *(protocol or [f"train.steps={1000 if T > 12 else 1500}",
-                                                     "train.batch_size=32"]),
+                 table[T], "%", ffn | (BRACKET_PROTOCOL if paper else short_brackets(T)),
                  seeds=5 if paper else None)
         for T in bracket_T
-        for tag, title, table, ffn in [("", "", PAPER_BRACKETS, []),
+        for tag, title, table, ffn in [("", "", PAPER_BRACKETS, UNCHANGED),
                                        ("-noffn", " without the feed-forward block", PAPER_BRACKETS_NO_FFN,
                                         NO_FFN)]
         if paper or tag == "" or T == 12
@@ -251,8 +253,8 @@ def bracket_experiments(paper: bool, bracket_T: list[int]) -> list[Experiment]:
 # (sum-normalised sigma(2h)); the spec's alternative leaves the marginals unnormalised. The bracket gains without
 # the FFN rest on softmax models stopped after 20 evaluations without a gain and on h+J models of which two
 # stopped near 10,000 steps at T = 16: both arms again, with patience long enough for late transitions.
-H_ONLY_READINGS = {"sum-normalised sigma(2h)": [],
-                   "unnormalised sigma(2h)": ["model.mixer_options.boltzmann.normalise=false"]}
+H_ONLY_READINGS = {"sum-normalised sigma(2h)": UNCHANGED,
+                   "unnormalised sigma(2h)": Changes.options("boltzmann", normalise=False)}
 H_ONLY_NOTE = ("*Sum-normalised* is the spec's reading of the paper's h-only (sigmoid attention): o_i = sum_j "
                "alpha_ij v_j / sum_k alpha_ik with alpha = sigma(2h), the lm-T12 h-only arm's models measured again; "
                "*unnormalised* weighs each value by sigma(2h) itself. Both train by the tier's language-model "
@@ -261,15 +263,15 @@ PATIENCE = 100  # evaluations without a lower validation loss (20,000 steps of 2
 
 
 def second_anchor() -> list[Experiment]:
-    lm_protocol = [*READINGS[LM_READING], *WHOLE_SPLIT]
-    readings = {label: [*lm_protocol, *overrides] for label, overrides in H_ONLY_READINGS.items()}
+    lm_protocol = READINGS[LM_READING] | WHOLE_SPLIT
+    readings = {label: lm_protocol | reading for label, reading in H_ONLY_READINGS.items()}
     return [
         survey("h-only-readings", "Second anchor: h-only at T = 12 under each reading of sigmoid attention",
                "val_ppl", "boltzmann-char", 12, readings, f"{PAPER_LM[12][MODES.index('h-only')]:g}", H_ONLY_NOTE,
                seeds=3, mode="h-only"),
         *(ablation(f"brackets-noffn-T{T}-patient", f"Bracket matching without the feed-forward block, T = {T}, "
                    f"stopped after {PATIENCE} evaluations without a gain: test accuracy", "accuracy", "brackets", T,
-                   PAPER_BRACKETS_NO_FFN[T], "%", *NO_FFN, *BRACKET_PROTOCOL, f"train.patience={PATIENCE}",
+                   PAPER_BRACKETS_NO_FFN[T], "%", NO_FFN | BRACKET_PROTOCOL | Changes.train(patience=PATIENCE),
                    modes=["softmax", "h+J"], seeds=5)
           for T in (12, 16)),
     ]
@@ -282,7 +284,7 @@ def couplings(lm: Experiment) -> Experiment:
         "couplings",
         "Learned couplings of h+J at T = 12: mean J by distance |j - k|",
         "couplings",
-        [Arm("h+J", hj.preset, hj.overrides)],
+        [Arm("h+J", hj.preset, hj.changes)],
         "h+J",
         {"h+J": "positive at distances 2–4, negative at 6 and beyond, the same in every seed (figure 2: its axis "
                 "spans about −0.6 to +0.4)"},
@@ -319,13 +321,13 @@ SENSITIVITY_J_LR = 1e-3
 def fast_couplings(lm: Experiment) -> Experiment:
     """The T = 12 language model's softmax and h+J with J's learning rate raised."""
     return sensitivity("lm-T12-fast-J", f"Sensitivity, not the paper's protocol: LR_J = {SENSITIVITY_J_LR:g}, T = 12",
-                       lm, "h+J", f"model.mixer_options.boltzmann.j_lr={SENSITIVITY_J_LR}")
+                       lm, "h+J", Changes.options("boltzmann", j_lr=SENSITIVITY_J_LR))
 
 
 def annealing() -> Experiment:
     """Simulated quantum annealing against exact marginals at T = 6. Annealing costs about 50x exact
     enumeration per step, so both train a short run side by side."""
-    short = [*window(6), "train.steps=200"]
+    short = window(6) | Changes.train(steps=200)
     return Experiment(
         "dqa",
         "Simulated quantum annealing vs exact marginals, T = 6",
@@ -333,7 +335,7 @@ def annealing() -> Experiment:
         [
             Arm("exact", "boltzmann-char", window(6)),
             Arm("exact, 200 steps", "boltzmann-char", short),
-            Arm("dqa, 200 steps", "boltzmann-char", [*short, "model.mixer_options.boltzmann.inference=dqa"]),
+            Arm("dqa, 200 steps", "boltzmann-char", short | Changes.options("boltzmann", inference="dqa")),
         ],
         "exact, 200 steps",
         {"exact": f"{PAPER_DQA['exact']} (T = 6)", "dqa, 200 steps": f"{PAPER_DQA['dqa']} (trained to convergence)"},

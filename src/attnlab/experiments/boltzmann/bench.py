@@ -18,9 +18,7 @@ VARIANTS = (
 )
 SPEED_GOALS = (SpeedGoal(SLIDING.label, 2048, "<=", 8.0),)
 # exact enumeration stops at short windows, so the demo's 64-token contexts use the mean-field marginals
-DEMO_ARMS = (DemoArm("boltzmann", ("model.mixer_options.boltzmann.inference=mean-field",
-                                   "model.mixer_options.boltzmann.couplings=distance",
-                                   "model.mixer_options.boltzmann.window=64"),
+DEMO_ARMS = (DemoArm("boltzmann", {"inference": "mean-field", "couplings": "distance", "window": 64},
                      note="Boltzmann attention runs with mean-field marginals and distance couplings here (exact "
                      "enumeration is for short windows)."),)
 

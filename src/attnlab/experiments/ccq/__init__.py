@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from .. import estimate, recall
 from ..claims import Claim, noted, per_token, relative
+from ..demo import SMALL
 from ..paper import Paper
 from ..registry import register_paper
-from ..spec import ABLATED, CONVERGED_LM, QUICK, Arm, Experiment, Suite, ablated, sensitivity, sweep_around
+from ..spec import ABLATED, CONVERGED_LM, QUICK, Arm, Changes, Experiment, Suite, ablated, sensitivity, sweep_around
 from . import bench
 from .bench import PAIRS
 
@@ -60,17 +61,15 @@ def converged() -> Suite:
     """Recall with early stopping: MQAR at zoology's protocol and S-NIAH pass-key, at most 8,000 steps; and the
     perplexity against context length, at most 4,000."""
     mixers = ["softmax", "gla", "ccq-gla", "gdn", "ccq-gdn"]
-    small = ["model.d_model=64", "model.n_layers=2", "model.n_heads=2"]
     # Softmax passes this at 1x: 100% at every depth, its validation loss below 0.001 after about 2,500 steps in
     # one run, but 94% and 0.02 at 4,000 in another seed, hence the cap of 8,000. At batch 16, lr 2e-3 and 5,000
     # prompts it reached 26% in 6,000 steps. Every arm at the same rate. Trained at 256 tokens (so that 1x holds a
     # real haystack), a softmax model was still at validation loss 0.48 after 5,500 steps: out of this tier's reach.
     def niah_arms(length: int, cap: int) -> list[Arm]:
-        return [Arm(m, "demo", [f"model.mixer={m}", *small, "data.source=niah", f"train.seq_len={length}",
-                                "train.batch_size=64", "train.lr=3e-3", "data.niah.train_examples=50000",
-                                f"train.steps={cap}", "train.eval_every=250", "train.patience=8",
-                                "train.min_delta=0.001", f"train.ckpt_every={cap}", "data.niah.test_per_depth=10",
-                                "train.compile=true"])
+        return [Arm(m, "demo", Changes.mixer(m) | SMALL | Changes.data(source="niah")
+                    | Changes.task("niah", train_examples=50000, test_per_depth=10)
+                    | Changes.train(seq_len=length, batch_size=64, lr=3e-3, steps=cap, eval_every=250, patience=8,
+                                    min_delta=0.001, ckpt_every=cap, compile=True))
                 for m in mixers]
 
     niah = Experiment(
@@ -105,7 +104,7 @@ def converged() -> Suite:
         "extrapolation",
         "Perplexity against context length, trained at 128, early stopping or 4,000 steps",
         "extrapolation",
-        [Arm(m, "demo", [f"model.mixer={m}", *small, *early_stopping]) for pair in PAIRS for m in pair],
+        [Arm(m, "demo", Changes.mixer(m) | SMALL | early_stopping) for pair in PAIRS for m in pair],
         "gla",
         lrs=sweep_around("demo"),
     )
@@ -124,24 +123,22 @@ def converged() -> Suite:
 
 
 def default() -> Suite:
-    small = ["model.d_model=64", "model.n_layers=2", "model.n_heads=2"]
-
-    def arms(preset, *overrides):
-        return [Arm(mixer, preset, [f"model.mixer={mixer}", *overrides]) for pair in PAIRS for mixer in pair]
+    def arms(preset: str, changes: Changes) -> list[Arm]:
+        return [Arm(mixer, preset, Changes.mixer(mixer) | changes) for pair in PAIRS for mixer in pair]
 
     mqar = Experiment(
         "mqar",
         "MQAR accuracy, 64 tokens, 4 pairs",
         "accuracy",
-        arms("mqar", "train.steps=800"),
+        arms("mqar", Changes.train(steps=800)),
         baseline="gla",
     )
     niah = Experiment(
         "niah",
         "S-NIAH pass-key, trained at 128 tokens: exact match at 1x and 2x the training length",
         "niah",
-        arms("demo", *small, "data.source=niah", "train.seq_len=128", "train.steps=400", "train.batch_size=16",
-             "train.eval_every=400", "train.ckpt_every=400", "data.niah.test_per_depth=10"),
+        arms("demo", SMALL | Changes.data(source="niah") | Changes.task("niah", test_per_depth=10)
+             | Changes.train(seq_len=128, steps=400, batch_size=16, eval_every=400, ckpt_every=400)),
         baseline="gla",
         paper={
             "gla": "1.3B: 100 / 86.4 / 47.8 (1K/2K/4K)",
@@ -155,7 +152,7 @@ def default() -> Suite:
         "extrapolation",
         "Perplexity against context length (trained at 128)",
         "extrapolation",
-        arms("demo", *small, "train.steps=400", "train.eval_every=400", "train.ckpt_every=400"),
+        arms("demo", SMALL | Changes.train(steps=400, eval_every=400, ckpt_every=400)),
         baseline="gla",
         paper={
             "ccq-gla": "each CCQ model beats its backbone by 1–2.5 PPL at 5x",
@@ -165,13 +162,13 @@ def default() -> Suite:
     large_lambda = sensitivity(f"extrapolation-lambda-{SENSITIVITY_LAMBDA:g}",
                                f"Sensitivity, not the paper's initialisation: λ starts at {SENSITIVITY_LAMBDA:g}, "
                                "trained at 128", extrapolation, "ccq-gla",
-                               f"model.mixer_options.ccq-gla.ccq_lambda_init={SENSITIVITY_LAMBDA}")
+                               Changes.options("ccq-gla", ccq_lambda_init=SENSITIVITY_LAMBDA))
     # what the truncation costs: CCQ-GLA reading (I + λΣ)^-1 q in full (ridge), the extrapolation's models beside it
     ccq_gla = next(arm for arm in extrapolation.arms if arm.label == "ccq-gla")
     read = Experiment("read", "CCQ-GLA's first-order read against the ridge read it truncates (trained at 128)",
                       "extrapolation",
                       [ccq_gla, Arm("ccq-gla-ridge", ccq_gla.preset,
-                                    [*ccq_gla.overrides, "model.mixer_options.ccq-gla.read=ridge"])],
+                                    ccq_gla.changes | Changes.options("ccq-gla", read="ridge"))],
                       baseline="ccq-gla-ridge")
     return Suite(
         "ccq",
@@ -197,10 +194,9 @@ def paper() -> Suite:
     """The 1.3B shape of table 1 (21 layers, hidden 2048, SwiGLU 5632, tied embeddings) with the paper's recipe
     (AdamW, peak lr 1e-3, 1,024 warmup steps, cosine to 0, 128 x 4K tokens a step, 40B tokens), built on the
     interdomain-1.3b preset, which shares the vocabulary, batch, context and optimiser settings."""
-    shape = ["model.n_layers=21", "model.ffn_hidden=5632", "model.tie_embeddings=true", "train.lr=1e-3",
-             "train.min_lr=0", "train.warmup_steps=1024", f"train.steps={round(40e9 / (128 * 4096))}",
-             "data.source=hf:HuggingFaceFW/fineweb-edu/sample-100BT", "data.tokenizer=bpe", "data.bpe_vocab=32000",
-             "train.precision=bf16"]
+    shape = (Changes.model(n_layers=21, ffn_hidden=5632, tie_embeddings=True)
+             | Changes.train(lr=1e-3, min_lr=0.0, warmup_steps=1024, steps=round(40e9 / (128 * 4096)), precision="bf16")
+             | Changes.data(source="hf:HuggingFaceFW/fineweb-edu/sample-100BT", tokenizer="bpe", bpe_vocab=32000))
     # GLA: 4 heads of 256 keys and 512 values (fla's defaults at hidden 2048). GDN: fla's widths (1536 keys,
     # 3072 values) in 8 heads of 192 / 384, since its 6 heads of 256 / 512 do not divide 2048 here
     heads = {"gla": 4, "ccq-gla": 4, "gdn": 8, "ccq-gdn": 8}
@@ -208,14 +204,14 @@ def paper() -> Suite:
         "extrapolation",
         "FineWeb-Edu validation perplexity from the training length (4K) to 5x, 1.3B, 40B tokens",
         "extrapolation",
-        [Arm(m, "interdomain-1.3b", [f"model.mixer={m}", f"model.n_heads={heads[m]}", *shape], ranks=8)
+        [Arm(m, "interdomain-1.3b", Changes.mixer(m) | Changes.model(n_heads=heads[m]) | shape, ranks=8)
          for pair in PAIRS for m in pair],  # a 1.3B run takes one machine's 8 GPUs (DDP)
         "gla",
         {m: f"WikiText {PAPER_WIKI[m]:g}" for m in PAPER_WIKI},
         lengths=[1, 2, 3, 4, 5],
     )
     return Suite(NAME, "The Curvature-Conditioned Query at the paper's 1.3B scale (GPUs)", [extrapolation],
-                 [*QUICK, *estimate.SMOKE],
+                 QUICK | estimate.SMOKE,
                  "The paper's 1.3B models and recipe on FineWeb-Edu (sample-100BT) with a locally trained 32K BPE, "
                  "one seed as the paper (no interval: every claim is inconclusive; --seeds 3 gives intervals at 3x "
                  "the cost). S-NIAH is a zero-shot probe of these models that the runner does not measure. Claims: "

@@ -21,7 +21,19 @@ from .. import estimate, recall
 from ..claims import Claim, per_token, relative
 from ..paper import Paper
 from ..registry import register_paper
-from ..spec import ABLATED, CONVERGED_LM, QUICK, Arm, Experiment, Suite, ablated, sensitivity, sweep_around
+from ..spec import (
+    ABLATED,
+    CONVERGED_LM,
+    QUICK,
+    UNCHANGED,
+    Arm,
+    Changes,
+    Experiment,
+    Suite,
+    ablated,
+    sensitivity,
+    sweep_around,
+)
 from . import bench, presets
 
 PROVENANCE = {"coupled-qk": "**reconstructed**: the paper's method section could not be read; the update rule "
@@ -69,13 +81,12 @@ def suite(tier: str = "default") -> Suite:
 
 # Every language model of the default tier reads the same 1.2M characters of plays (the coherent corpus), so
 # an arm that recurs in several experiments (softmax, Euler with one step) is trained once and measured again.
-LM_STEPS = ["train.steps=400", "train.eval_every=400", "train.ckpt_every=400", "data.max_chars=1200000"]
+LM_STEPS = Changes.train(steps=400, eval_every=400, ckpt_every=400) | Changes.data(max_chars=1200000)
 
 
-def _lm_arm(label: str, mixer: str, *extra: str, **options) -> Arm:
+def _lm_arm(label: str, mixer: str, extra: Changes = UNCHANGED, **options) -> Arm:
     """A character-level language model of the default tier with this mixer and mixer options."""
-    settings = [f"model.mixer_options.{mixer}.{k}={v}" for k, v in options.items()]
-    return Arm(label, "coupled-qk-char", [f"model.mixer={mixer}", *LM_STEPS, *settings, *extra])
+    return Arm(label, "coupled-qk-char", Changes.mixer(mixer, **options) | LM_STEPS | extra)
 
 
 def default() -> Suite:
@@ -133,7 +144,7 @@ def _default_experiments() -> list[Experiment]:
         "Integration steps (the paper: no difference from 1 to 7)",
         "val_ppl",
         [
-            Arm("1 step", euler.preset, euler.overrides),
+            Arm("1 step", euler.preset, euler.changes),
             _lm_arm("3 steps", "coupled-qk", steps=3),
             _lm_arm("7 steps", "coupled-qk", steps=7),
         ],
@@ -144,14 +155,14 @@ def _default_experiments() -> list[Experiment]:
         "MQAR, 64 tokens, 4 pairs (not in the paper)",
         "accuracy",
         [
-            Arm("softmax", "mqar", ["train.steps=1000"]),
-            Arm("coupled-qk", "mqar", ["model.mixer=coupled-qk", "train.steps=1000"]),
+            Arm("softmax", "mqar", Changes.train(steps=1000)),
+            Arm("coupled-qk", "mqar", Changes.mixer("coupled-qk") | Changes.train(steps=1000)),
         ],
         baseline="softmax",
     )
     large_step = sensitivity(f"lm-dt-{SENSITIVITY_DT:g}", "Sensitivity, not the protocol: the coupling's step "
                              f"initialised at dt = {SENSITIVITY_DT:g}", lm, "coupled-euler",
-                             f"model.mixer_options.coupled-qk.dt_init={SENSITIVITY_DT}")
+                             Changes.options("coupled-qk", dt_init=SENSITIVITY_DT))
     return [lm, efficiency, steps, *_corpus_experiments(), mqar, large_step, _v2_experiment(lm)]
 
 
@@ -174,18 +185,18 @@ def _v2_experiment(lm: Experiment) -> Experiment:
 
 def _corpus_experiments() -> list[Experiment]:
     """Coupled vs standard on the coherent plays and on a shuffled mix of plays, code and documentation."""
-    heterogeneous = ["data.source=mixed"]
+    heterogeneous = Changes.data(source="mixed")
     return [
         Experiment(
             f"corpus-{kind}",
             f"{kind.capitalize()} corpus{detail}: coupled vs standard",
             "val_ppl",
-            [_lm_arm("softmax", "softmax", *source), _lm_arm("coupled-qk", "coupled-qk", *source)],
+            [_lm_arm("softmax", "softmax", source), _lm_arm("coupled-qk", "coupled-qk", source)],
             baseline="softmax",
             paper={"coupled-qk": paper},
         )
         for kind, detail, source, paper in [
-            ("coherent", " (the plays)", [], "−6.6% (WikiText-103), −4.5% (PubMed)"),
+            ("coherent", " (the plays)", UNCHANGED, "−6.6% (WikiText-103), −4.5% (PubMed)"),
             ("heterogeneous", " (plays, Python source and documentation, shuffled)", heterogeneous,
              "+10.3% (web text)"),
         ]
@@ -209,12 +220,12 @@ def v2_claims(experiment: str) -> list[Claim]:
 def converged() -> Suite:
     """MQAR at zoology's protocol, and the main comparison trained with early stopping, at most 4,000 steps."""
     # at most 4,000 steps (8M characters, almost 8 passes over the plays and 10 per parameter)
-    early_stopping = [*CONVERGED_LM, "data.max_chars=1200000"]
+    early_stopping = CONVERGED_LM | Changes.data(max_chars=1200000)
     lm = Experiment(
         "lm",
         "Character-level Shakespeare, early stopping or 4,000 steps: validation perplexity",
         "val_ppl",
-        [Arm(label, "coupled-qk-char", [f"model.mixer={mixer}", *early_stopping])
+        [Arm(label, "coupled-qk-char", Changes.mixer(mixer) | early_stopping)
          for label, mixer in [("softmax", "softmax"), ("coupled-euler", "coupled-qk"), ("uncoupled", "uncoupled-qk")]],
         baseline="softmax",
         paper={label: PAPER_LM[label] for label in ("softmax", "coupled-euler", "uncoupled")},
@@ -235,22 +246,22 @@ def paper() -> Suite:
     """The paper's 60M comparison on WikiText-103 (GPUs): the main table, the compute-matched softmax and the
     integration steps."""
     # whole articles packed into rows, each read from its own start (data.pack): not windows across articles
-    data = ["data.source=hf:wikitext/wikitext-103-raw-v1", "data.pack=true", "data.tokenizer=bpe",
-            "data.bpe_vocab=50257", "train.precision=bf16"]
+    data = (Changes.data(source="hf:wikitext/wikitext-103-raw-v1", pack=True, tokenizer="bpe", bpe_vocab=50257)
+            | Changes.train(precision="bf16"))
     steps = 20_000  # the preset's: 655M tokens (the paper's budget was not retrieved)
     matched = f"softmax, {PAPER_TOKENS_RATIO:g}x tokens"  # standard attention given coupling's wall-clock
 
-    def arm(label, mixer, *extra):
-        return Arm(label, "coupled-qk-60m", [f"model.mixer={mixer}", *data, *extra])
+    def arm(label: str, mixer: str, extra: Changes = UNCHANGED) -> Arm:
+        return Arm(label, "coupled-qk-60m", Changes.mixer(mixer) | data | extra)
 
     euler = arm("coupled-euler", "coupled-qk")
-    leapfrog = arm("coupled-leapfrog", "coupled-qk", "model.mixer_options.coupled-qk.integrator=leapfrog")
+    leapfrog = arm("coupled-leapfrog", "coupled-qk", Changes.options("coupled-qk", integrator="leapfrog"))
     lm = Experiment(
         "lm",
         "WikiText-103, 60M: validation perplexity",
         "val_ppl",
         [arm("softmax", "softmax"), euler, leapfrog, arm("uncoupled", "uncoupled-qk"),
-         arm(matched, "softmax", f"train.steps={round(steps * PAPER_TOKENS_RATIO)}")],
+         arm(matched, "softmax", Changes.train(steps=round(steps * PAPER_TOKENS_RATIO)))],
         baseline="softmax",
         paper={**PAPER_LM, matched: "matches coupled"},
     )
@@ -258,14 +269,14 @@ def paper() -> Suite:
         "steps",
         "Integration steps at 60M (the paper: no difference from 1 to 7)",
         "val_ppl",
-        [Arm("1 step", euler.preset, euler.overrides),
-         *(arm(f"{n} steps", "coupled-qk", f"model.mixer_options.coupled-qk.steps={n}") for n in (3, 7))],
+        [Arm("1 step", euler.preset, euler.changes),
+         *(arm(f"{n} steps", "coupled-qk", Changes.options("coupled-qk", steps=n)) for n in (3, 7))],
         baseline="1 step",
     )
     compute_matched = Claim(f"softmax on {PAPER_TOKENS_RATIO:g}x the tokens matches coupled", "lm", "val_ppl", matched,
                             "coupled-euler", "equal", relative=True, margin=SAME_PPL)
     return Suite(NAME, "Coupled Query-Key Dynamics at the paper's 60M scale (GPUs)", [lm, integration],
-                 [*QUICK, *estimate.SMOKE],
+                 QUICK | estimate.SMOKE,
                  "The paper's 60M shape on WikiText-103, 3 seeds. Claims: coupling lowers perplexity with Euler ≈ "
                  "leapfrog < uncoupled ≤ standard; standard attention on 2.4x the tokens catches up; step count "
                  f"does not matter. {estimate.ASSUMPTION}.",

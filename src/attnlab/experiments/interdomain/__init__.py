@@ -25,7 +25,7 @@ from .. import estimate, recall
 from ..claims import Claim, noted, per_token, relative
 from ..paper import Paper
 from ..registry import register_paper
-from ..spec import ABLATED, CONVERGED_LM, QUICK, Arm, Experiment, Suite, ablated, sweep_around
+from ..spec import ABLATED, CONVERGED_LM, QUICK, UNCHANGED, Arm, Changes, Experiment, Suite, ablated, sweep_around
 from . import bench, presets
 
 PROVENANCE = {"interdomain attention": "from the paper's full text ([P]: the S4D state read through the "
@@ -58,15 +58,15 @@ NEUTRAL = 0.5 * relative(PAPER_CUBE["single input"], PAPER_CUBE["interdomain"])
 SAME_FLATNESS = 0.04
 PATIENT_CAP = 10_000  # steps of the converged tier's patient runs: 2.5x its cap, 5 passes over the plays
 
-CUBE = [  # the cube's corners: label and overrides of the interdomain preset
-    ("interdomain", []),
-    ("no RoPE", ["model.mixer_options.interdomain.rope=false"]),
-    ("single input", ["model.mixer_options.interdomain.input=single"]),
-    ("dual + linear", ["model.mixer_options.interdomain.query=linear"]),
-    ("s4d", ["model.mixer=s4d"]),
-    ("softmax", ["model.mixer=softmax"]),
+CUBE = [  # the cube's corners: label and changes to the interdomain preset
+    ("interdomain", UNCHANGED),
+    ("no RoPE", Changes.options("interdomain", rope=False)),
+    ("single input", Changes.options("interdomain", input="single")),
+    ("dual + linear", Changes.options("interdomain", query="linear")),
+    ("s4d", Changes.mixer("s4d")),
+    ("softmax", Changes.mixer("softmax")),
 ]
-MIXERS = [("interdomain", []), ("s4d", ["model.mixer=s4d"]), ("softmax", ["model.mixer=softmax"])]
+MIXERS = [("interdomain", UNCHANGED), ("s4d", Changes.mixer("s4d")), ("softmax", Changes.mixer("softmax"))]
 
 
 def growth(label: str) -> float:
@@ -84,12 +84,12 @@ def suite(tier: str = "default") -> Suite:
 
 def default() -> Suite:
     # the extrapolation arms are the cube's own models (trained once, measured again)
-    lm_steps = ["train.steps=300", "train.eval_every=300", "train.ckpt_every=300"]
+    lm_steps = Changes.train(steps=300, eval_every=300, ckpt_every=300)
     lm = Experiment(
         "cube",
         "The ablation cube on character Shakespeare: validation perplexity",
         "val_ppl",
-        [Arm(label, "interdomain-char", [*o, *lm_steps]) for label, o in CUBE],
+        [Arm(label, "interdomain-char", corner | lm_steps) for label, corner in CUBE],
         "softmax",
         {label: f"{PAPER_CUBE[label]:g} (125M)" for label, _ in CUBE},
     )
@@ -97,7 +97,7 @@ def default() -> Suite:
         "extrapolation",
         "Perplexity against context length (trained at 128)",
         "extrapolation",
-        [Arm(label, "interdomain-char", [*o, *lm_steps]) for label, o in MIXERS],
+        [Arm(label, "interdomain-char", mixer | lm_steps) for label, mixer in MIXERS],
         "softmax",
         {"interdomain": f"{quoted('interdomain')} (4K/8K/14K, 1.3B)", "softmax": quoted("softmax"),
          "s4d": quoted("s4d")},
@@ -107,7 +107,7 @@ def default() -> Suite:
         "mqar",
         "MQAR recall, 64 tokens",
         "accuracy",
-        [Arm(m, "mqar", [f"model.mixer={m}", "train.steps=500"]) for m in ("interdomain", "s4d", "softmax")],
+        [Arm(m, "mqar", Changes.mixer(m) | Changes.train(steps=500)) for m in ("interdomain", "s4d", "softmax")],
         "softmax",
     )
     return Suite(
@@ -126,7 +126,7 @@ def converged() -> Suite:
     steps), its extrapolation measured on the same models."""
     # at most 4,000 steps (8M characters, about 2 passes over the plays and 10 per parameter)
     early_stopping = CONVERGED_LM
-    arms = [Arm(label, "interdomain-char", [*o, *early_stopping]) for label, o in MIXERS]
+    arms = [Arm(label, "interdomain-char", mixer | early_stopping) for label, mixer in MIXERS]
     cube = Experiment("cube", "IA, S4D-only and softmax on character Shakespeare, early stopping or 4,000 steps: "
                       "validation perplexity", "val_ppl", arms, "softmax",
                       {label: f"{PAPER_CUBE[label]:g} (125M)" for label, _ in MIXERS},
@@ -135,7 +135,7 @@ def converged() -> Suite:
                                "at 128)", "extrapolation", arms, "softmax", lengths=[1, 2, 3.5], sweep_of=cube.name)
     # the same arms with a cap their patience can reach (every run above stopped at 4,000 steps, still improving),
     # at the rates the cube's sweep chose: a GPU's protocol (scripts/gpu-science.sh), CPU-hours here
-    patient = [Arm(a.label, a.preset, [*a.overrides, f"train.steps={PATIENT_CAP}", f"train.ckpt_every={PATIENT_CAP}"])
+    patient = [Arm(a.label, a.preset, a.changes | Changes.train(steps=PATIENT_CAP, ckpt_every=PATIENT_CAP))
                for a in arms]
     cube_patient = Experiment("cube-patient", f"The cube's main comparison, early stopping or {PATIENT_CAP:,} steps "
                               "at the rates the cube's sweep chose: validation perplexity", "val_ppl", patient,
@@ -165,13 +165,13 @@ def converged() -> Suite:
 
 def paper() -> Suite:
     """The paper's protocol on GPUs: the cube at 125M, the three mixers at 350M-1.3B, extrapolation at 1.3B."""
-    corners = [*CUBE, ("s4d + RoPE", ["model.mixer=s4d", "model.mixer_options.s4d.rope=true"])]
+    corners = [*CUBE, ("s4d + RoPE", Changes.mixer("s4d", rope=True))]
     cube = Experiment("cube", "The ablation cube at 125M, 2.5B tokens: validation perplexity", "val_ppl",
-                      [arm(label, "125m", *o) for label, o in corners], "softmax",
+                      [arm(label, "125m", corner) for label, corner in corners], "softmax",
                       {label: f"{value:g}" for label, value in PAPER_CUBE.items()})
     scales = {size: Experiment(f"scale-{size}", f"IA, S4D-only and softmax at {size.upper()}, "
                                f"{PAPER_TOKENS[size] / 1e9:g}B tokens: validation perplexity", "val_ppl",
-                               [arm(label, size, *o) for label, o in MIXERS], "softmax")
+                               [arm(label, size, mixer) for label, mixer in MIXERS], "softmax")
               for size in ("350m", "760m", "1.3b")}
     scales["1.3b"].paper = {label: f"{value:g}" for label, value in PAPER_1_3B.items()}
     extrapolation = Experiment("extrapolation", "Perplexity against context length at 1.3B (trained at 4K)",
@@ -186,8 +186,7 @@ def paper() -> Suite:
         *extrapolation_claims("extrapolation", 4096, 14336, characters=False),
     ]
     return Suite(NAME, "Interdomain attention at the paper's scale (GPUs)", [cube, *scales.values(), extrapolation],
-                 [*QUICK, *estimate.SMOKE, "model.mixer_options.interdomain.modes=16",
-                  "model.mixer_options.s4d.modes=16"],
+                 QUICK | estimate.SMOKE | Changes.options("interdomain", modes=16) | Changes.options("s4d", modes=16),
                  "The paper's protocol: FineWeb-Edu (sample-100BT) with a locally trained 32K BPE, 4K context, "
                  "about 20 tokens per parameter, one seed as the paper (no interval: every claim is inconclusive; "
                  "--seeds 3 gives intervals at 3x the cost). Claims: the query-conditioned read is the dominant "
@@ -210,12 +209,12 @@ def scale_claims(size: str) -> list[Claim]:
 RANKS = {"760m": 8, "1.3b": 8}  # the sizes whose runs take one machine's 8 GPUs (DDP) rather than one GPU
 
 
-def arm(label: str, size: str, *overrides: str) -> Arm:
+def arm(label: str, size: str, changes: Changes) -> Arm:
     """One mixer at one of the paper's scales, trained on the paper's token budget."""
     steps = round(PAPER_TOKENS[size] / PAPER_BATCH_TOKENS)
-    return Arm(label, f"interdomain-{size}", [*overrides, "data.source=hf:HuggingFaceFW/fineweb-edu/sample-100BT",
-                                              "data.tokenizer=bpe", "data.bpe_vocab=32000", f"train.steps={steps}",
-                                              "train.precision=bf16"], ranks=RANKS.get(size, 1))
+    fineweb = Changes.data(source="hf:HuggingFaceFW/fineweb-edu/sample-100BT", tokenizer="bpe", bpe_vocab=32000)
+    return Arm(label, f"interdomain-{size}", changes | fineweb | Changes.train(steps=steps, precision="bf16"),
+               ranks=RANKS.get(size, 1))
 
 
 def cube_claims(experiment: str, corners: bool = True, characters: bool = True, headline: bool = True

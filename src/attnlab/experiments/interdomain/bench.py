@@ -7,8 +7,7 @@ from ...bench.registry import BenchCase, SpeedGoal
 from ..demo import DemoArm
 
 SPEED_GOALS = (SpeedGoal("interdomain", 2048, "<=", 2.0),)
-DEMO_ARMS = (DemoArm("interdomain", ("model.mixer_options.interdomain.modes=16",)),
-             DemoArm("s4d", ("model.mixer_options.s4d.modes=16",)))
+DEMO_ARMS = (DemoArm("interdomain", {"modes": 16}), DemoArm("s4d", {"modes": 16}))
 
 # one measurement in a fresh process, so that its peak resident memory is its own
 _INTERDOMAIN_RUN = """

@@ -23,7 +23,7 @@ from __future__ import annotations
 from ..claims import Claim
 from ..paper import Paper
 from ..registry import register_paper
-from ..spec import QUICK, Arm, Experiment, Suite
+from ..spec import QUICK, UNCHANGED, Arm, Changes, Experiment, Suite
 from . import presets
 
 NAME = "yardsticks"
@@ -43,7 +43,7 @@ RETRIEVAL_LENGTH = 512  # S-NIAH's, tested at 2x and 4x it
 # "tracks": at least this accuracy per token at 4x the training length (chance is 50%, a state that tracks
 # parity is exact at every length); "does not carry it": below this at 4x, once learned at the training length
 TRACKS, FAILS, LEARNED = 90, 60, 0.99
-MATCHED_STEPS = ["train.steps=1000", "train.eval_every=1000", "train.ckpt_every=1000"]
+MATCHED_STEPS = Changes.train(steps=1000, eval_every=1000, ckpt_every=1000)
 # the mixers the default tier runs at one state budget: softmax attention, whose cache sets the budget, and the
 # recurrent mixers, whose width the budget decides (every mixer has its matched preset; the other attention forms
 # hold the same cache, and Boltzmann attention's sliding window would take d_model 256, a run of half an hour)
@@ -54,22 +54,22 @@ def suite(tier: str = "default") -> Suite:
     return {"default": default, "converged": converged}[tier]()
 
 
-def _arms(experiment: str, preset: str, *overrides: str) -> list[Arm]:
+def _arms(experiment: str, preset: str, changes: Changes = UNCHANGED) -> list[Arm]:
     """One arm per mixer (and GDN with negative eigenvalues on parity), three seeds for the compared arms."""
     labels = MIXERS + ([NEGATIVE] if experiment == "parity" else [])
-    return [Arm(label, preset, [*_mixer(label), *overrides], seeds=None if label in COMPARED[experiment] else 1)
+    return [Arm(label, preset, _mixer(label) | changes, seeds=None if label in COMPARED[experiment] else 1)
             for label in labels]
 
 
 # the options an arm sets beyond its mixer's defaults: GDN's negative eigenvalues, and Boltzmann attention in its
 # sliding form, which reads past the training length of parity and S-NIAH's
-OPTIONS = {NEGATIVE: ("gdn", {"negative_eigenvalues": "true"}),
+OPTIONS = {NEGATIVE: ("gdn", {"negative_eigenvalues": True}),
            "boltzmann": ("boltzmann", presets.SLIDING["boltzmann"])}
 
 
-def _mixer(label: str) -> list[str]:
+def _mixer(label: str) -> Changes:
     mixer, options = OPTIONS.get(label, (label, {}))
-    return [f"model.mixer={mixer}", *(f"model.mixer_options.{mixer}.{k}={v}" for k, v in options.items())]
+    return Changes.mixer(mixer, **options)
 
 
 def default() -> Suite:
@@ -123,8 +123,8 @@ def converged() -> Suite:
         f"S-NIAH pass-key (RULER's S-NIAH-1), trained at {RETRIEVAL_LENGTH} characters, early stopping or 12,000 "
         "steps: exact match at 1x, 2x and 4x the length",
         "niah",
-        _arms("niah", "retrieval", "train.steps=12000", "train.eval_every=500", "train.patience=6",
-              "train.min_delta=0.001", "train.ckpt_every=12000"),
+        _arms("niah", "retrieval",
+              Changes.train(steps=12000, eval_every=500, patience=6, min_delta=0.001, ckpt_every=12000)),
         "softmax",
         lengths=[1, 2, 4],
     )

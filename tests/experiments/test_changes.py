@@ -1,0 +1,34 @@
+"""An arm's changes: typed by the config's dataclasses when loaded, joined in order, usable as a cache key."""
+
+import pytest
+
+from attnlab.config import load_config
+from attnlab.errors import ConfigError
+from attnlab.experiments.spec import Arm, Changes
+
+
+def test_changes_apply_in_order_by_section_and_leave_the_rest_of_the_preset():
+    changes = (Changes.mixer("coupled-qk", steps=3) | Changes.task("mqar", pairs=8, test_pairs=[8])
+               | Changes.train(steps=400) | Changes.train(steps=500))  # the later one wins
+    cfg = load_config("mqar", changes)
+    assert (cfg.model.mixer, cfg.train.steps) == ("coupled-qk", 500)
+    assert cfg.model.mixer_options["coupled-qk"]["steps"] == 3
+    task = cfg.data.task_options["mqar"]
+    assert (task["pairs"], task["test_pairs"], task["vocab_size"]) == (8, [8], 256)  # the preset's vocabulary stays
+
+
+def test_changes_are_values_a_plan_can_cache_on():
+    a, b = Changes.task("mqar", test_pairs=[1, 2]), Changes.task("mqar", test_pairs=[1, 2])
+    assert a == b and hash(a) == hash(b) and a != Changes.task("mqar", test_pairs=[1, 3])
+    assert list(a) == [("data.task_options.mqar.test_pairs", [1, 2])]
+
+
+def test_a_field_that_does_not_exist_or_a_wrong_type_is_refused_with_its_key():
+    with pytest.raises(ConfigError, match="train.stepz"):
+        load_config("demo", Changes.train(stepz=3))
+    with pytest.raises(ConfigError, match="train.steps"):
+        load_config("demo", Changes.train(steps="many"))
+    with pytest.raises(ValueError, match="'optim.lr'"):
+        Changes.section("optim", lr=1e-3)
+    with pytest.raises(TypeError, match="Changes.train"):
+        Arm("softmax", "demo", ["train.steps=3"])
