@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -534,7 +535,11 @@ def _refuse_repeated_keys(node, path: Path, where: str = "") -> None:
         _refuse_repeated_keys(value, path, name)
 
 
-def apply_overrides(values: dict, overrides) -> dict:
+# an override: "section.field=value" (the command line's), or (dotted key, Python value) (a suite's arms)
+Override = str | tuple[str, object]
+
+
+def apply_overrides(values: dict, overrides: Iterable[Override]) -> dict:
     """Apply overrides: ``a.b.c=value`` strings, whose values are parsed as YAML (``3``, ``1e-3``, ``true``,
     ``[a, b]``), or ``(a.b.c, value)`` pairs of a key and a Python value (a suite's arms). A key of a task's old
     section (data.mqar.pairs) sets its place in data.task_options."""
@@ -550,7 +555,7 @@ def apply_overrides(values: dict, overrides) -> dict:
     return values
 
 
-def parsed_override(item) -> tuple[str, object]:
+def parsed_override(item: Override) -> tuple[str, object]:
     """An override as (the key as the config names it now, its value)."""
     if isinstance(item, tuple):
         key, value = item
@@ -565,11 +570,11 @@ def parsed_override(item) -> tuple[str, object]:
     return upgraded_key(key), value
 
 
-def _shown(item) -> str:
+def _shown(item: Override) -> str:
     return item if isinstance(item, str) else f"{item[0]}={item[1]!r}"
 
 
-def load_config(preset_or_path: str | None = None, overrides=()) -> RunConfig:
+def load_config(preset_or_path: str | None = None, overrides: Iterable[Override] = ()) -> RunConfig:
     """A preset or YAML file with overrides applied (strings or pairs, see apply_overrides), validated."""
     values = preset_values(preset_or_path) if preset_or_path else {}
     if isinstance(values.get("data"), dict):  # old sections moved first, so that the overrides below win over them
@@ -579,7 +584,7 @@ def load_config(preset_or_path: str | None = None, overrides=()) -> RunConfig:
     return dataclasses.replace(cfg, train=cfg.train.with_capped_warmup())
 
 
-def overridden(overrides) -> set[str]:
+def overridden(overrides: Iterable[Override]) -> set[str]:
     """The dotted keys that overrides (strings or pairs, see apply_overrides) set, as the config names them now."""
     return {upgraded_key(item[0] if isinstance(item, tuple) else item.partition("=")[0]) for item in overrides}
 

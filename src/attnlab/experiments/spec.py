@@ -73,6 +73,7 @@ QUICK = Changes.train(steps=20, eval_every=20, eval_batches=2, ckpt_every=20)
 # (about 1.2x faster per step for a character LM on one CPU thread, after some 20 s of compilation)
 CONVERGED_LM = Changes.train(steps=4000, eval_every=250, patience=4, min_delta=0.001, ckpt_every=4000, compile=True)
 
+
 def sweep_around(preset: str) -> list[float]:
     """The learning-rate sweep every arm of a language-model comparison gets: the preset's rate halved, as it
     is, and doubled (each arm at the one its first seed validates best), so that no arm is judged at a rate
