@@ -15,6 +15,11 @@ compiled Triton that fla's kernels fall into:
    bf16 (and bf16 op Python float, e.g. `b_q * scale`) in bf16, and fla's backward kernels take bf16 sums
    (`tl.sum(b_h * b_dh)`). Here bf16 operands are widened to fp32 and the results rounded back to bf16,
    as the GPU rounds them; a dot product keeps its fp32 accumulator.
+
+One more saves time only: every call of a `@triton.jit` helper from inside a kernel re-patches triton.language
+(the `inspect.getmembers` of tl, tl.core, tl.tensor and tl.math), which the running kernel has already patched;
+fla's kernels make thousands of such calls, and the repeats took about a third of the worker's time. A helper
+whose language modules are already patched now skips the repeat; the patched functions are the same ones.
 """
 
 import ast
@@ -40,6 +45,7 @@ def apply() -> None:
     builder.unary_op = _bf16_through_fp32(builder.unary_op)
     builder.create_dot = _bf16_dot(builder.create_dot)
     interpreter.ReduceScanOpInterface.apply = _bf16_reduce_scan(interpreter.ReduceScanOpInterface.apply)
+    interpreter._patch_lang = _patch_lang_once(interpreter._patch_lang)
 
 
 def _first_config(prune_configs):
@@ -62,6 +68,36 @@ class _TensorLoopVariables(interpreter.ASTTransformer):
             rebind = ast.Assign(targets=[ast.Name(name, ast.Store())], value=ast.Name(name, ast.Load()))
             node.body.insert(0, self.visit_Assign(rebind))
         return node
+
+
+def _patch_lang_once(patch_lang):
+    """patch_lang(fn) -> a scope to restore: called by a kernel's launch (outside any kernel) and by each helper's
+    call inside one. Inside a kernel whose patches already cover the helper's language modules, it patches
+    nothing. The kernel's scope restores what the kernel patched when it ends; what a helper patched stays
+    patched, as it did before."""
+    patched = set()  # ids of the language modules the running kernel patched
+
+    class KernelScope(interpreter._LangPatchScope):
+        def restore(self):
+            super().restore()
+            patched.clear()
+
+    def langs(fn):
+        return {id(value) for value in fn.__globals__.values() if value is tl or value is tl.core}
+
+    def patch(fn):
+        if patched:  # a helper, inside a kernel
+            if langs(fn) <= patched:
+                return interpreter._LangPatchScope()
+            patched.update(langs(fn))  # e.g. tl.core, which tl.sum's module reads: patched as before, once
+            return patch_lang(fn)
+        scope = patch_lang(fn)
+        kernel_scope = KernelScope()
+        kernel_scope._changes = scope._changes
+        patched.update(langs(fn))
+        return kernel_scope
+
+    return patch
 
 
 def _is_bf16(x) -> bool:

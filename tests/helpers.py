@@ -2,6 +2,7 @@
 suite results with a known effect, a training process that dies at a chosen checkpoint, and workers on gloo ranks."""
 
 import json
+import pickle
 import random
 import subprocess
 import sys
@@ -162,6 +163,19 @@ def on_gloo_ranks(worker, folder, world: int = 2) -> dict:
     store in folder (starting them is most of the cost: one start serves a module's tests)."""
     import torch.multiprocessing as mp
 
-    out = mp.Manager().dict()
-    mp.spawn(worker, args=(str(folder / "store"), out), nprocs=world)
-    return dict(out)
+    mp.spawn(_rank_into_file, args=(worker, str(folder)), nprocs=world)
+    out = {}
+    for rank in range(world):
+        out.update(pickle.loads((folder / f"out{rank}.pickle").read_bytes()))
+    return out
+
+
+def _rank_into_file(rank: int, worker, folder: str) -> None:
+    """One rank: worker fills a plain dict, handed back pickled in one file. (A multiprocessing Manager's dict
+    moved every tensor into shared memory on its own, which took longer than the ranks' work.)"""
+    # one thread a rank: the ranks are already one process a core, and more threads on their small tensors only
+    # contended (the model's fixture took minutes where OMP_NUM_THREADS was unset, seconds with one thread)
+    torch.set_num_threads(1)
+    out = {}
+    worker(rank, f"{folder}/store", out)
+    (Path(folder) / f"out{rank}.pickle").write_bytes(pickle.dumps(out))

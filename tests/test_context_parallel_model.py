@@ -57,25 +57,31 @@ DOCUMENTS = {"a boundary at the shard": [0, 5, 11, 14, T], "a document across th
 CONTEXT = Context()  # one for every case: the documents it holds must follow each call's rows
 
 
-def run_case(case: str, rank: int, cu_seqlens: torch.Tensor | None, dtype) -> dict:
-    """One rank's logits and gradients of its shard, and one process's of the whole rows."""
-    part = slice(rank * T // WORLD, (rank + 1) * T // WORLD)
-    rows = 1 if cu_seqlens is not None else B  # packed documents lie in one row
-    tokens = torch.randint(0, VOCAB, (rows, T + 1), generator=torch.Generator().manual_seed(1))
+def rows(cu_seqlens: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The whole rows' inputs and targets: B rows, or one of packed documents."""
+    tokens = torch.randint(0, VOCAB, (1 if cu_seqlens is not None else B, T + 1),
+                           generator=torch.Generator().manual_seed(1))
     inputs, targets = tokens[:, :-1], tokens[:, 1:].clone()
     if cu_seqlens is not None:
         targets[0, cu_seqlens[1:] - 1] = -100  # a document's last token predicts nothing across its boundary
-    keep = cu_seqlens is None  # a shard's states: the whole sequences' final ones, where a mixer keeps one
+    return inputs, targets
+
+
+def shard(rank: int) -> slice:
+    return slice(rank * T // WORLD, (rank + 1) * T // WORLD)
+
+
+def run_case(case: str, rank: int | None, cu_seqlens: torch.Tensor | None, dtype) -> dict:
+    """The logits, states and gradients of one rank's shard, with a context; or, rank None, of one process's
+    whole rows. States where a mixer keeps one: the whole sequences' final ones."""
+    inputs, targets = rows(cu_seqlens)
+    part = slice(None) if rank is None else shard(rank)
     model = decoder(case, dtype)
-    logits, states = model(inputs[:, part], cu_seqlens=cu_seqlens, keep_states=keep, context=CONTEXT)
+    logits, states = model(inputs[:, part], cu_seqlens=cu_seqlens, keep_states=cu_seqlens is None,
+                           context=None if rank is None else CONTEXT)
     next_token_loss(logits, targets[:, part], reduction="sum").backward()
-    whole = decoder(case, dtype)
-    whole_logits, whole_states = whole(inputs, cu_seqlens=cu_seqlens, keep_states=keep)
-    next_token_loss(whole_logits, targets, reduction="sum").backward()
-    return {"logits": (logits.detach(), whole_logits.detach()[:, part]),
-            "states": (detached(states), detached(whole_states)),
-            "grads": {name: p.grad for name, p in model.named_parameters()},
-            "whole": {name: p.grad for name, p in whole.named_parameters()}}
+    return {"logits": logits.detach(), "states": detached(states),
+            "grads": {name: p.grad for name, p in model.named_parameters()}}
 
 
 def detached(states) -> list[dict]:
@@ -94,11 +100,13 @@ def worker(rank: int, store: str, out: dict) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
     try:
         for precision, (dtype, _) in PRECISIONS.items():
-            for case in SPLIT:
-                out[case, precision, rank] = run_case(case, rank, None, dtype)
-                for documents, cu_seqlens in DOCUMENTS.items():
-                    out[f"{case}, packed: {documents}", precision, rank] = run_case(case, rank,
-                                                                                    torch.tensor(cu_seqlens), dtype)
+            for i, case in enumerate(SPLIT):
+                for documents, cu_seqlens in {None: None, **DOCUMENTS}.items():
+                    key = case if documents is None else f"{case}, packed: {documents}"
+                    cu_seqlens = None if cu_seqlens is None else torch.tensor(cu_seqlens)
+                    out[key, precision, rank] = run_case(case, rank, cu_seqlens, dtype)
+                    if i % WORLD == rank:  # the whole rows, the same on every rank: run once, the ranks taking turns
+                        out[key, precision, "whole"] = run_case(case, None, cu_seqlens, dtype)
     finally:
         dist.destroy_process_group()
 
@@ -113,10 +121,11 @@ def ranks_ran(tmp_path_factory) -> dict:
                                               for documents in DOCUMENTS)])
 def test_a_decoder_split_across_two_ranks_matches_one_process(mixer, precision, ranks_ran):
     tolerance = PRECISIONS[precision][1]
+    whole = ranks_ran[mixer, precision, "whole"]
     for rank in range(WORLD):
-        torch.testing.assert_close(*ranks_ran[mixer, precision, rank]["logits"], rtol=tolerance, atol=tolerance)
-    whole = ranks_ran[mixer, precision, 0]["whole"]
-    for name, grad in whole.items():  # the ranks' gradients summed, as data parallelism sums them
+        torch.testing.assert_close(ranks_ran[mixer, precision, rank]["logits"], whole["logits"][:, shard(rank)],
+                                   rtol=tolerance, atol=tolerance)
+    for name, grad in whole["grads"].items():  # the ranks' gradients summed, as data parallelism sums them
         if grad is None:
             continue
         summed = sum(ranks_ran[mixer, precision, rank]["grads"][name] for rank in range(WORLD))
@@ -133,8 +142,9 @@ RECURRENT = [case for case in SPLIT if case.split()[0] in ("linear", "gla", "gdn
 def test_a_recurrent_layer_split_across_two_ranks_returns_the_whole_sequences_final_state_on_each(mixer, precision,
                                                                                                   ranks_ran):
     tolerance = PRECISIONS[precision][1]
+    whole = ranks_ran[mixer, precision, "whole"]["states"]
     for rank in range(WORLD):
-        split, whole = ranks_ran[mixer, precision, rank]["states"]
+        split = ranks_ran[mixer, precision, rank]["states"]
         assert all(state for state in split), f"{mixer}: a layer returned no state on rank {rank}"
         for layer, (ours, theirs) in enumerate(zip(split, whole, strict=True)):
             assert ours.keys() == theirs.keys()

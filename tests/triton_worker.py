@@ -27,6 +27,9 @@ from attnlab.ops.interdomain import READOUTS, interdomain_chunk
 from helpers import grads_of, random_linear_inputs
 
 fla_interpreter.apply()
+# the interpreter runs the kernels as Python on one core, between torch ops on small tensors, where intra-op threads
+# only contend: with the default (a thread a core) the worker took twice as long on two cores
+torch.set_num_threads(1)
 
 T = 37  # not a multiple of any chunk the kernels use
 CHUNK = 16
@@ -263,20 +266,35 @@ def context_parallel_rank(rank: int, store: str):
         T_whole, part = 34, slice(17 * rank, 17 * (rank + 1))
         x = torch.randn(1, T_whole, 64, generator=torch.Generator().manual_seed(7))
         weights = torch.randn(1, T_whole, 64, generator=torch.Generator().manual_seed(8))
-        for name, options, documents in CONTEXT_PARALLEL_CASES:
-            cu_seqlens = None if documents is None else torch.tensor(documents)
-            what = f"{name} {options}" + ("" if documents is None else f" packed {documents}")
-            torch.manual_seed(0)  # the same parameters on both ranks
-            _, mixer = mixer_pair(name, **options)
-            params = list(mixer.parameters())
+
+        def case(i):
+            """The case's mixer (the same parameters on both ranks) and cu_seqlens."""
+            name, options, documents = CONTEXT_PARALLEL_CASES[i]
+            torch.manual_seed(0)
+            return mixer_pair(name, **options)[1], None if documents is None else torch.tensor(documents)
+
+        def whole(i):
+            """The whole sequence in one call: outputs, final state and the parameters' gradients."""
+            mixer, cu_seqlens = case(i)
             y, state = mixer(x, cu_seqlens=cu_seqlens, keep_state=cu_seqlens is None)
+            grads = torch.autograd.grad((y * weights).sum(), list(mixer.parameters()))
+            return y.detach(), None if state is None else [t.detach() for t in state_tensors(state)], grads
+
+        # the whole sequences' results, the same on both ranks: each rank computes every other case's, and they swap
+        ours = {i: whole(i) for i in range(rank, len(CONTEXT_PARALLEL_CASES), 2)}
+        both = [None, None]
+        dist.all_gather_object(both, ours)
+        wholes = {**both[0], **both[1]}
+        for i, (name, options, documents) in enumerate(CONTEXT_PARALLEL_CASES):
+            what = f"{name} {options}" + ("" if documents is None else f" packed {documents}")
+            mixer, cu_seqlens = case(i)
+            y, state, grads = wholes[i]
             y_shard, state_shard = mixer(x[:, part], cu_seqlens=cu_seqlens, context=Context())
             torch.testing.assert_close(y_shard, y[:, part], **TOLERANCE, msg=lambda m, w=what: f"{w}: {m}")
             if cu_seqlens is None:
-                for a, b in zip(state_tensors(state_shard), state_tensors(state), strict=True):
+                for a, b in zip(state_tensors(state_shard), state, strict=True):
                     torch.testing.assert_close(a, b, **TOLERANCE, msg=lambda m, w=what: f"{w} state: {m}")
-            grads = torch.autograd.grad((y * weights).sum(), params)
-            split = torch.autograd.grad((y_shard * weights[:, part]).sum(), params)
+            split = torch.autograd.grad((y_shard * weights[:, part]).sum(), list(mixer.parameters()))
             for (param, _), g_split, g in zip(mixer.named_parameters(), split, grads, strict=True):
                 g_split = g_split.contiguous()
                 dist.all_reduce(g_split)  # the ranks' gradients summed, as data parallelism sums them

@@ -38,9 +38,10 @@ from .timing import round_robin
 LIMITS = {"fp32": 1e-4, "bf16": 3e-2}
 # how many demo models train at once in the packing section: on a GPU, and in a dry run
 PACKING = {"gpu": (1, 4, 16), "dry run": (1, 2)}
-# the timed sections' sizes: on a GPU, and in a dry run (the same code paths at sizes a CPU runs in seconds)
-SIZES = {"gpu": {"batch": 8, "lengths": (2048, 8192), "d_model": 512, "n_heads": 8, "repeats": 5},
-         "dry run": {"batch": 1, "lengths": (8, 16), "d_model": 32, "n_heads": 2, "repeats": 1}}
+# the timed sections' sizes: on a GPU, and in a dry run (the same code paths at sizes a CPU runs in seconds; its
+# times are not judged, so no warm-up call before the timed one)
+SIZES = {"gpu": {"batch": 8, "lengths": (2048, 8192), "d_model": 512, "n_heads": 8, "repeats": 5, "warmup": True},
+         "dry run": {"batch": 1, "lengths": (8, 16), "d_model": 32, "n_heads": 2, "repeats": 1, "warmup": False}}
 
 
 def relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
@@ -165,7 +166,7 @@ def _runs_fla(name: str, options: dict, machine: dict) -> bool:
 
 
 def time_mixers(device: torch.device, batch: int, seq_len: int, d_model: int, n_heads: int, repeats: int,
-                log=print) -> dict:
+                warmup: bool = True, log=print) -> dict:
     """Forward+backward milliseconds of every mixer, side by side, and the ratio to SDPA softmax."""
     log(f"\nforward+backward on {device}: batch {batch}, T {seq_len}, d_model {d_model}, {n_heads} heads, "
         f"bf16 autocast, median of {repeats}")
@@ -186,7 +187,7 @@ def time_mixers(device: torch.device, batch: int, seq_len: int, d_model: int, n_
             log(f"{label:<34} not run: {str(err).split(';')[0]}")
             continue
         tasks[label] = fwd_bwd
-    seconds = round_robin(tasks, repeats)
+    seconds = round_robin(tasks, repeats, warmup)
     base = seconds.get("softmax")
     results = {}
     for label, s in seconds.items():
@@ -230,7 +231,7 @@ def fused_cases(device: torch.device) -> list[tuple[str, str, dict]]:
 
 
 def compare_backends(device: torch.device, batch: int, seq_len: int, d_model: int, n_heads: int, repeats: int,
-                     log=print) -> dict:
+                     warmup: bool = True, log=print) -> dict:
     """Each fused backend (fla, Triton, FlexAttention) against the same weights with backend=torch: the largest
     relative difference of the outputs, then both timed side by side (forward+backward, bf16 autocast)."""
     log(f"\nfused backends against the torch forms on {device}: batch {batch}, T {seq_len}, d_model {d_model}")
@@ -255,7 +256,7 @@ def compare_backends(device: torch.device, batch: int, seq_len: int, d_model: in
                     y, _ = mixer(x)
                 y.float().sum().backward()
 
-            seconds = round_robin({form: (lambda m=m: fwd_bwd(m)) for form, m in forms.items()}, repeats)
+            seconds = round_robin({form: (lambda m=m: fwd_bwd(m)) for form, m in forms.items()}, repeats, warmup)
         except Exception as err:
             results[label] = {"error": f"{type(err).__name__}: {err}"}
             log(f"{label:<44} FAILED: {results[label]['error'][:200]}")

@@ -24,17 +24,18 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def round_robin(tasks: dict, repeats: int) -> dict:
-    """Median seconds of each zero-argument callable, after one warm-up call each. Contenders take turns,
-    so drift in the machine's speed hits all of them alike."""
-    return {name: statistics.median(ts) for name, ts in round_robin_times(tasks, repeats).items()}
+def round_robin(tasks: dict, repeats: int, warmup: bool = True) -> dict:
+    """Median seconds of each zero-argument callable, after one warm-up call each (unless warmup is false).
+    Contenders take turns, so drift in the machine's speed hits all of them alike."""
+    return {name: statistics.median(ts) for name, ts in round_robin_times(tasks, repeats, warmup).items()}
 
 
-def round_robin_times(tasks: dict, repeats: int) -> dict[str, list[float]]:
-    """Seconds of each callable in each of `repeats` rounds (after one warm-up call each): round r of every
-    contender ran back to back, so ratios within a round share the machine's state."""
-    for fn in tasks.values():
-        fn()
+def round_robin_times(tasks: dict, repeats: int, warmup: bool = True) -> dict[str, list[float]]:
+    """Seconds of each callable in each of `repeats` rounds (after one warm-up call each, unless warmup is false):
+    round r of every contender ran back to back, so ratios within a round share the machine's state."""
+    if warmup:
+        for fn in tasks.values():
+            fn()
     times = {name: [] for name in tasks}
     for _ in range(repeats):
         for name, fn in tasks.items():
