@@ -304,6 +304,9 @@ def test_arms_share_a_rate_where_the_sweep_cannot_separate_rates_and_the_decisio
     again = plan(suite, [sweep], results, settings)  # decided again, once its seeds at the new best are trained
     assert not again.decided and {job.lr for job in again.jobs if job.key.arm == "sigmoid" and not job.key.sweep
                                   } == {1e-3}
+    train_as_planned()  # the seeds at each arm's best of the sweep as it now stands
+    redecided = plan(suite, [sweep], results, settings).decided["lm"]  # recorded again, so that it stands in turn
+    assert redecided["sweep"]["sigmoid"]["0.001"] == 1.4 and redecided != decision
 
 
 def test_a_job_that_measures_another_experiments_model_trains_it_again_where_the_model_is_not_on_disk():

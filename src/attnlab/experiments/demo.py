@@ -40,8 +40,7 @@ def arms(preset: str, changes: Changes) -> list[Arm]:
     """Softmax and every mixer the papers put in the demo, small, on the preset with these changes and each
     mixer's own options."""
     mixers = {"softmax": {}, **{mixer: arm.options for mixer, arm in DEMO_ARMS.items()}}
-    return [Arm(m, preset, Changes.model(mixer=m) | SMALL | changes | Changes.options(m, **options))
-            for m, options in mixers.items()]
+    return [Arm(m, preset, Changes.mixer(m, **options) | SMALL | changes) for m, options in mixers.items()]
 
 
 def suite(tier: str = "default") -> Suite:

@@ -204,10 +204,12 @@ def _share_rate(suite, experiment, results, settings, rates, decided) -> None:
     decision = None if source is None else shared_decision(source, results, settings)
     if decision is None:
         return
-    if source.name not in results.shared_rates:
+    if results.shared_rates.get(source.name) != decision:  # made now, or made again for a sweep trained again
         decided[source.name] = decision
+    if decision["lr"] is None:
+        return
     for arm in experiment.arms:
-        if decision["lr"] is not None and isinstance(rates.get((source.name, arm.label)), float):
+        if isinstance(rates.get((source.name, arm.label)), float):
             rates[source.name, arm.label] = decision["lr"]
 
 
@@ -217,7 +219,11 @@ def shared_decision(source: Experiment, results: Results, settings: Settings) ->
     driver records a decision once made, so that seeds trained again at the shared rate, whose spread differs,
     cannot undo it; a sweep trained again (its losses are not those the decision read) decides again. {"lr": the
     shared rate, or None where each arm keeps its own; "spreads": arm -> spread; "sweep": the losses read}"""
-    losses = _every_sweep(source, results, settings)
+    return _decision(source, results, settings, _every_sweep(source, results, settings))
+
+
+def _decision(source: Experiment, results: Results, settings: Settings, losses: dict) -> dict | None:
+    """shared_decision, given every arm's sweep (_every_sweep)."""
     if any(None in by_lr.values() for by_lr in losses.values()):
         return None
     recorded = results.shared_rates.get(source.name)
@@ -251,7 +257,7 @@ def arm_rates(source: Experiment, results: Results, settings: Settings) -> dict[
     rate, else its own best."""
     losses = _every_sweep(source, results, settings)
     own = {label: min(by_lr, key=by_lr.get) for label, by_lr in losses.items() if None not in by_lr.values()}
-    decision = shared_decision(source, results, settings)
+    decision = _decision(source, results, settings, losses)
     if decision is None or decision["lr"] is None:
         return own
     return dict.fromkeys(own, decision["lr"])
