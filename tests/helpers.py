@@ -125,7 +125,9 @@ def toy_results() -> Results:
 def add_runs(results: Results, experiment: str, arm: str, values: list, key: str = "val_ppl") -> Results:
     """Sets key to values[s] in the record of seed s of the arm, adding the records it lacks."""
     for seed, value in enumerate(values):
-        results.records.setdefault(RunKey(experiment, arm, seed=seed), Record(seconds=1.0))[key] = value
+        run = RunKey(experiment, arm, seed=seed)
+        record = results.records.get(run, Record(seconds=1.0))
+        results.records[run] = record.replace(values={**record.values, key: value})
     return results
 
 

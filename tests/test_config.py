@@ -261,7 +261,7 @@ def test_old_section_keys_set_the_task_options_in_the_order_given():
 
 
 def test_a_fingerprint_does_not_depend_on_where_the_task_settings_were_given():
-    from attnlab.experiments.plan import fingerprint
+    from attnlab.experiments.configs import fingerprint
 
     saved = from_dict(RunConfig, {**load_config("mqar").to_dict(), "data": OLD_SAVED_DATA})
     given = load_config("mqar", ["data.task_options.mqar.pairs=2", "data.task_options.mqar.test_pairs=[2]",

@@ -18,7 +18,8 @@ from attnlab.cli import main
 from attnlab.data import tasks
 from attnlab.experiments import executors, get_suite, metrics, registry, runner
 from attnlab.experiments.claims import Anchor, Claim
-from attnlab.experiments.plan import Settings, measurement_of, plan
+from attnlab.experiments.configs import Settings
+from attnlab.experiments.plan import measurement_of, plan
 from attnlab.experiments.spec import Arm, Changes, Experiment, Suite
 from attnlab.experiments.store import Record, Results, RunKey
 from attnlab.mixers import registry as mixer_registry
@@ -59,7 +60,7 @@ def test_a_plan_puts_sweeps_then_calibration_then_the_other_arms_and_trains_noth
     assert first.jobs[3].why == "the calibration" and first.jobs[6].why == "the sweep of lm/softmax"
 
     for job in first.jobs[:3]:  # the baseline's sweep measured: 0.002 wins inside the grid
-        results.records[job.key] = Record(record_of(job, best_val_loss=1.0 if job.key.lr == 2e-3 else 2.0))
+        results.records[job.key] = Record.from_json(record_of(job, best_val_loss=1.0 if job.key.lr == 2e-3 else 2.0))
     second = plan(suite, suite.experiments, results, settings)
     by_key = {str(j.key): j for j in second.jobs}
     assert by_key["lm/softmax/0"].status == "measure" and by_key["lm/softmax/0"].model == RunKey("lm", "softmax",
@@ -69,7 +70,7 @@ def test_a_plan_puts_sweeps_then_calibration_then_the_other_arms_and_trains_noth
 
     for key in ("lm/softmax/0", "lm/softmax/1"):  # the baseline's seeds measured, 1 away from the paper's 5
         job = by_key[key]
-        results.records[job.key] = Record(record_of(job, val_ppl=6.0))
+        results.records[job.key] = Record.from_json(record_of(job, val_ppl=6.0))
     third = {str(j.key): j for j in plan(suite, suite.experiments, results, settings).jobs}
     if tolerance > 1:  # calibrated: the compared arm's sweep, then its seeds
         assert third["lm/hJ/lr=0.001"].status == "train" and third["lm/hJ/1"].why == "the sweep of lm/hJ"

@@ -14,7 +14,7 @@ from attnlab import plugins, presets
 from attnlab.config import list_presets, load_config
 from attnlab.errors import ConfigError
 from attnlab.experiments import SUITES, get_suite
-from attnlab.experiments.plan import fingerprint
+from attnlab.experiments.configs import fingerprint
 
 EXPECTED = json.loads((Path(__file__).parent / "fingerprints.json").read_text())
 

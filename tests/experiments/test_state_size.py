@@ -1,5 +1,6 @@
 """RULER's grid and accuracy against state size in a report, from the fields the niah and accuracy metrics record."""
 
+from attnlab.experiments.plan import plan_of
 from attnlab.experiments.report import write_report
 from attnlab.experiments.spec import Arm, Experiment, Suite
 from attnlab.experiments.state_size import accuracy_key, ruler_grid, state_section
@@ -12,12 +13,13 @@ def suite_with_records(tmp_path):
     results = Results({"suite": "s", "runs": {}})
     for seed in range(2):
         for label, size, hit in (("softmax", 65536, 1.0), ("gla", 4096, 0.5 + 0.25 * seed)):
-            results.records[RunKey("niah", label, seed=seed)] = Record(
+            results.records[RunKey("niah", label, seed=seed)] = Record.from_json(
                 {"niah@128": hit, "niah@256": hit / 2, "niah_depths": {"128": {"0": hit, "1": 1.0},
                                                                         "256": {"0": hit / 2, "1": 0.0}},
                  "state_bytes": size, "seconds": 1.0})
-            results.records[RunKey("parity", label, seed=seed)] = Record({"accuracy": 0.9 if label == "gla" else 0.6,
-                                                                          "state_bytes": size, "seconds": 1.0})
+            accuracy = 0.9 if label == "gla" else 0.6
+            results.records[RunKey("parity", label, seed=seed)] = Record.from_json(
+                {"accuracy": accuracy, "state_bytes": size, "seconds": 1.0})
     return Suite("s", "s", [niah, parity]), results
 
 
@@ -38,8 +40,8 @@ def test_accuracy_against_state_size_reads_each_experiments_accuracy_at_the_trai
     assert "| parity | 60.0% at 64 KiB | 90.0% at 4 KiB |" in lines
     assert (tmp_path / "state.png").stat().st_size > 0
     (tmp_path / "report").mkdir()
-    report = write_report(suite, results, tmp_path / "report").read_text()
+    report = write_report(suite, results, plan_of(suite, results), tmp_path / "report").read_text()
     assert "## Accuracy against state size" in report and "By depth of the needle" in report
-    for record in results.records.values():  # records from before the state was recorded: no section
-        del record["state_bytes"]
+    for key, record in results.items():  # records from before the state was recorded: no section
+        results.records[key] = record.replace(details={})
     assert state_section(suite, results, tmp_path) == []

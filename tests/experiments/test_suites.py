@@ -9,13 +9,15 @@ from pathlib import Path
 import pytest
 
 from attnlab import checkpoint
+from attnlab.commands.results import results_summary
 from attnlab.errors import ConfigError, UserError
 from attnlab.evaluate import block_losses, perplexity_by_length, whole_split_loss
 from attnlab.experiments import SUITES, claims, get_suite, report, runner
 from attnlab.experiments.claims import Anchor, Claim
+from attnlab.experiments.configs import Settings
 from attnlab.experiments.metrics import get_metric, tokens_to_loss
-from attnlab.experiments.plan import Plan, Settings, plan, superseded
-from attnlab.experiments.report import results_summary, update_readme, write_report
+from attnlab.experiments.plan import Plan, plan, plan_of
+from attnlab.experiments.report import update_readme, write_report
 from attnlab.experiments.runner import run_suite, training_extent
 from attnlab.experiments.spec import (
     ABLATED,
@@ -25,19 +27,24 @@ from attnlab.experiments.spec import (
     Experiment,
     Suite,
     ablated,
-    shared_rate,
-    sweep_rates,
 )
 from attnlab.experiments.stats import mean_std, paired_difference
 from attnlab.experiments.store import Record, Results, RunKey
+from attnlab.experiments.sweeps import shared_rate, sweep_rates
+from attnlab.experiments.training_notes import training_table
 from attnlab.inference import load_run
 from attnlab.train import train
 from helpers import Crash, crash_after_checkpoint, two_arms
 
 
-def runs_of(results: Results) -> dict[str, Record]:
+def training_lines(suite: Suite, experiment: Experiment, results: Results) -> list[str]:
+    """The report's training notes of one experiment, as the report would write them."""
+    return training_table(suite, experiment, results, plan_of(suite, results))
+
+
+def runs_of(results: Results) -> dict[str, dict]:
     """The records by their keys as results.json writes them."""
-    return {str(key): record for key, record in results.items()}
+    return {str(key): record.to_json() for key, record in results.items()}
 
 
 README_START, README_END = "<!-- results: start -->", "<!-- results: end -->"
@@ -59,7 +66,7 @@ def test_suite_runs_and_reports(name, tier, tmp_path, monkeypatch):
     expected |= {str(RunKey(e.name, a.label, lr=lr)) for e in suite.experiments for a in e.arms for lr in e.lrs}
     assert set(runs_of(results)) == expected
     assert json.loads((tmp_path / "suite" / "results.json").read_text()) == results.to_json()
-    report = write_report(suite, results, tmp_path / "suite").read_text()
+    report = write_report(suite, results, plan_of(suite, results), tmp_path / "suite").read_text()
     assert "1 seed(s), the last run on " in report and "torch " in report
     assert f"**Smoke run: not a result.** Results of the {tier} tier of {name}, a smoke run (--quick)." in report
     if suite.claims:
@@ -110,7 +117,7 @@ def test_a_run_cut_short_continues_from_its_checkpoint_and_ends_as_if_never_stop
     assert "    continuing from the checkpoint at step 2" in calls and record["resumed_from"] == 2
     assert record["val_ppl"] == uninterrupted["val_ppl"] and record["steps"] == 4
     assert "resumed_from" not in uninterrupted and record["seconds"] > spent > 0  # the earlier attempt counts
-    report = write_report(suite, resumed, tmp_path / "suite").read_text()
+    report = write_report(suite, resumed, plan_of(suite, resumed), tmp_path / "suite").read_text()
     assert "- softmax: 4 [resumed at 2]" in report and "resumed_from" not in report
 
 
@@ -130,7 +137,8 @@ def test_a_checkpoint_left_by_another_config_is_not_continued(other, tmp_path, m
     calls = []
     record = run_suite(suite, tmp_path / "suite", seeds=1, extra=[*TINY, f"train.steps={steps}"],
                        log=calls.append).get(RunKey("lm", "softmax", seed=0))
-    assert not any("continuing" in c for c in calls) and "resumed_from" not in record and record["steps"] == steps
+    assert not any("continuing" in c for c in calls) and record.resumed_from is None
+    assert record.extent["steps"] == steps
 
 
 def test_statistics():
@@ -153,7 +161,7 @@ def test_an_arm_shared_by_two_experiments_is_trained_once_and_measured_by_each(t
     assert runs["speed/again/0"]["run"] == runs["ppl/softmax/0"]["run"] != runs["ppl/sigmoid/0"]["run"]
     assert sum("the same model as" in c for c in calls) == 1
     assert runs["speed/again/0"]["tokens to 100.0"] > 0 and runs["speed/again/0"]["tokens to 0.0"] is None
-    report = write_report(suite, results, tmp_path / "suite").read_text()
+    report = write_report(suite, results, plan_of(suite, results), tmp_path / "suite").read_text()
     assert "| again | " in report and "never" in report
 
 
@@ -198,7 +206,8 @@ def test_a_learning_rate_sweep_trains_every_seed_at_the_rate_with_the_lowest_val
     assert f"-lr{best:g}-s1" in runs["mqar/softmax/1"]["run"] and runs["mqar/softmax/1"]["steps"] == 6
     saved = json.loads((tmp_path / "suite" / "results.json").read_text())["shared_rates"]
     assert saved["mqar"]["lr"] == best  # one arm shares with no other: its own best, recorded once decided
-    report = write_report(Suite("s", "s", [sweep]), results, tmp_path / "suite").read_text()
+    one = Suite("s", "s", [sweep])
+    report = write_report(one, results, plan_of(one, results), tmp_path / "suite").read_text()
     assert "| softmax |" in report
 
 
@@ -209,13 +218,13 @@ def test_a_sweep_goes_on_past_an_edge_that_wins_and_says_where_it_stopped_there(
     runs = {str(RunKey("lm", label, lr=lr)): {"best_val_loss": loss}
             for label, by_lr in losses.items() for lr, loss in zip(sweep.lrs, by_lr, strict=True)}
     toy = Suite("toy", "Toy", [sweep])
-    lines = report.training_table(toy, sweep, Results({"suite": "toy", "runs": runs}))
+    lines = training_lines(toy, sweep, Results({"suite": "toy", "runs": runs}))
     assert "| sigmoid | 1.6 | 1.5 | **1.4** | – |" in lines and "| softmax | 1.6 | **1.5** | 1.55 | – |" in lines
     assert "The sweep goes on: sigmoid (lr 0.008), not run yet" in "\n".join(lines)
     assert not any("edge:" in line for line in lines)
     runs |= {str(RunKey("lm", "sigmoid", lr=lr)): {"best_val_loss": loss} for lr, loss in [(8e-3, 1.35), (1.6e-2, 1.3)]}
     # two rates added, the last still the best: it stops there
-    lines = report.training_table(toy, sweep, Results({"suite": "toy", "runs": runs}))
+    lines = training_lines(toy, sweep, Results({"suite": "toy", "runs": runs}))
     assert "| sigmoid | 1.6 | 1.5 | 1.4 | 1.35 | **1.3** |" in lines
     assert [line for line in lines if "edge:" in line] == [
         "At the sweep's edge: sigmoid (lr 0.016); a rate beyond it might train better."]
@@ -243,8 +252,9 @@ def test_the_plan_trains_the_rates_a_sweep_adds_and_chooses_among_all():
             break
         for job in jobs:
             trained.append(str(job.key))
-            results.records[job.key] = Record(best_val_loss=math.log(job.cfg.train.lr / 1e-2) ** 2,
-                                              config=job.fingerprint, measured=["val_ppl", [1, 2, 3.5, 5], []])
+            results.records[job.key] = Record.from_json(dict(best_val_loss=math.log(job.cfg.train.lr / 1e-2) ** 2,
+                                                             config=job.fingerprint,
+                                                             measured=["val_ppl", [1, 2, 3.5, 5], []]))
     assert trained == [str(RunKey("lm", "softmax", lr=lr)) for lr in (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2)]
     seed = plan(suite, [sweep], results, settings).jobs[-1]
     assert (str(seed.key), seed.status, seed.lr) == ("lm/softmax/0", "measure", 8e-3)  # the sweep's model
@@ -273,8 +283,8 @@ def test_arms_share_a_rate_where_the_sweep_cannot_separate_rates_and_the_decisio
         for job in jobs.jobs:
             if job.runnable:
                 loss = losses[job.key.arm, job.key.lr] if job.key.sweep else seeds[job.key.arm][job.key.seed]
-                results.records[job.key] = Record(best_val_loss=loss, config=job.fingerprint,
-                                                  measured=measurement_of(sweep))
+                results.records[job.key] = Record.from_json(dict(best_val_loss=loss, config=job.fingerprint,
+                                                                 measured=measurement_of(sweep)))
         return jobs
 
     train_as_planned()  # the sweep
@@ -283,12 +293,12 @@ def test_arms_share_a_rate_where_the_sweep_cannot_separate_rates_and_the_decisio
         "softmax": 1e-3, "sigmoid": 2e-3}
     shared = plan(suite, [sweep], results, settings)
     decision = shared.decided["lm"]
-    assert decision["lr"] == 2e-3 and decision["spreads"] == pytest.approx({"softmax": 0.00707, "sigmoid": 7.07e-5},
+    assert decision.lr == 2e-3 and decision.spreads == pytest.approx({"softmax": 0.00707, "sigmoid": 7.07e-5},
                                                                            rel=0.01)
     softmax = [job for job in shared.jobs if job.key.arm == "softmax" and not job.key.sweep]
     assert [(job.lr, job.status) for job in softmax] == [(2e-3, "measure"), (2e-3, "train")]  # seed 0: the sweep's
-    assert superseded(suite, results) == {RunKey("lm", "softmax", seed=0), RunKey("lm", "softmax", seed=1)}
-    lines = "\n".join(report.training_table(suite, sweep, results))
+    assert plan_of(suite, results).superseded == {RunKey("lm", "softmax", seed=0), RunKey("lm", "softmax", seed=1)}
+    lines = "\n".join(training_lines(suite, sweep, results))
     assert "softmax: lr 0.001 best, lr 0.002 (+0.001 against a spread of 0.0071)" in lines
     assert "**Shared rate:** every arm trains at lr 0.002" in lines
     path = tmp_path / "results.json"
@@ -298,15 +308,16 @@ def test_arms_share_a_rate_where_the_sweep_cannot_separate_rates_and_the_decisio
     train_as_planned()
     after = plan(suite, [sweep], results, settings)  # the recorded decision stands: read, not made again
     assert not after.decided and all(job.status == "done" for job in after.jobs)
-    assert {job.lr for job in after.jobs if not job.key.sweep} == {2e-3} and not superseded(suite, results)
+    assert {job.lr for job in after.jobs if not job.key.sweep} == {2e-3} and not plan_of(suite, results).superseded
     point = RunKey("lm", "sigmoid", lr=1e-3)
-    results.records[point] = Record({**results.get(point), "best_val_loss": 1.4})  # its sweep trained again
+    trained_again = {**results.get(point).extent, "best_val_loss": 1.4}  # its sweep trained again
+    results.records[point] = results.get(point).replace(extent=trained_again)
     again = plan(suite, [sweep], results, settings)  # decided again, once its seeds at the new best are trained
     assert not again.decided and {job.lr for job in again.jobs if job.key.arm == "sigmoid" and not job.key.sweep
                                   } == {1e-3}
     train_as_planned()  # the seeds at each arm's best of the sweep as it now stands
     redecided = plan(suite, [sweep], results, settings).decided["lm"]  # recorded again, so that it stands in turn
-    assert redecided["sweep"]["sigmoid"]["0.001"] == 1.4 and redecided != decision
+    assert redecided.read["sigmoid"]["0.001"] == 1.4 and redecided != decision
 
 
 def test_a_job_that_measures_another_experiments_model_trains_it_again_where_the_model_is_not_on_disk():
@@ -317,14 +328,16 @@ def test_a_job_that_measures_another_experiments_model_trains_it_again_where_the
     suite, settings = Suite("s", "s", [lm, ext], seeds=1), Settings(Path("runs"), seeds=1)
     results = Results({"suite": "s", "runs": {}})
     [done] = plan(suite, [lm], results, settings).jobs
-    results.records[done.key] = Record(val_ppl=5.0, config=done.fingerprint, measured=measurement_of(lm))
+    results.records[done.key] = Record.from_json(dict(val_ppl=5.0, config=done.fingerprint,
+                                                      measured=measurement_of(lm)))
 
     def status(**where) -> str:
         return plan(suite, [lm, ext], results, settings, **where).jobs[-1].status
 
     assert status() == "train"  # a results folder without its runs: nothing to measure
     assert status(models=frozenset({done.fingerprint})) == "measure"  # its folder holds the model
-    copy = Record(**{"ppl@128": 5.0, "ppl@256": 6.0}, config=done.fingerprint, measured=measurement_of(ext))
+    copy = Record.from_json({"ppl@128": 5.0, "ppl@256": 6.0, "config": done.fingerprint,
+                             "measured": measurement_of(ext)})
     assert status(beside=(copy,)) == "measure"  # a folder beside holds its record, measured this way
 
 
@@ -378,7 +391,7 @@ def test_a_baseline_trains_its_seeds_first_and_nothing_is_compared_with_one_that
     calls = []
     results = run_suite(suite, tmp_path / "suite", seeds=2, extra=TINY, log=calls.append)
     keys = [c.split("] ")[1] for c in calls if c.startswith("[s] lm/")]
-    report = write_report(suite, results, tmp_path / "suite").read_text()
+    report = write_report(suite, results, plan_of(suite, results), tmp_path / "suite").read_text()
     assert "finished" in report  # the arms that are not trained are not runs left to do
     if tolerance > 1:
         assert keys == ["lm/softmax/0", "lm/softmax/1", "lm/sigmoid/0", "lm/sigmoid/1"]
@@ -463,7 +476,7 @@ def test_remeasure_trains_a_run_whose_model_is_gone_again_and_then_only_measures
 
 def test_a_runs_fingerprint_is_its_config_apart_from_names_folders_and_compilation():
     from attnlab.config import load_config
-    from attnlab.experiments.plan import fingerprint
+    from attnlab.experiments.configs import fingerprint
 
     base = fingerprint(load_config("mqar"))
     assert fingerprint(load_config("mqar", ["name=x", "out_dir=elsewhere", "train.compile=true"])) == base
@@ -590,10 +603,10 @@ def test_records_of_a_superseded_config_are_left_out_of_the_report_until_retrain
     arms = [Arm("softmax", "demo", Changes.mixer("softmax")), Arm("sigmoid", "demo", Changes.mixer("sigmoid"))]
     suite = Suite("toy", "Toy", [Experiment("lm", "LM", "val_ppl", arms, "softmax")])
     results = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None)
-    assert superseded(suite, results) == set()
+    assert plan_of(suite, results).superseded == set()
     suite.experiments[0].arms[1] = Arm("sigmoid", "demo", Changes.mixer("sigmoid") | Changes.model(dropout=0.1))
-    assert superseded(suite, results) == {RunKey("lm", "sigmoid", seed=0)}
-    text = write_report(suite, results, tmp_path / "suite").read_text()
+    assert plan_of(suite, results).superseded == {RunKey("lm", "sigmoid", seed=0)}
+    text = write_report(suite, results, plan_of(suite, results), tmp_path / "suite").read_text()
     assert "**1 run left out**: trained under an earlier config of lm" in text
     assert "| sigmoid | – |" in text  # its old number is not shown as the new protocol's
 
@@ -604,7 +617,7 @@ def test_an_arm_with_fewer_seeds_trains_only_those(tmp_path, monkeypatch):
     suite = Suite("toy", "Toy", [Experiment("lm", "LM", "val_ppl", arms, "softmax")])
     results = run_suite(suite, tmp_path / "suite", seeds=2, extra=TINY, log=lambda *_: None)
     assert set(runs_of(results)) == {"lm/softmax/0", "lm/softmax/1", "lm/sigmoid/0"}
-    assert "partial" not in write_report(suite, results, tmp_path / "suite").read_text()
+    assert "partial" not in write_report(suite, results, plan_of(suite, results), tmp_path / "suite").read_text()
 
 
 def test_a_claim_plans_the_fewest_seeds_of_its_arms_in_its_experiments():
@@ -633,7 +646,7 @@ def test_a_metric_registered_outside_the_runner_measures_and_reports_like_the_bu
     suite = Suite("s", "s", [Experiment("w", "widths", "width", [Arm("softmax", "demo")], "softmax")])
     results = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None)
     assert runs_of(results)["w/softmax/0"]["width@2"] == 32.0
-    report = write_report(suite, results, tmp_path / "suite").read_text()
+    report = write_report(suite, results, plan_of(suite, results), tmp_path / "suite").read_text()
     assert "width@1" in report and (tmp_path / "suite" / "w.png").is_file()
     unknown = Suite("s", "s", [Experiment("w", "widths", "widht", [Arm("softmax", "demo")], "softmax")])
     with pytest.raises(ConfigError, match=r"unknown metric 'widht'.*width"):
@@ -650,7 +663,7 @@ def test_runs_that_stop_early_but_end_at_their_cap_are_flagged_as_not_converged(
             "lm/fixed/0": {"steps": 300, "stopped_early": False, "seconds": 1.0}}  # fixed steps: by design
 
     def flagged(**setting) -> list[str]:
-        lines = report.training_table(toy, experiment, Results({"suite": "toy", "runs": runs, **setting}))
+        lines = training_lines(toy, experiment, Results({"suite": "toy", "runs": runs, **setting}))
         return [line for line in lines if "Not converged" in line]
 
     assert len(flagged()) == 1 and "1 of 2 runs with early stopping reached their cap of 300 steps" in flagged()[0]
@@ -665,26 +678,28 @@ def test_a_verdict_on_runs_that_ended_at_their_cap_is_marked_not_converged():
     suite = Suite("toy", "Toy", [Experiment("lm", "lm", "val_ppl", arms, "softmax")])
     claim = Claim("h+J beats softmax", "lm", "val_ppl", "hJ", "softmax", "lower", paper=-1.0)
     results = two_arms(-1.0, 0.05, n=3)
-    for _, record in results.items():
-        record |= {"steps": 200, "stopped_early": True}
+    for key, record in results.items():
+        results.records[key] = record.replace(extent={"steps": 200, "stopped_early": True})
 
     def row() -> str:
-        return claims.verdict_table([claim], results, caveats=report.caveats(suite, results))[2]
+        caveats = report.caveats(suite, results, plan_of(suite, results))
+        return claims.verdict_table([claim], results, caveats=caveats)[2]
 
     assert "**agrees**: " in row()  # every run stopped early
-    results.get(RunKey("lm", "hJ", seed=1)).update(steps=300, stopped_early=False)
+    key = RunKey("lm", "hJ", seed=1)
+    results.records[key] = results.get(key).replace(extent={"steps": 300, "stopped_early": False})
     assert "**agrees** (*not converged*, 1 of 6 runs at their cap of 300 steps): " in row()
 
 
 def test_a_sweep_not_run_yet_says_the_seeds_had_the_presets_rate():
     sweep = Experiment("lm", "lm", "val_ppl", [Arm("softmax", "demo")], "softmax", lrs=[1e-3, 2e-3, 4e-3])
     toy = Suite("toy", "Toy", [sweep])
-    lines = report.training_table(toy, sweep, Results({"suite": "toy", "runs": {"lm/softmax/0": {"val_ppl": 5.0}}}))
+    lines = training_lines(toy, sweep, Results({"suite": "toy", "runs": {"lm/softmax/0": {"val_ppl": 5.0}}}))
     assert lines[0].startswith("Learning-rate sweep (0.001, 0.002, 0.004): not run yet.")
     assert not any(line.startswith("| arm |") for line in lines)  # no table of dashes
     assert "preset's rate" in lines[0]
     empty = Results({"suite": "toy", "runs": {}})
-    assert report.training_table(toy, sweep, empty)[0].endswith("not run yet.")  # nor any seed
+    assert training_lines(toy, sweep, empty)[0].endswith("not run yet.")  # nor any seed
 
 
 def test_extrapolation_also_scores_the_training_length_without_the_mechanism(tmp_path, monkeypatch):
@@ -703,13 +718,14 @@ def test_extrapolation_also_scores_the_training_length_without_the_mechanism(tmp
     with run.model.ablated():
         ablated = perplexity_by_length(run.model, run.corpus(), [seq_len], max_tokens=None)[seq_len]
     assert ccq[ABLATED] == pytest.approx(ablated) and ccq[ABLATED] != ccq[f"ppl@{seq_len}"]
-    write_report(suite, results, tmp_path / "suite")  # the curve leaves the ablation out
+    write_report(suite, results, plan_of(suite, results), tmp_path / "suite")  # the curve leaves the ablation out
     written = (tmp_path / "suite" / "report.md").read_text()
     assert f"({ccq['ppl_tokens']:,} tokens, in windows of each length)" in written
 
 
 def test_records_scored_on_a_prefix_are_named_in_their_claims_rows_and_scored_again():
-    from attnlab.experiments.plan import measurement_of, run_config, settings_of, stands
+    from attnlab.experiments.configs import run_config, settings_of
+    from attnlab.experiments.plan import measurement_of, stands
 
     claim = Claim("ccq beats gla", "extrapolation", "ppl@128", "ccq-gla", "gla", "lower", relative=True)
     experiment = Experiment("extrapolation", "x", "extrapolation", [Arm("gla", "demo"), Arm("ccq-gla", "demo")],
@@ -718,16 +734,17 @@ def test_records_scored_on_a_prefix_are_named_in_their_claims_rows_and_scored_ag
     results = Results({"suite": "toy", "runs": {}})
     for arm in ("gla", "ccq-gla"):
         for seed in range(3):
-            results.records[RunKey("extrapolation", arm, seed=seed)] = Record(
+            results.records[RunKey("extrapolation", arm, seed=seed)] = Record.from_json(
                 {"ppl@128": 5.0 + seed, "ppl@640": 6.0, "seconds": 1.0, "config": "f",
                  "measured": ["extrapolation", [1, 5], []]})  # written before whole-split scoring
-    [row] = report.verdict_table(suite.claims, results, caveats=report.caveats(suite, results))[2:]
+    caveats = report.caveats(suite, results, plan_of(suite, results))
+    [row] = report.verdict_table(suite.claims, results, caveats=caveats)[2:]
     assert "*scored on a sample*: 6 runs on the first 16,384 tokens of the validation split at each length" in row
     assert "6 of 6 runs were scored on the first 16,384 tokens" in report.scoring_lines(experiment, results)[1]
     key = RunKey("extrapolation", "gla", seed=0)
     cfg = run_config(experiment, experiment.arms[0], 0, None, settings_of(suite, results))
     assert not stands(results.get(key), key, experiment, cfg, "f")  # reproduce scores it again
-    results.records[key]["measured"] = measurement_of(experiment)
+    results.records[key] = results.records[key].replace(measured=measurement_of(experiment))
     assert stands(results.get(key), key, experiment, cfg, "f")
 
 
@@ -747,7 +764,7 @@ def test_task_metrics_also_score_the_model_without_the_mechanism(tmp_path, monke
     remeasured = runner.measure(suite.experiments[0], tmp_path / "suite" / ccq["run"])
     assert calls and remeasured[ablated(key)] == remeasured[key] == ccq[key]  # a no-op ablation changes nothing
     assert ablated(key) in ccq
-    write_report(suite, results, tmp_path / "suite")  # the curve leaves the ablation out
+    write_report(suite, results, plan_of(suite, results), tmp_path / "suite")  # the curve leaves the ablation out
 
 
 def test_an_experiment_on_anothers_sweep_measures_its_models_as_they_are_trained(tmp_path, monkeypatch):
@@ -770,33 +787,35 @@ def test_an_experiment_on_anothers_sweep_measures_its_models_as_they_are_trained
         for seed in (0, 1):  # the sweep's choice, measured on the model trained once
             assert runs[f"again/{label}/{seed}"]["config"] == runs[f"mqar/{label}/{seed}"]["config"]
             assert f"-lr{best:g}-s{seed}" in runs[f"again/{label}/{seed}"]["run"]
-    assert superseded(suite, results) == set()
+    assert plan_of(suite, results).superseded == set()
     losing = max(swept.lrs, key=lambda lr: runs[str(RunKey("mqar", "softmax", lr=lr))]["best_val_loss"])
     key = RunKey("mqar", "softmax", lr=losing)
     wrong = Results(results.to_json())
-    wrong.records[key] = Record({**runs[str(key)], "best_val_loss": -1.0})  # now the other rate wins
+    wrong.records[key] = Record.from_json({**runs[str(key)], "best_val_loss": -1.0})  # now the other rate wins
     again_softmax = {RunKey("again", "softmax", seed=0), RunKey("again", "softmax", seed=1)}
-    assert again_softmax <= superseded(suite, wrong)
+    assert again_softmax <= plan_of(suite, wrong).superseded
     # while another arm's sweep is unfinished, an arm whose sweep is done is still checked; the other is not
-    old = superseded(suite, wrong.without({RunKey("mqar", "sigmoid", lr=swept.lrs[0])}))
+    old = plan_of(suite, wrong.without({RunKey("mqar", "sigmoid", lr=swept.lrs[0])})).superseded
     assert again_softmax <= old and not any(k.arm == "sigmoid" for k in old)
-    lines = write_report(suite, results, tmp_path / "suite").read_text()
+    lines = write_report(suite, results, plan_of(suite, results), tmp_path / "suite").read_text()
     assert "Learning rates: each arm's as the sweep of mqar chose it" in lines
 
 
 def test_a_sweep_compares_rates_by_the_whole_split_loss_where_measured_and_says_what_it_cannot_separate():
-    from attnlab.experiments.plan import sweep_loss
+    from attnlab.experiments.sweeps import sweep_loss
 
-    assert sweep_loss(Record({"best_val_loss": 1.6, "val_loss": 1.5, "val_tokens": 9999})) == 1.5
-    assert sweep_loss(Record({"best_val_loss": 1.6, "ppl@128": math.e, "ppl@256": 9.0, "ppl_tokens": 99})) == 1.0
-    assert sweep_loss(Record({"best_val_loss": 1.6, "ppl@128": math.e})) == 1.6  # scored on a prefix: not used
+    assert sweep_loss(Record.from_json({"best_val_loss": 1.6, "val_loss": 1.5, "val_tokens": 9999})) == 1.5
+    whole = {"best_val_loss": 1.6, "ppl@128": math.e, "ppl@256": 9.0, "ppl_tokens": 99}
+    assert sweep_loss(Record.from_json(whole)) == 1.0
+    prefix = {"best_val_loss": 1.6, "ppl@128": math.e}
+    assert sweep_loss(Record.from_json(prefix)) == 1.6  # scored on a prefix: not used
     sweep = Experiment("lm", "LM", "val_ppl", [Arm("gla", "demo"), Arm("gdn", "demo")], "gla", lrs=[1e-3, 2e-3])
     runs = {str(RunKey("lm", "gla", lr=1e-3)): {"best_val_loss": 1.606}, str(RunKey("lm", "gla", lr=2e-3)):
             {"best_val_loss": 1.6059}, str(RunKey("lm", "gdn", lr=1e-3)): {"best_val_loss": 1.5},
             str(RunKey("lm", "gdn", lr=2e-3)): {"best_val_loss": 1.6}}
     for label, losses in (("gla", [1.6059, 1.60, 1.61]), ("gdn", [1.5, 1.501, 1.499])):
         runs |= {str(RunKey("lm", label, seed=s)): {"best_val_loss": v} for s, v in enumerate(losses)}
-    lines = "\n".join(report.training_table(Suite("toy", "Toy", [sweep]), sweep, Results({"suite": "toy",
+    lines = "\n".join(training_lines(Suite("toy", "Toy", [sweep]), sweep, Results({"suite": "toy",
                                                                                          "runs": runs})))
     assert "Not separated by the sweep" in lines and "gla: lr 0.002 best, lr 0.001 (+0.0001 against" in lines
     assert "gdn: lr" not in lines  # 0.1 apart against a spread of 0.001: separated

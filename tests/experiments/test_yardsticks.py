@@ -55,7 +55,8 @@ def test_tracking_measures_each_length_the_model_can_read_and_the_state_in_bytes
 def test_a_reports_state_size_reads_a_word_problems_accuracy_at_the_training_length():
     experiment = get_suite("yardsticks").experiments[0]
     results = Results({"suite": "yardsticks", "runs": {}})
-    results.records[RunKey("parity", "gdn", seed=0)] = Record({"acc@16": 0.7, "acc@32": 0.6, "state_bytes": 8})
+    record = Record.from_json({"acc@16": 0.7, "acc@32": 0.6, "state_bytes": 8})
+    results.records[RunKey("parity", "gdn", seed=0)] = record
     assert accuracy_key(experiment, results) == "acc@16"
 
 

@@ -15,6 +15,7 @@ def add_parser(sub) -> None:
 
 def main(args) -> None:
     from ..experiments import get_suite
+    from ..experiments.plan import plan_of
     from ..experiments.report import write_report
     from ..experiments.store import Results
 
@@ -22,4 +23,5 @@ def main(args) -> None:
     if not path.is_file():
         raise UserError(f"{path} does not exist; give a folder that attnlab reproduce wrote (results/<suite>)")
     results = Results.load(path)
-    print(f"report: {write_report(get_suite(results.suite, results.tier), results, args.folder)}")
+    suite = get_suite(results.suite, results.tier)
+    print(f"report: {write_report(suite, results, plan_of(suite, results), args.folder)}")

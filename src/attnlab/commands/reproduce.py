@@ -123,9 +123,10 @@ def main(args) -> None:
             print(describe_plan(suite, dry_run(suite, out, **options), device, args.jobs))
             continue
         results = run_suite(suite, out, executor=runner, **options)
+        from ..experiments.plan import plan_of
         from ..experiments.report import write_report
 
-        print(f"report: {write_report(suite, results, out)}")
+        print(f"report: {write_report(suite, results, plan_of(suite, results), out)}")
 
 
 def executor(args):

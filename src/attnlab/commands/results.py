@@ -35,8 +35,24 @@ def relink(text: str, folder: str | Path, readme: Path) -> str:
     return text.replace(f"]({prefix}/", "](" if rel == "." else f"]({rel}/")
 
 
+def results_summary(root: str | Path) -> str:
+    """Markdown: every suite under root (a folder per suite with results.json), its verdicts and a link to its
+    full report."""
+    from ..experiments import get_suite
+    from ..experiments.plan import plan_of
+    from ..experiments.report import summary_section
+    from ..experiments.store import Results
+
+    lines = []
+    for path in sorted(Path(root).glob("*/results.json")):
+        results = Results.load(path)
+        suite = get_suite(results.suite, results.tier)
+        lines += summary_section(path.parent, suite, results, plan_of(suite, results))
+    return "\n".join(lines)
+
+
 def main(args) -> None:
-    from ..experiments.report import results_summary, update_readme
+    from ..experiments.report import update_readme
 
     summary = results_summary(args.root)
     if not summary:

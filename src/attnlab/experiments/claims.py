@@ -282,7 +282,8 @@ class Verdict:
 
 def _value(results: Results, experiment: str, arm: str, seed: int, metric: str) -> float | None:
     """One run's value of a key, or of the ratio "a/b" of two keys; None if the run or a value is missing."""
-    run = results.get(RunKey(experiment, arm, seed=seed)) or {}
+    record = results.get(RunKey(experiment, arm, seed=seed))
+    run = {} if record is None else record.values
     numerator, _, denominator = metric.partition("/")
     a, b = run.get(numerator), run.get(denominator) if denominator else 1.0
     return None if a is None or b is None else a / b
@@ -626,7 +627,7 @@ def _scale_note(claim: Claim, results: Results) -> str:
     """" (the paper: 60M; here: 0.8M)" where the claim names the paper's model size."""
     if claim.paper_scale is None:
         return ""
-    params = [r["params"] for r in results.of(claim.experiment, claim.arm, sweeps=True).values() if "params" in r]
+    params = [r.params for r in results.of(claim.experiment, claim.arm, sweeps=True).values() if r.params is not None]
     here = f"{params[0] / 1e6:.2g}M" if params else "not run yet"
     return f" (the paper: {claim.paper_scale}; here: {here})"
 
@@ -714,14 +715,13 @@ def token_interval(claim: Claim, results: Results, draws: int = BOOTSTRAP_DRAWS)
 
     arms, bases, paired = [], [], 0
     for seed in _seeds(results, [claim.experiment]):
-        arm, base = (results.get(RunKey(claim.experiment, label, seed=seed)) or {}
-                     for label in (claim.arm, claim.baseline))
-        if "val_ppl" not in arm or "val_ppl" not in base:
+        arm, base = (results.get(RunKey(claim.experiment, label, seed=seed)) for label in (claim.arm, claim.baseline))
+        if arm is None or base is None or "val_ppl" not in arm.values or "val_ppl" not in base.values:
             continue  # as paired_deltas: a seed without both values is left out
         paired += 1
-        if "val_blocks" in arm and "val_blocks" in base:
-            arms.append(arm["val_blocks"])
-            bases.append(base["val_blocks"])
+        if "val_blocks" in arm.details and "val_blocks" in base.details:
+            arms.append(arm.details["val_blocks"])
+            bases.append(base.details["val_blocks"])
     if len(arms) < MIN_SEEDS:
         return TokenInterval(None, 0, len(arms), paired)
     arm_blocks, base_blocks = np.array(arms), np.array(bases)  # [seeds, blocks]

@@ -13,7 +13,7 @@ how long it takes from start to end with its jobs spread over --jobs workers.
 from __future__ import annotations
 
 from .device_times import DeviceTimes, wall_seconds
-from .plan import Job, Plan, run_config
+from .plan import Job, Plan
 from .spec import Suite
 
 STATUS = {"done": "done", "train": "trains", "measure": "measures", "waiting": "waits for", "blocked": "not trained:"}
@@ -24,7 +24,7 @@ def job_seconds(suite: Suite, job: Job, settings, probes: dict, device: DeviceTi
     probes caches one probe per model shape."""
     if job.status in ("done", "measure", "blocked") or (job.status == "waiting" and job.model is not None):
         return None
-    cfg = job.cfg or run_config(job.experiment, job.arm, job.key.trained_seed, None, settings)  # rate: same cost
+    cfg = job.cfg  # one waiting for its rate: at its preset's, which costs the same
     steps = cfg.train.steps
     if device is not None:
         step = device.step_seconds(cfg)

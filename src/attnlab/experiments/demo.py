@@ -77,13 +77,14 @@ DEMO = Paper("demo", ("default",), suite)
 
 
 def run_demo(out_dir: str = "runs/demo", quick: bool = False) -> dict:
-    from .plan import notes_once
+    from .configs import notes_once
 
     with notes_once():  # the demo's runs share their settings, and each run's config is read more than once
         return _run_demo(Path(out_dir), quick)
 
 
 def _run_demo(out: Path, quick: bool) -> dict:
+    from .plan import plan_of
     from .report import write_report
     from .runner import run_suite
     from .stats import mean_std
@@ -97,12 +98,12 @@ def _run_demo(out: Path, quick: bool) -> dict:
     demo = suite()
     print("\nevery mechanism, one seed, a few hundred steps each:")
     results = run_suite(demo, out, seeds=1, quick=quick)
-    report = write_report(demo, results, out)
+    report = write_report(demo, results, plan_of(demo, results), out)
     print(f"\n{'mixer':<14} {'val perplexity':>15} {'MQAR accuracy':>14} {'parameters':>11}")
     for arm in demo.experiments[0].arms:
         ppl = list(results.by_seed("lm", arm.label, "val_ppl").values())
         acc = list(results.by_seed("mqar", arm.label, "accuracy").values())
-        params = results.get(RunKey("lm", arm.label, seed=0))["params"]
+        params = results.get(RunKey("lm", arm.label, seed=0)).params
         print(f"{arm.label:<14} {mean_std(ppl)[0]:>15.3f} {100 * mean_std(acc)[0]:>13.1f}% {params:>11,}")
     print(f"\n{time.perf_counter() - start:.0f} s in all; report: {report}; runs: {out / 'runs'}")
     return {"shakespeare": shakespeare, "comparison": results}

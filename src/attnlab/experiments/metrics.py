@@ -36,6 +36,7 @@ class Metric:
     curve: Curve | None = None  # None: one value per run, plotted as each arm's paired difference to the baseline
     revision: int | None = None  # records measured under an earlier revision (or none) are measured again
     ablation: bool = False  # it also measures the model without its mechanism's own component (spec.ablated)
+    details: tuple[str, ...] = ()  # the keys it writes beside its values (what it scored, a grid behind a mean)
 
 
 METRICS: dict[str, Metric] = {}
@@ -44,6 +45,11 @@ METRICS: dict[str, Metric] = {}
 def register_metric(metric: Metric) -> Metric:
     METRICS[metric.name] = metric
     return metric
+
+
+def detail_keys() -> frozenset[str]:
+    """The keys that any registered metric writes beside its values: a record's details, not its values."""
+    return frozenset(key for metric in METRICS.values() for key in metric.details)
 
 
 def get_metric(name: str) -> Metric:
@@ -150,7 +156,7 @@ def tracking_accuracy(experiment: Experiment, run_dir: Path) -> dict:
     return record | {STATE_BYTES: state_bytes(run)}
 
 
-NIAH_DEPTHS, STATE_BYTES = "niah_depths", "state_bytes"  # fields of a record beside its values (store.RECORD_FIELDS)
+NIAH_DEPTHS, STATE_BYTES = "niah_depths", "state_bytes"  # details of a record: its grid, its model's state size
 
 
 def state_bytes(run) -> int:
@@ -206,16 +212,17 @@ def tokens_to_loss(metrics_path: Path, target: float, t, window: int = 5) -> flo
 
 CONTEXT_LENGTH = "context length (tokens)"
 for _metric in (
-    Metric("val_ppl", validation_perplexity, ablation=True),
-    Metric("accuracy", task_accuracy, percent=True, ablation=True),
+    Metric("val_ppl", validation_perplexity, ablation=True, details=("val_loss", "val_tokens", "val_blocks")),
+    Metric("accuracy", task_accuracy, percent=True, ablation=True, details=(STATE_BYTES,)),
     # revision 2: a test at L tokens reads L tokens, prompt and answer (in 1 the prompt alone had L, so the
     # answer ran past the training length)
     Metric("niah", niah_accuracy, percent=True, curve=Curve(CONTEXT_LENGTH, "S-NIAH exact match (%)"), revision=2,
-           ablation=True),
+           ablation=True, details=(NIAH_DEPTHS, STATE_BYTES)),
     # revision 2: every window of the validation split (in 1, its first PREFIX_TOKENS tokens per length)
-    Metric("extrapolation", extrapolation, curve=Curve(CONTEXT_LENGTH, "perplexity"), ablation=True, revision=2),
+    Metric("extrapolation", extrapolation, curve=Curve(CONTEXT_LENGTH, "perplexity"), ablation=True, revision=2,
+           details=("ppl_tokens",)),
     Metric("tokens_to_loss", sample_efficiency),
     Metric("tracking", tracking_accuracy, percent=True, ablation=True,
-           curve=Curve(CONTEXT_LENGTH, "per-token accuracy (%)")),
+           curve=Curve(CONTEXT_LENGTH, "per-token accuracy (%)"), details=(STATE_BYTES,)),
 ):
     register_metric(_metric)

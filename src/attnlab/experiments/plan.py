@@ -3,67 +3,39 @@
 A job is one run of an experiment (a seed of an arm, or a point of its learning-rate sweep) at a config. Jobs
 depend on each other in three ways:
 - a seed trains at the rate its arm's sweep chooses, so it waits for the sweep's points (and a sweep grows past
-  an edge of its grid that wins, so its later points wait for the earlier ones: `spec.sweep_rates`);
+  an edge of its grid that wins, so its later points wait for the earlier ones: `sweeps.sweep_rates`);
 - calibration before comparison: an arm that a claim's Anchor holds to the paper's number trains all its seeds
   first, and if it then misses that number, nothing is compared with it (no other arm of the experiment trains);
 - several experiments may use the same model (the same fingerprint): the first trains it, the others measure it.
 `plan` reads the results as they stand and says, for each job, whether its record stands (done), what it must do
-(train, or measure a model that exists), or what it waits for. The driver (`runner.run_suite`) asks again after
-every finished job, so a plan grows as sweeps choose and calibrations pass, and a stopped suite plans afresh.
+(train, or measure a model that exists), or what it waits for, beside the decisions behind that (each arm's
+sweep, shared rates, superseded records), which the report reads rather than makes again. The driver asks again
+after every finished job, so a plan grows as sweeps choose and calibrations pass, and a stopped suite plans afresh.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
-import json
-import logging
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass
 from fnmatch import fnmatch
-from pathlib import Path
+from typing import Literal
 
 import torch
 
-from ..config import RunConfig, apply_overrides, load_config, preset_values
+from ..config import RunConfig, TrainConfig
 from ..errors import UserError
 from ..model import Decoder
-from ..typed import from_dict
 from .claims import anchors_of, failed_calibrations
+from .configs import Settings, configured, settings_of
 from .metrics import get_metric
-from .spec import (
-    UNCHANGED,
-    Arm,
-    Changes,
-    Experiment,
-    Suite,
-    arm_seeds,
-    seed_count,
-    shared_rate,
-    sweep_rates,
-    sweep_source,
-)
+from .spec import Arm, Experiment, Suite, arm_seeds, seed_count, sweep_source
 from .stats import mean_std
 from .store import Record, Results, RunKey
+from .sweeps import SharedRate, Sweep, Waiting, as_read, shared_rate, sweep_loss, sweep_rates
 
-
-@dataclass(frozen=True)
-class Settings:
-    """How this attempt trains the suite: its folder for runs, whether it is a smoke run (--quick), --scale, the
-    caller's overrides and the seed count."""
-
-    runs_dir: Path
-    smoke: bool = False  # a smoke run's few steps calibrate nothing and choose no rate beyond the sweep's grid
-    quick: Changes = UNCHANGED  # the suite's changes for a smoke run
-    scale: float = 1.0
-    extra: tuple = ()
-    seeds: int = 3
-
-    @classmethod
-    def of(cls, suite: Suite, runs_dir: Path, smoke: bool, scale: float, extra, seeds: int) -> Settings:
-        return cls(Path(runs_dir), smoke, suite.quick if smoke else UNCHANGED, scale, tuple(extra), seeds)
+Status = Literal["done", "train", "measure", "waiting", "blocked"]
+Stage = Literal["calibration", "sweep", "seed"]  # an anchored baseline's seed, a point of a sweep, a seed
 
 
 @dataclass
@@ -71,13 +43,13 @@ class Job:
     """One run to train and measure (or only measure: `model` names the job that trains its model)."""
 
     key: RunKey
-    stage: str  # calibration (an anchored baseline's seed), sweep (a point of a learning-rate sweep) or seed
+    stage: Stage
     experiment: Experiment
     arm: Arm
-    lr: float | None  # the rate it trains at (None: its preset's)
-    cfg: RunConfig | None  # None while it waits for its rate
-    fingerprint: str | None = None
-    status: str = "waiting"  # done | train | measure | waiting | blocked
+    lr: float | None  # the rate it trains at (None: its preset's, or not known yet)
+    cfg: RunConfig  # while its rate is not known, the config at its preset's rate (as costly to train)
+    fingerprint: str | None = None  # None while its rate is not known
+    status: Status = "train"
     why: str = ""  # what it waits for, why it is blocked, or what it replaces
     model: RunKey | None = None  # the job whose model it measures (a model shared with another experiment)
     supersedes: bool = False  # its key holds a record of another config, which it replaces
@@ -90,9 +62,14 @@ class Job:
 
 @dataclass
 class Plan:
+    """Every job of the selected experiments, and the decisions behind them, for the driver and the report."""
+
     jobs: list[Job]
     settings: Settings
-    decided: dict[str, dict] = dataclasses.field(default_factory=dict)  # shared-rate decisions made by this plan
+    sweeps: dict[tuple[str, str], Sweep]  # (sweeping experiment, arm) -> its sweep as the results know it
+    shared_rates: dict[str, SharedRate]  # sweeping experiment -> whether its arms share a rate, once decided
+    superseded: frozenset[RunKey]  # records of another config than their run now has (trained again)
+    decided: dict[str, SharedRate]  # the shared-rate decisions made by this plan, for the driver to record
 
     def runnable(self) -> list[Job]:
         """The jobs that can start now: measurements of models that exist first (cheap, and as soon as the model
@@ -100,8 +77,13 @@ class Plan:
         ready = [job for job in self.jobs if job.runnable]
         return sorted(ready, key=lambda job: job.status != "measure")
 
-    def count(self, status: str) -> int:
+    def count(self, status: Status) -> int:
         return sum(job.status == status for job in self.jobs)
+
+    def train(self, experiment: str, arm: str) -> TrainConfig:
+        """How an arm's seeds train (steps, stopping), from its first seed's config."""
+        return next(job.cfg.train for job in self.jobs if (job.key.experiment, job.key.arm) == (experiment, arm)
+                    and not job.key.sweep)
 
 
 def plan(suite: Suite, experiments: list[Experiment], results: Results, settings: Settings,
@@ -112,33 +94,47 @@ def plan(suite: Suite, experiments: list[Experiment], results: Results, settings
     which a job may copy where one is of its model measured its way; attempted: keys this attempt has already run,
     which count as done whatever their record lacks, so that a measure that records nothing cannot loop; again:
     shell patterns over run keys (experiment/arm/seed) whose records are measured again whatever they hold."""
-    jobs: list[Job] = []
-    rates: dict[tuple[str, str], float | None | str] = {}  # (sweeping experiment, arm) -> rate, or why not yet
-    decided: dict[str, dict] = {}
-    for experiment in experiments:
-        anchored = {a.arm for a in anchors_of(suite.claims) if a.experiment == experiment.name}
-        gated = bool(anchored) and not settings.smoke  # a smoke run's few steps calibrate nothing
-        order = sorted(experiment.arms, key=lambda arm: arm.label not in anchored) if gated else experiment.arms
-        held = _held(_calibration(suite, experiment, results, settings) if gated else True)
-        for arm in order:  # every arm's sweep before any seed
-            for job in _sweep_jobs(suite, experiment, arm, results, settings, rates):
-                jobs.append(dataclasses.replace(job, **held) if held and arm.label not in anchored else job)
-        _share_rate(suite, experiment, results, settings, rates, decided)
-        for seed in range(min(settings.seeds, experiment.seeds or settings.seeds)):  # seed by seed: stays paired
-            for arm in order:
-                if seed >= seed_count(experiment, arm, settings.seeds):
-                    continue
-                stage = "calibration" if gated and arm.label in anchored else "seed"
-                job = _job(RunKey(experiment.name, arm.label, seed=seed), stage, experiment, arm,
-                           rates.get(_sweep_of(suite, experiment, arm)), settings)
-                jobs.append(dataclasses.replace(job, **held) if held and stage == "seed" else job)
+    decisions = Decisions(suite, results, settings)
+    jobs = [job for experiment in experiments for job in _experiment_jobs(suite, experiment, decisions)]
     for pattern in again:
         if not any(not job.key.sweep and fnmatch(str(job.key), pattern) for job in jobs):
             example = next((str(job.key) for job in jobs if not job.key.sweep), "lm/softmax/0")
             raise UserError(f"--remeasure {pattern} matches no run of the selected experiments; a run is named "
                             f"experiment/arm/seed, e.g. {example}")
     _settle(jobs, results, models, attempted, beside, again)
-    return Plan(jobs, settings, decided)
+    recorded = results.shared_rates
+    decided = {name: rate for name, rate in decisions.shared.items() if rate is not None and recorded.get(name) != rate}
+    shared = {name: rate for name, rate in decisions.shared.items() if rate is not None}
+    return Plan(jobs, settings, decisions.sweeps, shared, decisions.superseded, decided)
+
+
+def plan_of(suite: Suite, results: Results) -> Plan:
+    """The plan of every experiment as a results file stands, with the settings it was made with: what its report
+    reads."""
+    return plan(suite, suite.experiments, results, settings_of(suite, results))
+
+
+def _experiment_jobs(suite: Suite, experiment: Experiment, decisions: Decisions) -> list[Job]:
+    """An experiment's jobs: every arm's sweep before any seed, seed by seed (so that they stay paired), an
+    anchored baseline's seeds first where its calibration holds the other arms back."""
+    settings, jobs = decisions.settings, []
+    anchored = {a.arm for a in anchors_of(suite.claims) if a.experiment == experiment.name}
+    gated = bool(anchored) and not settings.smoke  # a smoke run's few steps calibrate nothing
+    order = sorted(experiment.arms, key=lambda arm: arm.label not in anchored) if gated else experiment.arms
+    held = _held(decisions.calibration(experiment) if gated else True)
+    for arm in order:
+        for job in decisions.sweep_jobs(experiment, arm):
+            jobs.append(dataclasses.replace(job, **held) if held and arm.label not in anchored else job)
+    decisions.share_rate(experiment)
+    for seed in range(min(settings.seeds, experiment.seeds or settings.seeds)):
+        for arm in order:
+            if seed >= seed_count(experiment, arm, settings.seeds):
+                continue
+            stage = "calibration" if gated and arm.label in anchored else "seed"
+            job = _job(RunKey(experiment.name, arm.label, seed=seed), stage, experiment, arm,
+                       decisions.rate(experiment, arm), settings)
+            jobs.append(dataclasses.replace(job, **held) if held and stage == "seed" else job)
+    return jobs
 
 
 def _held(calibrated: bool | str | None) -> dict:
@@ -150,106 +146,121 @@ def _held(calibrated: bool | str | None) -> dict:
                                                                                       "why": calibrated}
 
 
-@contextmanager
-def notes_once():
-    """While it lasts, each note the configs say (a warmup capped to a short run, say) is said once: planning makes
-    every config many times."""
-    said = set()
+class Decisions:
+    """What a plan decides from the results, each once: every arm's sweep and rate, the shared rates, the
+    superseded records and the calibrations."""
 
-    def first_time(record: logging.LogRecord) -> bool:
-        new = record.getMessage() not in said
-        said.add(record.getMessage())
-        return new
+    def __init__(self, suite: Suite, results: Results, settings: Settings):
+        self.suite, self.results, self.settings = suite, results, settings
+        self.sweeps: dict[tuple[str, str], Sweep] = {}
+        self.rates: dict[tuple[str, str], float | Waiting] = {}  # the rate each swept arm's seeds train at
+        self.shared: dict[str, SharedRate | None] = {}
+        self.superseded = frozenset(superseded(suite, results, settings))
 
-    logger = logging.getLogger("attnlab.config")
-    logger.addFilter(first_time)
-    try:
-        yield
-    finally:
-        logger.removeFilter(first_time)
+    def rate(self, experiment: Experiment, arm: Arm) -> float | Waiting | None:
+        """The rate the arm's seeds train at: its sweep's, or None where its preset's rate is used."""
+        source = sweep_source(self.suite, experiment)
+        return None if source is None else self.rates.get((source.name, arm.label))
+
+    def sweep_jobs(self, experiment: Experiment, arm: Arm) -> list[Job]:
+        """The points of the sweep that chooses the arm's rate, as far as they can be known (a point beyond the
+        grid is known once the grid's points stand: sweeps.sweep_rates); records the sweep and its choice."""
+        source = sweep_source(self.suite, experiment)
+        if source is None or (source.name, arm.label) in self.sweeps:
+            return []
+        swept = next(a for a in source.arms if a.label == arm.label)
+        jobs: dict[float, Job] = {}
+
+        def loss(lr: float) -> float | None:  # the point's validation loss where its record stands
+            if lr not in jobs:
+                jobs[lr] = _job(RunKey(source.name, arm.label, lr=lr), "sweep", source, swept, lr, self.settings)
+            record = self.results.get(jobs[lr].key)
+            return sweep_loss(record) if _stands(record, jobs[lr]) else None
+
+        tried = sweep_rates(source.lrs, loss, extend=not self.settings.smoke)
+        chosen = min(tried, key=lambda lr: math.inf if loss(lr) is None else loss(lr))
+        if None in (loss(lr) for lr in jobs):
+            chosen = Waiting(f"the sweep of {source.name}/{arm.label}")
+        recorded = _recorded(self.results, source, arm.label, extend=not self.settings.smoke)
+        self.sweeps[source.name, arm.label] = Sweep(source.name, arm.label, recorded, chosen)
+        self.rates[source.name, arm.label] = chosen
+        return list(jobs.values())
+
+    def share_rate(self, experiment: Experiment) -> None:
+        """Where the experiment's sweep has decided that its arms share a rate, every arm's seeds train at it."""
+        source = sweep_source(self.suite, experiment)
+        if source is None:
+            return
+        if source.name not in self.shared:
+            self.shared[source.name] = shared_decision(source, self.results, self.settings)
+        decision = self.shared[source.name]
+        if decision is None or decision.lr is None:
+            return
+        for arm in experiment.arms:
+            if isinstance(self.rates.get((source.name, arm.label)), float):
+                self.rates[source.name, arm.label] = decision.lr
+
+    def calibration(self, experiment: Experiment) -> bool | str | None:
+        """True where the experiment's anchored baselines match the paper, else why not (the paper's number they
+        miss); None while their seeds are not all measured."""
+        anchors = [a for a in anchors_of(self.suite.claims) if a.experiment == experiment.name]
+        current = self.results.without(self.superseded)  # an earlier protocol calibrates nothing here
+        counts = arm_seeds(self.suite, self.settings.seeds)
+        for anchor in anchors:
+            if len(current.of(experiment.name, anchor.arm)) < counts(experiment.name, anchor.arm):
+                return None
+        failed = failed_calibrations(anchors, current, counts)
+        if experiment.name not in failed:
+            return True
+        return f"the baseline is not the paper's ({failed[experiment.name]})"
 
 
-def _sweep_of(suite: Suite, experiment: Experiment, arm: Arm) -> tuple[str, str] | None:
-    source = sweep_source(suite, experiment)
-    return None if source is None else (source.name, arm.label)
-
-
-def _sweep_jobs(suite, experiment, arm, results, settings, rates) -> list[Job]:
-    """The points of the sweep that chooses the arm's rate, as far as they can be known (a point beyond the grid
-    is known once the grid's points stand: spec.sweep_rates); records the rate chosen, or what it waits for."""
-    which = _sweep_of(suite, experiment, arm)
-    if which is None or which in rates:
-        return []
-    source = sweep_source(suite, experiment)
-    swept = next(a for a in source.arms if a.label == arm.label)
-    jobs = {}
-
-    def loss(lr: float) -> float | None:  # the point's validation loss where its record stands
-        if lr not in jobs:
-            jobs[lr] = _job(RunKey(source.name, arm.label, lr=lr), "sweep", source, swept, lr, settings)
-        record = results.get(jobs[lr].key)
-        return sweep_loss(record) if _stands(record, jobs[lr]) else None
-
-    rates_tried = sweep_rates(source.lrs, loss, extend=not settings.smoke)
-    chosen = min(rates_tried, key=lambda lr: math.inf if loss(lr) is None else loss(lr))
-    known = [loss(lr) for lr in jobs]
-    rates[which] = chosen if None not in known else f"the sweep of {source.name}/{arm.label}"
-    return list(jobs.values())
-
-
-def _share_rate(suite, experiment, results, settings, rates, decided) -> None:
-    """Where the experiment's sweep has decided that its arms share a rate, every arm's seeds train at it; a
-    decision made here (not yet in the results) goes to `decided`, for the driver to record."""
-    source = sweep_source(suite, experiment)
-    decision = None if source is None else shared_decision(source, results, settings)
-    if decision is None:
-        return
-    if results.shared_rates.get(source.name) != decision:  # made now, or made again for a sweep trained again
-        decided[source.name] = decision
-    if decision["lr"] is None:
-        return
-    for arm in experiment.arms:
-        if isinstance(rates.get((source.name, arm.label)), float):
-            rates[source.name, arm.label] = decision["lr"]
-
-
-def shared_decision(source: Experiment, results: Results, settings: Settings) -> dict | None:
-    """Whether the arms of a sweep share a rate (spec.shared_rate): as the results record it, else decided from
+def shared_decision(source: Experiment, results: Results, settings: Settings) -> SharedRate | None:
+    """Whether the arms of a sweep share a rate (sweeps.shared_rate): as the results record it, else decided from
     every arm's sweep and its seeds at its own best rate (their spread); None until those are all measured. The
     driver records a decision once made, so that seeds trained again at the shared rate, whose spread differs,
-    cannot undo it; a sweep trained again (its losses are not those the decision read) decides again. {"lr": the
-    shared rate, or None where each arm keeps its own; "spreads": arm -> spread; "sweep": the losses read}"""
-    return _decision(source, results, settings, _every_sweep(source, results, settings))
-
-
-def _decision(source: Experiment, results: Results, settings: Settings, losses: dict) -> dict | None:
-    """shared_decision, given every arm's sweep (_every_sweep)."""
+    cannot undo it; a sweep trained again (its losses are not those the decision read) decides again."""
+    losses = _every_sweep(source, results, settings)
     if any(None in by_lr.values() for by_lr in losses.values()):
         return None
     recorded = results.shared_rates.get(source.name)
-    if recorded is not None and recorded["sweep"] == _as_read(losses):  # a sweep trained again decides again
+    if recorded is not None and recorded.read == as_read(losses):  # a sweep trained again decides again
         return recorded
     spreads = {}
     for arm in source.arms:
-        own, values = min(losses[arm.label], key=losses[arm.label].get), []
-        for seed in range(seed_count(source, arm, settings.seeds)):
-            key = RunKey(source.name, arm.label, seed=seed)
-            cfg, print_ = configured(source, arm, seed, own, settings)
-            if not stands(results.get(key), key, source, cfg, print_):
-                return None
-            values.append(sweep_loss(results.get(key)))
+        values = _seed_losses(source, arm, min(losses[arm.label], key=losses[arm.label].get), results, settings)
+        if values is None:
+            return None
         spreads[arm.label] = mean_std(values)[1] if len(values) > 1 else 0.0
-    return {"lr": shared_rate(losses, spreads), "spreads": spreads, "sweep": _as_read(losses)}
+    return SharedRate(shared_rate(losses, spreads), spreads, as_read(losses))
+
+
+def _seed_losses(source: Experiment, arm: Arm, lr: float, results: Results, settings: Settings
+                 ) -> list[float] | None:
+    """The sweep losses of the arm's seeds at rate lr, None until every one stands."""
+    values = []
+    for seed in range(seed_count(source, arm, settings.seeds)):
+        key = RunKey(source.name, arm.label, seed=seed)
+        cfg, print_ = configured(source, arm, seed, lr, settings)
+        if not stands(results.get(key), key, source, cfg, print_):
+            return None
+        values.append(sweep_loss(results.get(key)))
+    return values
+
+
+def _recorded(results: Results, source: Experiment, label: str, extend: bool) -> dict[float, float | None]:
+    """The arm's sweep as the results record it, a record of an earlier config included: each of its rates -> the
+    validation loss its first seed reached, None where it has not run yet."""
+    def loss(lr: float) -> float | None:
+        record = results.get(RunKey(source.name, label, lr=lr))
+        return None if record is None else sweep_loss(record)
+
+    return {lr: loss(lr) for lr in sweep_rates(source.lrs, loss, extend)}
 
 
 def _every_sweep(source: Experiment, results: Results, settings: Settings) -> dict[str, dict[float, float | None]]:
-    """Every arm's sweep as far as the results know it (swept_losses), by arm label."""
-    return {a.label: swept_losses(results, source, a.label, extend=not settings.smoke) for a in source.arms}
-
-
-def _as_read(losses: dict[str, dict[float, float]]) -> dict[str, dict[str, float]]:
-    """The sweep's losses as a decision records what it read (rates as JSON keys)."""
-    return {label: {f"{lr:g}": loss for lr, loss in by_lr.items()} for label, by_lr in losses.items()}
+    """Every arm's sweep as far as the results record it, by arm label."""
+    return {a.label: _recorded(results, source, a.label, not settings.smoke) for a in source.arms}
 
 
 def arm_rates(source: Experiment, results: Results, settings: Settings) -> dict[str, float]:
@@ -257,34 +268,40 @@ def arm_rates(source: Experiment, results: Results, settings: Settings) -> dict[
     rate, else its own best."""
     losses = _every_sweep(source, results, settings)
     own = {label: min(by_lr, key=by_lr.get) for label, by_lr in losses.items() if None not in by_lr.values()}
-    decision = _decision(source, results, settings, losses)
-    if decision is None or decision["lr"] is None:
+    decision = shared_decision(source, results, settings)
+    if decision is None or decision.lr is None:
         return own
-    return dict.fromkeys(own, decision["lr"])
+    return dict.fromkeys(own, decision.lr)
 
 
-def _calibration(suite, experiment, results, settings) -> bool | str | None:
-    """True where the experiment's anchored baselines match the paper, else why not (the paper's number they
-    miss); None while their seeds are not all measured."""
-    anchors = [a for a in anchors_of(suite.claims) if a.experiment == experiment.name]
-    current = results.without(superseded(suite, results, settings))  # an earlier protocol calibrates nothing here
-    counts = arm_seeds(suite, settings.seeds)
-    for anchor in anchors:
-        if len(current.of(experiment.name, anchor.arm)) < counts(experiment.name, anchor.arm):
-            return None
-    failed = failed_calibrations(anchors, current, counts)
-    if experiment.name not in failed:
-        return True
-    return f"the baseline is not the paper's ({failed[experiment.name]})"
+def superseded(suite: Suite, results: Results, settings: Settings) -> set[RunKey]:
+    """The keys of records trained with another config than the suite now gives their run (its presets or
+    protocol changed since): `attnlab reproduce` trains them again, and until then they describe something
+    else. An arm with a learning-rate sweep is checked once its sweep is measured."""
+    old = set()
+    for experiment in suite.experiments:
+        source = sweep_source(suite, experiment)
+        lrs = {} if source is None else arm_rates(source, results, settings)
+        arms = {arm.label: arm for arm in experiment.arms if source is None or arm.label in lrs}
+        for key, record in results.of(experiment.name).items():
+            # a record written by hand or by a version before fingerprints has no config to compare
+            if key.arm not in arms or record.fingerprint is None:
+                continue
+            if record.fingerprint != configured(experiment, arms[key.arm], key.seed, lrs.get(key.arm), settings)[1]:
+                old.add(key)
+    return old
 
 
-def _job(key: RunKey, stage: str, experiment: Experiment, arm: Arm, rate, settings: Settings) -> Job:
-    """A job at its rate: a sweep point's own, the rate its sweep chose, or (a str) what it waits for."""
+def _job(key: RunKey, stage: Stage, experiment: Experiment, arm: Arm, rate: float | Waiting | None,
+         settings: Settings) -> Job:
+    """A job at its rate: a sweep point's own, the rate its sweep chose, or (Waiting) at its preset's rate until
+    its sweep chooses."""
     lr = key.lr if key.sweep else rate
-    if isinstance(lr, str):
-        return Job(key, stage, experiment, arm, None, None, why=lr)
+    if isinstance(lr, Waiting):
+        cfg, _ = configured(experiment, arm, key.trained_seed, None, settings)
+        return Job(key, stage, experiment, arm, None, cfg, status="waiting", why=lr.why)
     cfg, print_ = configured(experiment, arm, key.trained_seed, lr, settings)
-    return Job(key, stage, experiment, arm, lr, cfg, print_, status="")
+    return Job(key, stage, experiment, arm, lr, cfg, print_)
 
 
 def _settle(jobs: list[Job], results: Results, models: frozenset, attempted: frozenset, beside: tuple = (),
@@ -297,7 +314,7 @@ def _settle(jobs: list[Job], results: Results, models: frozenset, attempted: fro
     trainer: dict[str, Job] = {}  # fingerprint -> the first job of the plan with that model
     records = [*(r for _, r in results.items()), *beside]
     for job in jobs:
-        if job.cfg is None or job.status == "blocked":
+        if job.fingerprint is None or job.status == "blocked":
             continue
         record = results.get(job.key)
         first = trainer.setdefault(job.fingerprint, job)
@@ -353,128 +370,3 @@ def ablates(cfg: RunConfig) -> bool:
     return _ABLATES[key]
 
 
-def run_config(experiment: Experiment, arm: Arm, seed: int, lr: float | None, settings: Settings) -> RunConfig:
-    """The config of one run of the suite: the arm's preset and changes at this seed and learning rate (None:
-    the preset's), the quick tier's changes and the caller's overrides, its steps multiplied by scale."""
-    return configured(experiment, arm, seed, lr, settings)[0]
-
-
-def configured(experiment: Experiment, arm: Arm, seed: int, lr: float | None, settings: Settings
-               ) -> tuple[RunConfig, str]:
-    """run_config and its fingerprint, made once for the same inputs: a plan is made again after every job."""
-    return _configured(experiment.name, arm, seed, lr, settings, _stamp(arm.preset))
-
-
-@functools.lru_cache(maxsize=4096)
-def _configured(experiment: str, arm: Arm, seed: int, lr: float | None, settings: Settings, stamp: int
-                ) -> tuple[RunConfig, str]:
-    name = "-".join([experiment, arm.label, *([f"lr{lr:g}"] if lr else []), f"s{seed}"])
-    own = [*arm.changes, *(learning_rate(arm, lr) if lr else ()), *settings.quick]
-    overrides = [*own, *_read_by_run(arm.preset, own, list(settings.extra)), ("name", name.replace("+", "p")),
-                 ("out_dir", str(settings.runs_dir)), ("train.seed", 1000 + seed), ("train.keep_last", 1)]
-    cfg = load_config(arm.preset, overrides)
-    if settings.scale != 1.0:
-        steps = max(1, round(cfg.train.steps * settings.scale))
-        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, steps=steps))
-    return cfg, fingerprint(cfg)
-
-
-def _stamp(preset: str) -> int:
-    """When a config file given by path last changed (a file edited since is read again); 0 for a registered
-    preset, whose code does not change while the process runs."""
-    from ..paths import user_path
-
-    path = user_path(preset)
-    return path.stat().st_mtime_ns if path.is_file() else 0
-
-
-def settings_of(suite: Suite, results: Results, runs_dir: Path = Path("runs")) -> Settings:
-    """The settings a results file was made with (the folder of its runs aside)."""
-    setting = results.setting
-    return Settings.of(suite, runs_dir, setting["quick"], setting["scale"], results.extra,
-                       results.meta.get("seeds", suite.seeds))
-
-
-def _read_by_run(preset: str, own: list[str], extra: list[str]) -> list[str]:
-    """The caller's overrides but those of data fields that this run's source does not read (which its config
-    would refuse): one list of them shrinks a suite whose arms train on text and on tasks alike."""
-    data = from_dict(RunConfig, apply_overrides(preset_values(preset), [*own, *extra])).data
-    return [o for o in extra if not o.startswith("data.") or data.reads(o.partition("=")[0].removeprefix("data."))]
-
-
-def learning_rate(arm: Arm, lr: float) -> Changes:
-    """The changes that train the arm at peak rate lr, its schedule's floor scaled alike."""
-    base = load_config(arm.preset, arm.changes).train
-    return Changes.train(lr=lr, min_lr=lr * base.min_lr / base.lr)
-
-
-def superseded(suite: Suite, results: Results, settings: Settings | None = None) -> set[RunKey]:
-    """The keys of records trained with another config than the suite now gives their run (its presets or
-    protocol changed since): `attnlab reproduce` trains them again, and until then they describe something
-    else. An arm with a learning-rate sweep is checked once its sweep is measured."""
-    settings = settings or settings_of(suite, results)
-    old = set()
-    for experiment in suite.experiments:
-        source = sweep_source(suite, experiment)
-        lrs = {} if source is None else arm_rates(source, results, settings)
-        arms = {arm.label: arm for arm in experiment.arms if source is None or arm.label in lrs}
-        for key, record in results.of(experiment.name).items():
-            # a record written by hand or by a version before fingerprints has no config to compare
-            if key.arm not in arms or record.fingerprint is None:
-                continue
-            if record.fingerprint != configured(experiment, arms[key.arm], key.seed, lrs.get(key.arm), settings)[1]:
-                old.add(key)
-    return old
-
-
-def swept_losses(results: Results, experiment: Experiment, label: str, extend: bool | None = None
-                 ) -> dict[float, float | None]:
-    """The arm's sweep as far as the results know it: each of its rates (spec.sweep_rates) -> the validation loss
-    its first seed reached, None where it has not run yet (extend: whether the grid grows past a winning edge;
-    by default as the results' setting has it, not for a smoke run)."""
-    def loss(lr: float) -> float | None:
-        record = results.get(RunKey(experiment.name, label, lr=lr))
-        return None if record is None else sweep_loss(record)
-
-    extend = not results.setting["quick"] if extend is None else extend
-    return {lr: loss(lr) for lr in sweep_rates(experiment.lrs, loss, extend)}
-
-
-def sweep_loss(record: Record) -> float:
-    """The validation loss a sweep compares rates by: over the whole validation split where the record measured
-    it (val_ppl's val_loss; extrapolation's perplexity at the training length), else the training's own validation
-    (a sample of the split, unless the run set train.eval_batches=0)."""
-    if "val_tokens" in record and "val_loss" in record:
-        return record["val_loss"]
-    if "ppl_tokens" in record:  # every window of the split at each length: the shortest is the training length
-        lengths = [int(key.removeprefix("ppl@")) for key in record if key.startswith("ppl@")]
-        return math.log(record[f"ppl@{min(lengths)}"])
-    loss = record.get("best_val_loss")
-    return math.inf if loss is None else loss  # a run that never validated (it diverged) loses
-
-
-def fingerprint(cfg: RunConfig) -> str:
-    """What decides the trained weights: the config fields that differ from their defaults, except the
-    run's name and folder, train.compile (how the same arithmetic runs) and train.log_to (where its numbers
-    are also sent). A field added later at its default leaves earlier runs valid (like the code, a changed
-    default is not seen: delete results.json to train everything again)."""
-    settings = _changed(cfg.settings(), type(cfg)().settings())
-    for where in ("name", "out_dir"):
-        settings.pop(where, None)
-    for how in ("compile", "log_to"):
-        settings.get("train", {}).pop(how, None)
-    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _changed(values: dict, defaults: dict) -> dict:
-    """The entries of a nested dict that differ from the defaults."""
-    changed = {}
-    for key, value in values.items():
-        default = defaults.get(key)
-        if isinstance(value, dict) and isinstance(default, dict):
-            value = _changed(value, default)
-            if value:
-                changed[key] = value
-        elif key not in defaults or value != default:
-            changed[key] = value
-    return changed

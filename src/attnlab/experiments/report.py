@@ -15,13 +15,14 @@ from .claims import (
     plot_claims,
     verdict_table,
 )
-from .metrics import PREFIX_TOKENS, get_metric
-from .plan import Settings, run_config, settings_of, shared_decision, superseded, sweep_loss, swept_losses
+from .metrics import get_metric
+from .plan import Plan
 from .seeds_needed import settle_lines
-from .spec import SWEEP_EXTENSIONS, Experiment, Suite, ablated, arm_seeds, seed_count, sweep_source
+from .spec import Experiment, Suite, ablated, arm_seeds, seed_count
 from .state_size import ruler_grid, state_section
 from .stats import mean_std, paired_difference
-from .store import Record, Results, RunKey, describe_setting
+from .store import Results, RunKey, describe_setting
+from .training_notes import SAMPLES, caveats, training_table
 
 
 def _values(results: Results, experiment: Experiment, label: str, key: str) -> list[float | None]:
@@ -34,12 +35,6 @@ def _paired(results: Results, experiment: Experiment, label: str, key: str) -> t
     arm, base = (results.by_seed(experiment.name, name, key) for name in (label, experiment.baseline))
     seeds = [s for s in arm if s in base and arm[s] is not None and base[s] is not None]
     return [arm[s] for s in seeds], [base[s] for s in seeds]
-
-
-def _runs(results: Results, experiment: Experiment, label: str, key: str) -> list[Record]:
-    """The arm's records that hold key, in seed order."""
-    records = results.of(experiment.name, label)
-    return [records[k] for k in sorted(records, key=lambda k: k.seed) if key in records[k]]
 
 
 def _scale(experiment: Experiment) -> tuple[float, str]:
@@ -65,11 +60,11 @@ def _fmt(mean: float, std: float, unit: str = "") -> str:
     return f"{mean:.4g}{unit}" if std != std else f"{mean:.4g}{unit} ± {std:.2g}"
 
 
-def describe_run(suite: Suite, results: Results) -> str:
+def describe_run(suite: Suite, results: Results, plan: Plan) -> str:
     """Where and when the suite ran, from what run_suite recorded; a suite still under way says how far it got."""
     meta = results.meta
-    seconds = sum(r["seconds"] for _, r in results.items())
-    done, expected = _progress(suite, results)
+    seconds = sum(r.seconds for _, r in results.items())
+    done, expected = _progress(suite, results, plan)
     when = (f"finished {meta.get('finished', '?')}" if done == expected else
             f"partial: {done} of {expected} runs measured, last saved {meta.get('finished', '?')}")
     workers = f", its jobs run by {meta['workers']}" if meta.get("workers") else ""
@@ -104,7 +99,7 @@ def experiment_table(experiment: Experiment, results: Results, columns: str = "a
             cells.append("")
         if columns == "all":
             cells.append(experiment.paper.get(arm.label, ""))
-            params = _values(results, experiment, arm.label, "params")
+            params = [r.params for r in results.of(experiment.name, arm.label).values() if r.params is not None]
             cells.append(f"{params[0]:,.0f}" if params else "")
         lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -122,22 +117,15 @@ def seed_table(experiment: Experiment, results: Results) -> list[str]:
     return lines
 
 
-# what a perplexity metric's records were scored on, before whole-split scoring: (the key of the tokens scored
-# in whole-split records, what the earlier records read)
-SAMPLES = {"val_ppl": ("val_tokens", "20 random windows of the validation split"),
-           "extrapolation": ("ppl_tokens", f"the first {PREFIX_TOKENS:,} tokens of the validation split at each "
-                                           "length")}
-
-
 def scoring_lines(experiment: Experiment, results: Results) -> list[str]:
     """What a language model's perplexity was scored on: every position of the validation split, or (records
     measured before whole-split scoring) a sample of it."""
     if experiment.metric not in SAMPLES:
         return []
     tokens_key, sample = SAMPLES[experiment.metric]
-    records = [r for r in results.of(experiment.name).values() if any(k.startswith("ppl") for k in r)]
-    whole = {r[tokens_key] for r in records if tokens_key in r}
-    sampled = sum(tokens_key not in r for r in records)
+    records = [r for r in results.of(experiment.name).values() if any(k.startswith("ppl") for k in r.values)]
+    whole = {r.details[tokens_key] for r in records if tokens_key in r.details}
+    sampled = sum(tokens_key not in r.details for r in records)
     lines = []
     if whole:
         tokens = " or ".join(f"{n:,}" for n in sorted(whole))
@@ -149,19 +137,10 @@ def scoring_lines(experiment: Experiment, results: Results) -> list[str]:
     return ["", " ".join(lines)] if lines else []
 
 
-def sampled(experiment: Experiment, labels: set, results: Results) -> int:
-    """How many runs of these arms of the experiment were scored on a sample of the validation split (SAMPLES)."""
-    if experiment.metric not in SAMPLES:
-        return 0
-    tokens_key = SAMPLES[experiment.metric][0]
-    return sum(tokens_key not in r for key, r in results.of(experiment.name).items()
-               if key.arm in labels and any(k.startswith("ppl") for k in r))
-
-
-def current(suite: Suite, results: Results) -> tuple[Results, list[str]]:
+def current(results: Results, plan: Plan) -> tuple[Results, list[str]]:
     """The results without the records that the suite's configs have since superseded, and a line saying how many
     were left out (none: no line)."""
-    old = superseded(suite, results)
+    old = plan.superseded
     if not old:
         return results, []
     experiments = sorted({key.experiment for key in old})
@@ -171,13 +150,14 @@ def current(suite: Suite, results: Results) -> tuple[Results, list[str]]:
         "its sweep's best rate changed since); `attnlab reproduce` trains them again.", ""]
 
 
-def write_report(suite: Suite, results: Results, out_dir: str | Path) -> Path:
+def write_report(suite: Suite, results: Results, plan: Plan, out_dir: str | Path) -> Path:
+    """report.md and its figures in out_dir, from the results and the plan's decisions."""
     out = Path(out_dir)
-    results, left_out = current(suite, results)
+    results, left_out = current(results, plan)
     quoted = " The paper's column quotes the paper, at its own (much larger) scale." if any(
         e.paper for e in suite.experiments) else ""
     lines = [f"# {suite.title}", "", describe_tier(results), "", *left_out,
-             f"Generated by `{_command(suite, results)}`: {describe_run(suite, results)}. "
+             f"Generated by `{_command(suite, results)}`: {describe_run(suite, results, plan)}. "
              "Numbers are mean ± standard deviation over seeds; Δ is the paired difference to the baseline with a 95% "
              f"t-interval.{quoted}",
              ""]
@@ -201,21 +181,23 @@ def write_report(suite: Suite, results: Results, out_dir: str | Path) -> Path:
                   "trained model (Mixer.ablated); a claim whose effect is larger than this move is *mechanism not "
                   f"engaged*.{removed}{sizes}", "", *engagement, ""]
         for experiment in components:
-            lines += experiment_section(suite, experiment, results, out, "###")
+            lines += experiment_section(suite, experiment, results, plan, out, "###")
     if suite.claims:
         figure = plot_claims(suite.claims, results, out / "claims.png")
-        table = verdict_table(suite.claims, results, planned_seeds(suite, results), caveats(suite, results))
-        lines += ["## Verdicts", "", *table, "", f"![the claims]({figure.name})", "", *settle_lines(suite, results),
+        table = verdict_table(suite.claims, results, planned_seeds(suite, results), caveats(suite, results, plan))
+        lines += ["## Verdicts", "", *table, "", f"![the claims]({figure.name})", "",
+                  *settle_lines(suite, results, plan),
                   RULES, ""]
     lines += state_section(suite, results, out)
     for experiment in suite.experiments:
-        lines += [] if experiment.component else experiment_section(suite, experiment, results, out, "##")
+        lines += [] if experiment.component else experiment_section(suite, experiment, results, plan, out, "##")
     path = out / "report.md"
     path.write_text("\n".join(lines))
     return path
 
 
-def experiment_section(suite: Suite, experiment: Experiment, results: Results, out: Path, heading: str) -> list[str]:
+def experiment_section(suite: Suite, experiment: Experiment, results: Results, plan: Plan, out: Path,
+                       heading: str) -> list[str]:
     """Markdown lines of one experiment: its table (and every seed's values for a component), plot and steps."""
     lines = [f"{heading} {experiment.title}", ""]
     if experiment.note:
@@ -228,7 +210,7 @@ def experiment_section(suite: Suite, experiment: Experiment, results: Results, o
     if keys:
         figure = _plot(experiment, results, keys, out)
         lines += ["", f"![{experiment.title}]({figure.name})"]
-    return [*lines, "", *training_table(suite, experiment, results), ""]
+    return [*lines, "", *training_table(suite, experiment, results, plan), ""]
 
 
 def describe_tier(results: Results) -> str:
@@ -245,179 +227,6 @@ def _command(suite: Suite, results: Results) -> str:
     if suite.name == "demo":
         return "attnlab demo" + flags
     return f"attnlab reproduce {suite.name}" + ("" if suite.tier == "default" else f" --tier {suite.tier}") + flags
-
-
-def training_table(suite: Suite, experiment: Experiment, results: Results) -> list[str]:
-    """Where each arm's runs stopped, and for a learning-rate sweep what each rate reached on validation."""
-    lines = _sweep_lines(experiment, results, settings_of(suite, results)) if experiment.lrs else []
-    if experiment.sweep_of:
-        source = next(e for e in suite.experiments if e.name == experiment.sweep_of)
-        same = [a.changes for a in source.arms] == [a.changes for a in experiment.arms]
-        lines += [f"Learning rates: each arm's as the sweep of {experiment.sweep_of} chose it"
-                  f"{' (the same models)' if same else ''}.", ""]
-    stops = {arm.label: _runs(results, experiment, arm.label, "seconds") for arm in experiment.arms}
-    if any("steps" in r for runs in stops.values() for r in runs):
-        lines += ["Training: steps per seed (* stopped early; in brackets the step of the best checkpoint, which "
-                  "early stopping keeps and which is measured; [resumed at] the checkpoint a run continued from after "
-                  "an interrupt):", ""]
-        lines += [f"- {label}: " + ", ".join(_extent(r) for r in runs) for label, runs in stops.items() if runs]
-        lines += _not_converged(suite, experiment, results)
-    return lines
-
-
-def _sweep_lines(experiment: Experiment, results: Results, settings: Settings) -> list[str]:
-    """The validation loss each arm reached at each rate of its sweep (the grid, and the rates added past an edge
-    that won), naming the arms whose sweep goes on and those whose best rate stays at its edge; or, before the
-    sweep has run, that it has not."""
-    losses = {arm.label: swept_losses(results, experiment, arm.label) for arm in experiment.arms}
-    grid = ", ".join(f"{lr:g}" for lr in sorted(experiment.lrs))
-    if all(v is None for by_lr in losses.values() for v in by_lr.values()):
-        seeds = bool(results.of(experiment.name))
-        return [f"Learning-rate sweep ({grid}): not run yet." + (
-            " The seeds above were trained at the preset's rate, the same for every arm; `attnlab reproduce` runs "
-            "the sweep and trains again each arm whose best rate differs." if seeds else ""), ""]
-    rates = sorted({lr for by_lr in losses.values() for lr in by_lr})
-    lines = ["Learning-rate sweep (first seed; the lowest validation loss is chosen for every seed):", "",
-             "| arm | " + " | ".join(f"lr {lr:g}" for lr in rates) + " |", "|---|" + "---|" * len(rates)]
-    going_on, edges = [], []
-    for label, by_lr in losses.items():
-        known = {lr: v for lr, v in by_lr.items() if v is not None}
-        best = min(known, key=known.get, default=None)
-        cells = ["–" if by_lr.get(lr) is None else f"**{by_lr[lr]:.4g}**" if lr == best else f"{by_lr[lr]:.4g}"
-                 for lr in rates]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-        beyond = [lr for lr, v in by_lr.items() if v is None and lr not in experiment.lrs]
-        if beyond:
-            going_on.append(f"{label} (lr {beyond[0]:g})")
-        elif len(by_lr) > 2 and len(known) == len(by_lr) and best in (min(by_lr), max(by_lr)):
-            edges.append(f"{label} (lr {best:g})")
-    if len(rates) > len(experiment.lrs):
-        lines += ["", f"The grid ({grid}) goes on past an edge whose rate trains best, by up to {SWEEP_EXTENSIONS} "
-                      "rates."]
-    if going_on:
-        lines += ["", f"The sweep goes on: {', '.join(going_on)}, not run yet; until it has, the seeds are those "
-                      "of the best rate so far."]
-    if edges:  # the optimum may lie beyond the rates tried
-        lines += ["", f"At the sweep's edge: {', '.join(edges)}; a rate beyond it might train better."]
-    decision = shared_decision(experiment, results, settings)
-    if unseparated := _unseparated(experiment, results, losses, decision):
-        lines += ["", f"Not separated by the sweep (the loss at another rate within the seed-to-seed spread of the "
-                      f"best one's seeds): {'; '.join(unseparated)}. The best rate may be chance."]
-    lines += _sharing(decision, losses, bool(unseparated))
-    # a sweep's point trains at the first seed, so at the chosen rate it is the model of seed 0
-    lines += ["", "Each arm's seed 0 is its sweep's own run at the chosen rate (the same model): the run that chose "
-                  "the rate is one of the compared seeds, and the rate is chosen on one run's validation loss (over "
-                  "the whole validation split where the run measured it)."]
-    return [*lines, ""]
-
-
-def _unseparated(experiment: Experiment, results: Results, losses: dict, decision: dict | None) -> list[str]:
-    """Per arm, the rates whose sweep loss lies within one standard deviation (over the arm's seeds at its best
-    rate: those the shared-rate decision read, where it is made) of the best rate's: "gla: lr 0.002 best, lr 0.001
-    (+0.0001 against a spread of 0.004)"."""
-    out = []
-    for label, by_lr in losses.items():
-        known = {lr: v for lr, v in by_lr.items() if v is not None}
-        seeds = [sweep_loss(r) for r in results.of(experiment.name, label).values()]
-        if not known:
-            continue
-        if decision is not None:
-            spread = decision["spreads"][label]
-        elif len(seeds) > 1:
-            spread = mean_std(seeds)[1]
-        else:
-            continue
-        best = min(known, key=known.get)
-        close = [f"lr {lr:g} ({v - known[best]:+.2g} against a spread of {spread:.2g})"
-                 for lr, v in sorted(known.items()) if lr != best and v - known[best] < spread]
-        if close:
-            out.append(f"{label}: lr {best:g} best, {', '.join(close)}")
-    return out
-
-
-def _sharing(decision: dict | None, losses: dict, unseparated: bool) -> list[str]:
-    """What the sweep decided about a shared rate (plan.shared_decision), where it is not the arms' own bests."""
-    if decision is None:
-        return ["", "Whether the arms share a rate is decided once every arm's seeds at its best rate are "
-                    "measured."] if unseparated else []
-    if decision["lr"] is None:
-        return ["", "No rate lies within every arm's spread of its best, so each arm trains at its own best."
-                ] if unseparated else []
-    if {min(by_lr, key=by_lr.get) for by_lr in losses.values()} == {decision["lr"]}:
-        return []  # every arm's own best
-    return ["", f"**Shared rate:** every arm trains at lr {decision['lr']:g}, a rate that no arm's sweep can tell "
-                "from its best (of such rates, the one whose losses lie least above the arms' bests), so that no "
-                "arm's rate is a chance in its favour; the seeds trained at an arm's own best rate are superseded."]
-
-
-def _not_converged(suite: Suite, experiment: Experiment, results: Results) -> list[str]:
-    """A line when runs that stop early ended at their step cap instead: validation loss was still improving
-    within the patience, so the values are those of models not trained to convergence."""
-    summary = _cap_summary(_capped(suite, experiment, results).values())
-    if summary is None:
-        return []
-    capped, counted, caps = summary
-    return ["", f"**Not converged:** {capped} of {counted} runs with early stopping reached their cap of {caps} "
-                "steps before it stopped them (validation loss was still improving within the patience): these are "
-                "values of models not trained to convergence, and a longer cap may change them."]
-
-
-def _capped(suite: Suite, experiment: Experiment, results: Results) -> dict[str, tuple[int, int, int]]:
-    """Arm label -> (its runs that ended at their step cap, its runs, that cap), for the arms whose runs stop
-    early (none for a smoke run, or for arms trained for a fixed number of steps)."""
-    settings = settings_of(suite, results)
-    counts = {}
-    for arm in experiment.arms if not results.setting["quick"] else ():
-        train = run_config(experiment, arm, 0, None, settings).train
-        runs = _runs(results, experiment, arm.label, "steps")
-        if train.patience and runs:
-            ended = sum(not r.get("stopped_early") and r["steps"] >= train.steps for r in runs)
-            counts[arm.label] = (ended, len(runs), train.steps)
-    return counts
-
-
-def _cap_summary(counts) -> tuple[int, int, str] | None:
-    """(runs at their cap, runs, the caps written out) over _capped's counts; None if no run ended at its cap."""
-    counts = list(counts)
-    capped = sum(ended for ended, _, _ in counts)
-    if not capped:
-        return None
-    caps = " and ".join(f"{cap:,}" for cap in sorted({cap for ended, _, cap in counts if ended}))
-    return capped, sum(runs for _, runs, _ in counts), caps
-
-
-def caveats(suite: Suite, results: Results):
-    """claim -> what to know about the runs behind its verdict: which of them (arm and baseline, in its
-    experiments) ended at their step cap, and whose sweep is still going on."""
-    experiments = {e.name: e for e in suite.experiments}
-    capped = {e.name: _capped(suite, e, results) for e in suite.experiments}
-    unfinished = {(e.name, a.label) for e in suite.experiments if e.lrs for a in e.arms
-                  if None in swept_losses(results, e, a.label).values()}
-
-    def of(claim) -> list[str]:
-        labels = {claim.arm, claim.baseline}
-        counts, going_on = [], set()
-        for experiment in filter(None, map(experiments.get, (claim.experiment, claim.contrast))):
-            counts += [capped[experiment.name][label] for label in labels if label in capped[experiment.name]]
-            if (source := sweep_source(suite, experiment)) is not None:
-                going_on |= {label for label in labels if (source.name, label) in unfinished}
-        summary = _cap_summary(counts)
-        marks = [f"*not converged*, {summary[0]} of {summary[1]} runs at their cap of {summary[2]} steps"] \
-            if summary else []
-        compared = [e for e in map(experiments.get, (claim.experiment, claim.contrast)) if e is not None]
-        if runs := sum(sampled(e, labels, results) for e in compared):
-            marks.append(f"*scored on a sample*: {runs} runs on {SAMPLES[compared[0].metric][1]}")
-        return marks + ([f"*sweep going on*: {', '.join(sorted(going_on))}"] if going_on else [])
-
-    return of
-
-
-def _extent(record: Record) -> str:
-    if "steps" not in record:
-        return "?"
-    best = f" ({record['best_step']})" if record.get("best_step") not in (None, record["steps"]) else ""
-    resumed = f" [resumed at {record['resumed_from']}]" if "resumed_from" in record else ""
-    return f"{record['steps']}{'*' if record.get('stopped_early') else ''}{best}{resumed}"
 
 
 def _plot(experiment: Experiment, results: Results, keys: list[str], out: Path) -> Path:
@@ -465,27 +274,20 @@ def _plot_differences(ax, experiment: Experiment, results: Results, key: str) ->
 
 
 
-def results_summary(root: str | Path) -> str:
-    """Markdown: every suite under root (a folder per suite with results.json), its verdict table (or, for a
-    suite without claims, its main tables) and a link to its full report."""
-    from . import get_suite
-
-    lines = []
-    for path in sorted(Path(root).glob("*/results.json")):
-        results = Results.load(path)
-        suite = get_suite(results.suite, results.tier)
-        results, left_out = current(suite, results)
-        lines += [f"### {suite.title}", "", describe_tier(results), "",
-                  f"`{_command(suite, results)}`: {describe_run(suite, results)}. "
-                  f"Full report: [{path.parent.as_posix()}/report.md]({path.parent.as_posix()}/report.md).", "",
-                  *left_out]
-        if suite.claims:
-            table = verdict_table(suite.claims, results, planned_seeds(suite, results), caveats(suite, results))
-            lines += [*table, ""]
-            continue
-        for experiment in suite.experiments:
-            lines += [f"**{experiment.title}**", "", *experiment_table(experiment, results, columns="main"), ""]
-    return "\n".join(lines)
+def summary_section(folder: Path, suite: Suite, results: Results, plan: Plan) -> list[str]:
+    """Markdown for the results summary: a suite's verdict table (or, for a suite without claims, its main
+    tables) and a link to its full report in folder."""
+    results, left_out = current(results, plan)
+    report = f"{folder.as_posix()}/report.md"
+    lines = [f"### {suite.title}", "", describe_tier(results), "",
+             f"`{_command(suite, results)}`: {describe_run(suite, results, plan)}. Full report: [{report}]({report}).",
+             "", *left_out]
+    if suite.claims:
+        table = verdict_table(suite.claims, results, planned_seeds(suite, results), caveats(suite, results, plan))
+        return [*lines, *table, ""]
+    for experiment in suite.experiments:
+        lines += [f"**{experiment.title}**", "", *experiment_table(experiment, results, columns="main"), ""]
+    return lines
 
 
 def planned_seeds(suite: Suite, results: Results):
@@ -506,7 +308,7 @@ def _seeds(suite: Suite, results: Results) -> int:
     return results.meta.get("seeds", suite.seeds)
 
 
-def _progress(suite: Suite, results: Results) -> tuple[int, int]:
+def _progress(suite: Suite, results: Results, plan: Plan) -> tuple[int, int]:
     """(runs measured, runs the suite plans): every seed of every arm and every point of every sweep, but the
     arms compared with a baseline that missed its calibration (they are not trained) where they have no record."""
     seeds = _seeds(suite, results)
@@ -515,7 +317,7 @@ def _progress(suite: Suite, results: Results) -> tuple[int, int]:
     trained = {(key.experiment, key.arm) for key, _ in results.items()} | {(a.experiment, a.arm) for a in anchors}
     arms = [(e, a) for e in suite.experiments for a in e.arms if e.name not in failed or (e.name, a.label) in trained]
     expected = {RunKey(e.name, a.label, seed=s) for e, a in arms for s in range(seed_count(e, a, seeds))}
-    expected |= {RunKey(e.name, a.label, lr=lr) for e, a in arms for lr in swept_losses(results, e, a.label)}
+    expected |= {RunKey(e.name, a.label, lr=lr) for e, a in arms if e.lrs for lr in plan.sweeps[e.name, a.label].losses}
     return sum(key in results for key in expected), len(expected)
 
 

@@ -32,8 +32,9 @@ from ..inference import load_run
 from ..starting_point import as_fitted
 from ..train import train
 from ..typed import from_dict
+from .configs import Settings, fingerprint, notes_once
 from .metrics import get_metric
-from .plan import Job, Plan, Settings, fingerprint, measurement_of, notes_once, plan, stands
+from .plan import Job, Plan, measurement_of, plan, stands
 from .spec import Experiment, Suite
 from .store import Record, Results, RunKey, describe_setting
 
@@ -196,29 +197,29 @@ class Work:
     experiment: Experiment
     fingerprint: str
     out: Path
-    earlier: list[tuple[Path, dict]]
+    earlier: list[tuple[Path, Record]]
     ranks: int = 1  # processes that train it together (Arm.ranks)
     again: bool = False  # measured again on request: no earlier record is copied
 
     @classmethod
     def of(cls, job: Job, out: Path, folders: list[tuple[Path, Results]], smoke: bool = False) -> Work:
         """The job's work (a smoke run's CPU-sized models train in one process, whatever their arm's ranks)."""
-        earlier = [(folder / r.folder, dict(r)) for folder, results in folders for _, r in results.items()
+        earlier = [(folder / r.folder, r) for folder, results in folders for _, r in results.items()
                    if r.fingerprint == job.fingerprint]
         return cls(job.key, job.cfg, job.experiment, job.fingerprint, out, earlier, 1 if smoke else job.arm.ranks,
                    job.again)
 
 
-def execute(work: Work, log=print) -> dict:
+def execute(work: Work, log=print) -> Record:
     """A job's record: the record of the same model measured the same way where one exists; else the model
     measured, from its folder where one holds it, else trained first (continued from its last checkpoint where
     an earlier attempt stopped part-way)."""
     start = time.perf_counter()
     cfg, experiment, out = work.cfg, work.experiment, work.out
     for run_dir, record in [] if work.again else work.earlier:
-        if stands(Record(record), work.key, experiment, cfg, work.fingerprint):  # the same model, measured alike
-            log(f"    the same model and measurement as {record['run']}")
-            return {**record, "run": os.path.relpath(run_dir, out), "seconds": 0.0, "trained": False}
+        if stands(record, work.key, experiment, cfg, work.fingerprint):  # the same model, measured alike
+            log(f"    the same model and measurement as {record.run}")
+            return record.replace(run=os.path.relpath(run_dir, out), seconds=0.0, trained=False)
     run_dir = next((d for d, _ in work.earlier if _holds(d, work.fingerprint)), None)
     trained, resumed, earlier_seconds = run_dir is None, None, 0.0
     if trained:
@@ -244,7 +245,7 @@ def execute(work: Work, log=print) -> dict:
     if resumed is not None:  # seconds then include the training of earlier attempts up to that checkpoint
         record["resumed_from"] = resumed
     log("    " + ", ".join(f"{k} {v:.4g}" for k, v in record.items() if isinstance(v, float | int)))
-    return record
+    return Record.from_json(record)
 
 
 def train_on_ranks(cfg: RunConfig, ranks: int, run_dir: Path, resumed: int | None) -> tuple[int, float]:

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from . import estimate
 from .claims import MIN_SEEDS, Claim, Verdict, evaluate, not_learned
-from .plan import run_config, settings_of
+from .plan import Plan
+from .registry import SUITES
 from .spec import Suite
 from .stats import MAX_SEEDS
 from .store import Results
 
 
-def settle_lines(suite: Suite, results: Results) -> list[str]:
+def settle_lines(suite: Suite, results: Results, plan: Plan) -> list[str]:
     """Markdown lines, one bullet per inconclusive headline claim (none when every headline claim is judged,
     and none for a smoke run, whose spread sizes nothing)."""
     if results.setting["quick"]:
@@ -21,11 +22,12 @@ def settle_lines(suite: Suite, results: Results) -> list[str]:
     if not open_claims:
         return []
     lines = ["**What would settle the inconclusive headline claims.**", ""]
-    lines += [f"- *{claim.statement}*: {_settle(claim, verdict, suite, results)}" for claim, verdict in open_claims]
+    lines += [f"- *{claim.statement}*: {_settle(claim, verdict, suite, results, plan)}"
+              for claim, verdict in open_claims]
     return [*lines, ""]
 
 
-def _settle(claim: Claim, verdict: Verdict, suite: Suite, results: Results) -> str:
+def _settle(claim: Claim, verdict: Verdict, suite: Suite, results: Results, plan: Plan) -> str:
     unlearned = not_learned(claim, results)
     if unlearned is not None:
         return f"the task must be learned first: {unlearned}."
@@ -39,8 +41,7 @@ def _settle(claim: Claim, verdict: Verdict, suite: Suite, results: Results) -> s
                 "lies between 0 and the paper's effect, so more seeds would size a smaller effect than the paper's.")
     experiments = [e for e in suite.experiments if e.name in (claim.experiment, claim.contrast)]
     arms = [(e, a) for e in experiments for a in e.arms if a.label in (claim.arm, claim.baseline)]
-    settings = settings_of(suite, results)  # the steps as the suite trains them at its scale
-    trains = [run_config(e, a, 0, None, settings).train for e, a in arms]
+    trains = [plan.train(e.name, a.label) for e, a in arms]  # the steps as the suite trains them at its scale
     cap = max(t.steps for t in trains)
     stopping = ", each stopping early once it stops improving" if all(t.patience for t in trains) else ""
     more = (needed - verdict.n) * len(arms)
@@ -68,14 +69,12 @@ def _why_unsized(claim: Claim, verdict: Verdict) -> str:
 def _seconds_per_run(results: Results, experiments: list[str], arms: list[str]) -> float | None:
     """The mean wall time of the runs of these arms that trained their model here (not those that measured a
     model trained before, or reused a record)."""
-    seconds = [record["seconds"] for key, record in results.items() if key.experiment in experiments
-               and key.arm in arms and record.get("trained", True) and record.get("seconds", 0) > 0]
+    seconds = [record.seconds for key, record in results.items() if key.experiment in experiments
+               and key.arm in arms and record.trained is not False and (record.seconds or 0) > 0]
     return sum(seconds) / len(seconds) if seconds else None
 
 
 def _paper_scale(suite: Suite, experiments: list[str], seeds: int) -> str:
-    from . import SUITES  # the papers import this package's modules
-
     registered = SUITES.get(suite.name)
     if registered is None or "paper" not in registered.tiers:
         return "This suite has no paper-scale tier."

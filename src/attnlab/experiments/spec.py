@@ -174,48 +174,6 @@ def arm_seeds(suite: Suite, seeds: int):
     return lambda experiment, arm: counts.get((experiment, arm), 0)
 
 
-SWEEP_EXTENSIONS = 2  # the most rates an arm's sweep adds beyond the edges of its grid
-
-
-def sweep_rates(lrs: list[float], loss, extend: bool = True) -> list[float]:
-    """The rates an arm's sweep tries, in increasing order: the grid lrs and, while the best of them lies at an
-    edge, the grid's next step beyond that edge (at most SWEEP_EXTENSIONS; none for a grid of under 3 rates, or
-    unless extend), so that a sweep does not stop where its optimum may lie further on. loss(lr): the validation
-    loss at lr, None while it is not known (the sweep then goes no further)."""
-    rates = sorted(lrs)
-    if len(rates) < 3 or not extend:
-        return rates
-    ratio = (rates[-1] / rates[0]) ** (1 / (len(rates) - 1))  # the grid's step: 2 for sweep_around's
-    for _ in range(SWEEP_EXTENSIONS):
-        losses = [loss(lr) for lr in rates]
-        if None in losses or losses.index(min(losses)) not in (0, len(rates) - 1):
-            break
-        low = losses.index(min(losses)) == 0
-        beyond = float(f"{rates[0] / ratio if low else rates[-1] * ratio:.2g}")  # a rate as one would write it
-        rates = [beyond, *rates] if low else [*rates, beyond]
-    return rates
-
-
-def tied_rates(losses: dict[float, float], spread: float) -> set[float]:
-    """The rates a sweep cannot tell from its best: those whose loss lies less than the seed-to-seed spread (one
-    standard deviation over the seeds at the best rate) above the best one's."""
-    best = min(losses.values())
-    return {lr for lr, loss in losses.items() if loss - best < spread or loss == best}
-
-
-def shared_rate(losses: dict[str, dict[float, float]], spreads: dict[str, float]) -> float | None:
-    """The rate every arm of a comparison trains at where the sweep cannot separate rates: one that each arm's
-    sweep cannot tell from its own best (tied_rates), so that no arm gains from a choice that is chance; of
-    several, the one whose losses lie least above the arms' bests in all. None where no rate is tied for every
-    arm: each arm keeps its own best. losses: arm -> rate -> its sweep's loss; spreads: arm -> its spread."""
-    common = set.intersection(*(tied_rates(by_lr, spreads[arm]) for arm, by_lr in losses.items()))
-
-    def excess(lr: float) -> float:
-        return sum(by_lr[lr] - min(by_lr.values()) for by_lr in losses.values())
-
-    return min(sorted(common), key=excess) if common else None
-
-
 def sweep_source(suite: Suite, experiment: Experiment) -> Experiment | None:
     """The experiment whose learning-rate sweep sets this one's rates (itself, or the one it names), None if
     its arms train at their presets' rates."""

@@ -17,7 +17,8 @@ from .store import Results
 def ruler_grid(experiment: Experiment, results: Results) -> list[str]:
     """Markdown: each arm's exact match (%) at each depth of the needle (rows) and each length (columns), the mean
     over the seeds that recorded the grid; [] where none did."""
-    grids = {arm.label: [r[NIAH_DEPTHS] for r in results.of(experiment.name, arm.label).values() if NIAH_DEPTHS in r]
+    grids = {arm.label: [r.details[NIAH_DEPTHS] for r in results.of(experiment.name, arm.label).values()
+                          if NIAH_DEPTHS in r.details]
              for arm in experiment.arms}
     grids = {label: seeds for label, seeds in grids.items() if seeds}
     if not grids:
@@ -37,9 +38,10 @@ def state_points(experiment: Experiment, results: Results, key: str) -> dict[str
     """{arm: (its state in bytes, its mean value of key)} over the arms whose records hold both."""
     points = {}
     for arm in experiment.arms:
-        records = [r for r in results.of(experiment.name, arm.label).values() if STATE_BYTES in r and key in r]
+        records = [r for r in results.of(experiment.name, arm.label).values()
+                   if STATE_BYTES in r.details and key in r.values]
         if records:
-            points[arm.label] = (records[0][STATE_BYTES], mean_std([r[key] for r in records])[0])
+            points[arm.label] = (records[0].details[STATE_BYTES], mean_std([r.values[key] for r in records])[0])
     return points
 
 

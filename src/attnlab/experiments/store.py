@@ -1,31 +1,33 @@
-"""A suite's results as types: the one place a run's key is written or parsed, and the one place that decides
-whether a record still stands.
+"""A suite's results as types: run keys, records, and the results.json that holds them.
 
 On disk a suite's results are `<out>/results.json`: the setting it was run with (suite, tier, --quick, --scale,
 the caller's overrides), the newest attempt's machine (`meta`) and `runs`, a flat record per key. A key is
 "<experiment>/<arm>/<seed>" for a seed and "<experiment>/<arm>/lr=<rate>" for a point of a learning-rate sweep.
-A record holds what was measured (its values) beside what describes the run (RECORD_FIELDS: its folder, its
-config's fingerprint, how far it trained, how long it took). The file keeps this format, and the order of its
-records and of their fields, so that no results folder needs migrating and every report reads the same.
+A record holds what was measured (its values, and the details its metric declares) beside what describes
+the run (JOB_FIELDS and EXTENT_FIELDS: its folder, its config's fingerprint, how far it trained, how long it
+took). The file keeps this format, and the order of its records and of their fields, so that no results
+folder needs migrating and every report reads the same.
 Only the driver of a suite writes the file, one record at a time under a lock (`Results.save_record`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
+from .metrics import detail_keys
+from .spec import is_ablated
+from .sweeps import SharedRate
 
-# what every run records beside its measurements (shown in the runs table, not as measured quantities)
-RECORD_FIELDS = ("seconds", "trained", "params", "val_loss", "run", "config", "steps", "stopped_early", "best_step",
-                 "best_val_loss", "measured", "resumed_from", "val_tokens", "ppl_tokens",
-                 "val_blocks", "niah_depths", "state_bytes")
+# what a job records of every run beside the metric's values and details (the file's names)
+JOB_FIELDS = ("params", "seconds", "trained", "run", "config", "measured", "resumed_from")
 EXTENT_FIELDS = ("steps", "stopped_early", "best_step", "best_val_loss")  # where training ended, and what is measured
 
 
@@ -69,43 +71,71 @@ class RunKey:
         raise UserError(f"'{text}' is not a run's key (<experiment>/<arm>/<seed> or <experiment>/<arm>/lr=<rate>)")
 
 
-class Record(dict):
-    """One run's record as results.json holds it (a flat mapping, in its written order), read through its parts:
-    `values` (what the metric measured), `extent` (where training ended) and `fingerprint`/`measurement` (what it
-    was trained and measured as)."""
+@dataclass(frozen=True)
+class Record:
+    """One run's record: what the job wrote of it, where training ended, and what the metric measured.
 
-    @property
-    def values(self) -> dict:
-        return {k: v for k, v in self.items() if k not in RECORD_FIELDS}
+    values: the measured quantities (None: never reached); details: what the metric writes beside them
+    (Metric.details, e.g. the tokens it scored); order: the fields as the file had them, so that a file read
+    and written back is unchanged.
+    """
 
-    @property
-    def extent(self) -> dict:
-        return {k: self[k] for k in EXTENT_FIELDS if k in self}
+    run: str | None = None  # its folder, relative to its suite's (an older record: the run's name)
+    fingerprint: str | None = None  # its config's (plan.fingerprint); None in records written by hand
+    measured: list | None = None  # what its values depend on besides the model (plan.measurement_of)
+    params: int | None = None
+    seconds: float | None = None  # training and measurement, earlier attempts' included
+    trained: bool | None = None  # False where the model came from another job
+    resumed_from: int | None = None  # the checkpoint a run continued from after an interrupt
+    extent: dict = field(default_factory=dict)  # EXTENT_FIELDS, where recorded
+    values: dict[str, float | None] = field(default_factory=dict)
+    details: dict = field(default_factory=dict)
+    order: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
-    @property
-    def fingerprint(self) -> str | None:
-        return self.get("config")
+    @classmethod
+    def from_json(cls, data, where: str = "a record") -> Record:
+        """A record as results.json holds it (a flat object), or one line naming what is wrong with it."""
+        if not isinstance(data, dict):
+            raise UserError(f"{where} is not an object of named values ({type(data).__name__}); fix or remove it")
+        details = detail_keys()
+        own = {name: data.get(name) for name in JOB_FIELDS}
+        values = {k: v for k, v in data.items() if k not in JOB_FIELDS + EXTENT_FIELDS and k not in details}
+        for name, value in values.items():
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise UserError(f"{where}: '{name}' is {value!r}, not a number; fix or remove the record")
+        own["fingerprint"] = own.pop("config")
+        return cls(**own, extent={k: data[k] for k in EXTENT_FIELDS if k in data}, values=values,
+                   details={k: v for k, v in data.items() if k in details}, order=tuple(data))
 
-    @property
-    def measurement(self) -> list | None:
-        return self.get("measured")
+    def to_json(self) -> dict:
+        """The flat object results.json holds, its fields in the order they were read."""
+        own = {"params": self.params, **self.extent, **self.values, **self.details, "seconds": self.seconds,
+               "trained": self.trained, "run": self.run, "config": self.fingerprint, "measured": self.measured,
+               "resumed_from": self.resumed_from}
+        flat = {k: v for k, v in own.items() if v is not None or k not in JOB_FIELDS or k in self.order}
+        return {**{k: flat[k] for k in self.order if k in flat}, **flat}
+
+    def replace(self, **fields) -> Record:
+        """A copy with these fields changed (the order kept)."""
+        return dataclasses.replace(self, **fields)
 
     @property
     def folder(self) -> str:
         """Where its model lies, relative to its suite's folder."""
-        return self["run"] if "/" in self["run"] else f"runs/{self['run']}"
+        return self.run if "/" in self.run else f"runs/{self.run}"
 
     def ablated(self) -> bool:
         """Whether it holds a value measured with the mechanism's own component removed (spec.ablated)."""
-        from .spec import is_ablated
-
-        return any(is_ablated(key) for key in self)
+        return any(is_ablated(key) for key in self.values)
 
     def stands(self, fingerprint: str, measurement: list, legacy: list | None, needs_ablation: bool) -> bool:
-        """Whether this record is of the model of this fingerprint measured as `measurement` now measures it:
-        legacy is what a record older than the `measured` field counts as (None: it must be measured again);
-        needs_ablation: the value without the mechanism's component must be there."""
-        if self.fingerprint != fingerprint or self.get("measured", legacy) != measurement:
+        """Whether this record is of the model of this fingerprint measured as `measurement` now measures it.
+
+        legacy: what a record older than the `measured` field counts as (None: it must be measured again);
+        needs_ablation: the value without the mechanism's component must be there.
+        """
+        measured = self.measured if "measured" in self.order or self.measured is not None else legacy
+        if self.fingerprint != fingerprint or measured != measurement:
             return False
         return not needs_ablation or self.ablated()
 
@@ -115,7 +145,8 @@ class Results:
 
     def __init__(self, data: dict):
         self.data = {**data, "runs": None}  # the records live in self.records; "runs" keeps its place in the file
-        self.records: dict[RunKey, Record] = {RunKey.parse(k): Record(r) for k, r in data.get("runs", {}).items()}
+        runs = data.get("runs", {})
+        self.records = {RunKey.parse(k): Record.from_json(r, f"the record {k}") for k, r in runs.items()}
 
     @classmethod
     def empty(cls) -> Results:
@@ -134,7 +165,7 @@ class Results:
         return cls(data)
 
     def to_json(self) -> dict:
-        runs = {str(key): dict(record) for key, record in self.records.items()}
+        runs = {str(key): record.to_json() for key, record in self.records.items()}
         return {k: runs if k == "runs" else v for k, v in self.data.items()}
 
     # the setting and the machine
@@ -151,10 +182,9 @@ class Results:
         return self.data.setdefault("meta", {})
 
     @property
-    def shared_rates(self) -> dict[str, dict]:
-        """Sweep experiment -> its shared-rate decision, made once (plan.shared_decision): {"lr": the rate every
-        arm trains at, or None where each keeps its own best; "spreads" and "sweep": what the decision read}."""
-        return self.data.get("shared_rates", {})
+    def shared_rates(self) -> dict[str, SharedRate]:
+        """Sweep experiment -> its shared-rate decision, recorded once made."""
+        return {name: SharedRate.from_json(d) for name, d in self.data.get("shared_rates", {}).items()}
 
     @property
     def extra(self) -> list[str]:
@@ -188,7 +218,8 @@ class Results:
 
     def by_seed(self, experiment: str, arm: str, metric: str) -> dict[int, float | None]:
         """The arm's values of one measured quantity, by seed in increasing order (None: never reached)."""
-        return dict(sorted((k.seed, r[metric]) for k, r in self.of(experiment, arm).items() if metric in r))
+        records = self.of(experiment, arm).items()
+        return dict(sorted((k.seed, r.values[metric]) for k, r in records if metric in r.values))
 
     def without(self, keys) -> Results:
         """A copy without these records (superseded ones, say)."""
@@ -197,21 +228,22 @@ class Results:
         return kept
 
     # writing
-    def save_record(self, path: Path, key: RunKey, record: dict) -> None:
+    def save_record(self, path: Path, key: RunKey, record: Record) -> None:
         """Adds one record, here and in the file at path, keeping the records another process (the same suite
         run with other --only experiments) has written there meanwhile; this takes those in too."""
         with _locked(path.parent):
             on_disk = Results.load(path).records if path.exists() else {}
-            self.records = {**self.records, **on_disk, key: Record(record)}
+            self.records = {**self.records, **on_disk, key: record}
             self.write(path)
 
-    def save_shared_rates(self, path: Path, decided: dict[str, dict]) -> None:
+    def save_shared_rates(self, path: Path, decided: dict[str, SharedRate]) -> None:
         """Adds shared-rate decisions, here and in the file at path (taking in the records written there
         meanwhile, as save_record does)."""
         with _locked(path.parent):
             on_disk = Results.load(path) if path.exists() else Results.empty()
             self.records = {**self.records, **on_disk.records}
-            self.data["shared_rates"] = {**on_disk.shared_rates, **self.shared_rates, **decided}
+            rates = {**on_disk.shared_rates, **self.shared_rates, **decided}
+            self.data["shared_rates"] = {name: rate.to_json() for name, rate in rates.items()}
             self.write(path)
 
     def write(self, path: Path) -> None:
