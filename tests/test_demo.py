@@ -4,6 +4,7 @@ import dataclasses
 import logging
 from collections import Counter
 
+from attnlab.commands import demo as demo_command
 from attnlab.config import load_config
 from attnlab.experiments import demo
 from attnlab.experiments.spec import Changes
@@ -28,11 +29,11 @@ def test_the_demo_writes_no_bars_into_a_redirected_stderr_and_each_note_once(tmp
 
     real_suite = demo.suite
     monkeypatch.setattr(demo, "suite", small_suite)
-    monkeypatch.setattr(demo, "shakespeare_config", lambda out, steps: load_config("demo", [
+    monkeypatch.setattr(demo_command, "shakespeare_config", lambda out, steps: load_config("demo", [
         f"out_dir={out}", f"train.steps={steps}", f"train.eval_every={steps}", f"train.ckpt_every={steps}",
         *tiny_text]))
     caplog.set_level(logging.INFO)
-    result = demo.run_demo(str(tmp_path / "demo"), quick=True)
+    result = demo_command.run_demo(str(tmp_path / "demo"), quick=True)
 
     assert len(result["comparison"]) == 4
     err = capsys.readouterr().err  # pytest's capture is no terminal

@@ -16,9 +16,10 @@ from attnlab import plugins
 from attnlab.bench import registry as bench_registry
 from attnlab.cli import main
 from attnlab.data import tasks
-from attnlab.experiments import executors, get_suite, metrics, registry, runner
+from attnlab.experiments import executors, get_suite, metrics, registry
 from attnlab.experiments.claims import Anchor, Claim
 from attnlab.experiments.configs import Settings
+from attnlab.experiments.driver import run_suite
 from attnlab.experiments.plan import measurement_of, plan
 from attnlab.experiments.spec import Arm, Changes, Experiment, Suite
 from attnlab.experiments.store import Record, Results, RunKey
@@ -45,7 +46,7 @@ def record_of(job, **values) -> dict:
 
 @pytest.mark.parametrize("tolerance", [1e9, 0.1], ids=["calibrated", "missed"])
 def test_a_plan_puts_sweeps_then_calibration_then_the_other_arms_and_trains_nothing(tolerance, monkeypatch):
-    monkeypatch.setattr(runner, "train", lambda *a, **k: pytest.fail("a plan trains nothing"))
+    monkeypatch.setattr("attnlab.experiments.job.train", lambda *a, **k: pytest.fail("a plan trains nothing"))
     suite = anchored_sweep(tolerance)
     settings = Settings(Path("runs"), seeds=2)
     results = Results({"suite": "s", "runs": {}})
@@ -80,7 +81,7 @@ def test_a_plan_puts_sweeps_then_calibration_then_the_other_arms_and_trains_noth
 
 
 def test_a_dry_run_lists_the_jobs_and_their_stages_without_training(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(runner, "train", lambda *a, **k: pytest.fail("a dry run trains nothing"))
+    monkeypatch.setattr("attnlab.experiments.job.train", lambda *a, **k: pytest.fail("a dry run trains nothing"))
     assert main(["reproduce", "coupled-qk", "--quick", "--dry-run", "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
     assert "coupled-qk (default): 72 jobs; estimated training time on this machine's CPU" in printed
@@ -132,8 +133,8 @@ def untimed(results: Results) -> dict:
 
 def test_the_toy_paper_gives_the_same_records_in_process_in_workers_and_on_ray(toy, tmp_path):
     quiet = lambda *_: None  # noqa: E731
-    here = runner.run_suite(toy, tmp_path / "here" / "toy", log=quiet)
-    workers = runner.run_suite(toy, tmp_path / "workers" / "toy", log=quiet,
+    here = run_suite(toy, tmp_path / "here" / "toy", log=quiet)
+    workers = run_suite(toy, tmp_path / "workers" / "toy", log=quiet,
                                executor=executors.LocalWorkers(2, gpus=0, imports=plugins.IMPORTED, log=quiet))
     assert len(here) == 6 and untimed(workers) == untimed(here)
     assert "workers" not in here.meta and workers.meta["workers"] == "2 local worker processes of 1 thread(s) each"
@@ -141,7 +142,7 @@ def test_the_toy_paper_gives_the_same_records_in_process_in_workers_and_on_ray(t
     try:
         cluster = executors.RayWorkers(2, imports=plugins.IMPORTED, log=quiet,
                                        init={"num_cpus": 2, "include_dashboard": False})
-        on_ray = runner.run_suite(toy, tmp_path / "ray" / "toy", log=quiet, executor=cluster)
+        on_ray = run_suite(toy, tmp_path / "ray" / "toy", log=quiet, executor=cluster)
     finally:
         ray.shutdown()
     assert untimed(on_ray) == untimed(here)
@@ -154,11 +155,11 @@ def test_a_worker_killed_mid_run_continues_from_its_checkpoint_and_ends_as_if_ne
     toy.experiments = only_lm
     quiet, said = (lambda *_: None), []
     every_2 = ["train.ckpt_every=2"]  # of its 4 steps
-    never = runner.run_suite(toy, tmp_path / "never" / "toy", log=quiet, extra=every_2)
+    never = run_suite(toy, tmp_path / "never" / "toy", log=quiet, extra=every_2)
     monkeypatch.setenv("ATTNLAB_DIE_AT_STEP", "2")  # the worker SIGKILLs itself after its checkpoint of step 2
     monkeypatch.setenv("ATTNLAB_DIE_MARK", str(tmp_path / "died"))  # once
     plugins.import_plugin(str(DIE_ONCE), "test")
-    killed = runner.run_suite(toy, tmp_path / "killed" / "toy", log=said.append, extra=every_2,
+    killed = run_suite(toy, tmp_path / "killed" / "toy", log=said.append, extra=every_2,
                               executor=executors.LocalWorkers(1, gpus=0, imports=plugins.IMPORTED, log=said.append))
     assert (tmp_path / "died").is_file() and any("its worker died (exit code -9)" in line for line in said)
     assert killed.get(RunKey("lm", "softmax", seed=0))["resumed_from"] == 2
@@ -171,7 +172,7 @@ def test_a_job_that_fails_in_its_worker_stops_the_suite_with_one_line_and_keeps_
     plugins.import_plugin(str(DIE_ONCE), "test")
     toy.experiments = toy.experiments[:1]
     with pytest.raises(executors.JobFailed, match=r"^lm/softmax/0 failed: UserError: a planted failure at step 4$"):
-        runner.run_suite(toy, tmp_path / "toy", log=lambda *_: None,
+        run_suite(toy, tmp_path / "toy", log=lambda *_: None,
                          executor=executors.LocalWorkers(1, gpus=0, imports=plugins.IMPORTED, log=lambda *_: None))
     assert "Traceback" not in capfd.readouterr().err  # a mistake, said in one line, not a bug's traceback
     assert not (tmp_path / "toy" / "results.json").exists()  # nothing finished, nothing written
@@ -205,7 +206,7 @@ def test_a_driver_killed_mid_suite_and_started_again_loses_no_finished_record(tm
 ])
 def test_bad_options_of_where_jobs_run_are_one_line_before_anything_trains(argv, says, tmp_path, capsys,
                                                                          monkeypatch):
-    monkeypatch.setattr(runner, "train", lambda *a, **k: pytest.fail("nothing trains"))
+    monkeypatch.setattr("attnlab.experiments.job.train", lambda *a, **k: pytest.fail("nothing trains"))
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
     (tmp_path / "file").write_text("")
     argv = [a.format(file=tmp_path / "file") for a in argv]
@@ -223,7 +224,7 @@ def test_ray_without_ray_names_the_extra(monkeypatch, capsys, tmp_path):
 def test_an_unreachable_ray_address_is_one_line(monkeypatch, capsys, tmp_path):
     pytest.importorskip("ray")
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:9")  # nothing listens there
-    monkeypatch.setattr(runner, "train", lambda *a, **k: pytest.fail("nothing trains"))
+    monkeypatch.setattr("attnlab.experiments.job.train", lambda *a, **k: pytest.fail("nothing trains"))
     assert main(["reproduce", "coupled-qk", "--quick", "--executor", "ray", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "RAY_ADDRESS=127.0.0.1:9 cannot be reached" in err and "Traceback" not in err
@@ -245,7 +246,7 @@ def test_a_run_of_several_ranks_trains_under_torchrun_and_records_what_one_proce
     records = {}
     for ranks in (1, 2):
         lm = Experiment("lm", "lm", "val_ppl", [Arm("softmax", "demo", tiny, ranks=ranks)], "softmax")
-        results = runner.run_suite(Suite("s", "s", [lm], seeds=1), tmp_path / f"ranks{ranks}" / "s",
+        results = run_suite(Suite("s", "s", [lm], seeds=1), tmp_path / f"ranks{ranks}" / "s",
                                    log=lambda *_: None)
         records[ranks] = results.get(RunKey("lm", "softmax", seed=0))
     assert records[2]["config"] == records[1]["config"]  # the same run, trained by two processes (gloo)
@@ -263,7 +264,7 @@ def test_a_worker_interrupted_with_its_driver_leaves_quietly_sending_nothing(mon
     def interrupted(work, log):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(runner, "execute", interrupted)
+    monkeypatch.setattr(executors, "execute", interrupted)
     monkeypatch.setattr(executors, "_exit_with_driver", lambda: None)
     threads = torch.get_num_threads()
     receiver, sender = Pipe(duplex=False)

@@ -12,13 +12,14 @@ from attnlab import checkpoint
 from attnlab.commands.results import results_summary
 from attnlab.errors import ConfigError, UserError
 from attnlab.evaluate import block_losses, perplexity_by_length, whole_split_loss
-from attnlab.experiments import SUITES, claims, get_suite, report, runner
+from attnlab.experiments import SUITES, claims, get_suite, report
 from attnlab.experiments.claims import Anchor, Claim
 from attnlab.experiments.configs import Settings
+from attnlab.experiments.driver import run_suite
+from attnlab.experiments.job import measure, training_extent
 from attnlab.experiments.metrics import get_metric, tokens_to_loss
 from attnlab.experiments.plan import Plan, plan, plan_of
 from attnlab.experiments.report import update_readme, write_report
-from attnlab.experiments.runner import run_suite, training_extent
 from attnlab.experiments.spec import (
     ABLATED,
     UNCHANGED,
@@ -583,7 +584,7 @@ def test_a_language_model_is_scored_on_the_whole_split_and_without_its_mechanism
     longer = [*TINY, "train.steps=40", "train.eval_every=40", "train.ckpt_every=40", "train.lr=0.01"]
     results = run_suite(suite, tmp_path / "suite", seeds=1, extra=longer, log=lambda *_: None)
     softmax, coupled = runs_of(results)["lm/softmax/0"], runs_of(results)["lm/coupled/0"]
-    run = runner.load_run(tmp_path / "suite" / coupled["run"])
+    run = load_run(tmp_path / "suite" / coupled["run"])
     corpus = run.corpus()
     assert coupled["val_tokens"] == len(corpus.split("val")) - 1 == softmax["val_tokens"]
     whole = whole_split_loss(run.model, corpus, "val", run.config.train.seq_len, None)
@@ -632,14 +633,14 @@ def test_a_claim_plans_the_fewest_seeds_of_its_arms_in_its_experiments():
     assert planned(Claim("gla is good", "elsewhere", "val_ppl", "gla", None, "lower")) is None
 
 
-def test_a_metric_registered_outside_the_runner_measures_and_reports_like_the_built_in_ones(tmp_path, monkeypatch):
+def test_a_metric_registered_outside_attnlab_measures_and_reports_like_the_built_in_ones(tmp_path, monkeypatch):
     from attnlab.experiments.metrics import METRICS, Curve, Metric, register_metric
 
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr("attnlab.experiments.metrics.METRICS", dict(METRICS))  # registered for this test only
 
     def width(experiment, run_dir):  # a toy curve: the trained model's width times n
-        d_model = runner.load_run(run_dir).config.model.d_model
+        d_model = load_run(run_dir).config.model.d_model
         return {f"width@{n}": float(d_model * n) for n in (1, 2)}
 
     register_metric(Metric("width", width, curve=Curve("n", "width", log_x=False)))
@@ -709,7 +710,7 @@ def test_extrapolation_also_scores_the_training_length_without_the_mechanism(tmp
     results = run_suite(suite, tmp_path / "suite", seeds=1, extra=TINY, log=lambda *_: None)
     gla, ccq = runs_of(results)["extrapolation/gla/0"], runs_of(results)["extrapolation/ccq-gla/0"]
     assert ABLATED not in gla  # nothing of its own to remove
-    run = runner.load_run(tmp_path / "suite" / ccq["run"])
+    run = load_run(tmp_path / "suite" / ccq["run"])
     seq_len, val = run.config.train.seq_len, run.corpus().split("val")
     assert ccq["ppl_tokens"] == (len(val) - 1) // seq_len * seq_len  # every window of the validation split
     whole = perplexity_by_length(run.model, run.corpus(), [seq_len, 2 * seq_len], max_tokens=None)
@@ -758,10 +759,10 @@ def test_task_metrics_also_score_the_model_without_the_mechanism(tmp_path, monke
     gla, ccq = runs_of(results)["task/gla/0"], runs_of(results)["task/ccq-gla/0"]
     key = "accuracy" if metric == "accuracy" else next(k for k in ccq if k.startswith("niah@"))
     assert not any(k.startswith("ablated") for k in gla)  # nothing of its own to remove
-    run = runner.load_run(tmp_path / "suite" / ccq["run"])
+    run = load_run(tmp_path / "suite" / ccq["run"])
     calls = []
     monkeypatch.setattr(type(run.model), "ablated", lambda model: calls.append(model) or contextlib.nullcontext())
-    remeasured = runner.measure(suite.experiments[0], tmp_path / "suite" / ccq["run"])
+    remeasured = measure(suite.experiments[0], tmp_path / "suite" / ccq["run"])
     assert calls and remeasured[ablated(key)] == remeasured[key] == ccq[key]  # a no-op ablation changes nothing
     assert ablated(key) in ccq
     write_report(suite, results, plan_of(suite, results), tmp_path / "suite")  # the curve leaves the ablation out
@@ -774,7 +775,7 @@ def test_an_experiment_on_anothers_sweep_measures_its_models_as_they_are_trained
     again = Experiment("again", "the same models", "accuracy", arms, "softmax", sweep_of="mqar")
     suite = Suite("s", "s", [swept, again], seeds=2)
     trained = []
-    monkeypatch.setattr(runner, "train", lambda cfg, **kw: trained.append(cfg.name) or train(cfg, **kw))
+    monkeypatch.setattr("attnlab.experiments.job.train", lambda cfg, **kw: trained.append(cfg.name) or train(cfg, **kw))
     logged = []
     results = run_suite(suite, tmp_path / "suite", extra=[*TINY, "train.steps=6"], log=logged.append)
     runs, order = runs_of(results), [line for line in logged if line.startswith("[s] ")]

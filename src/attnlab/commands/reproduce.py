@@ -82,7 +82,7 @@ def check_writable(path: str, option: str) -> None:
 
 def main(args) -> None:
     from ..experiments import get_suite
-    from ..experiments.runner import dry_run, run_suite
+    from ..experiments.driver import dry_run, run_suite
 
     known = papers()
     if args.suite not in (*known, "all"):

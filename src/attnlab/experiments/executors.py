@@ -1,6 +1,6 @@
 """Where a suite's jobs run: in this process, in worker processes on this machine, or on a Ray cluster.
 
-An executor takes `runner.Work` (submit, while `free()`), and hands back (key, record) pairs as jobs finish
+An executor takes `job.Work` (submit, while `free()`), and hands back (key, record) pairs as jobs finish
 (`next_done`); the driver alone writes them to results.json. A job's record does not depend on where it ran: it
 trains from its own seed, and a job that is stopped (a worker killed, the driver interrupted) continues from
 its last checkpoint when it runs again, and ends as if never stopped.
@@ -23,7 +23,11 @@ import traceback
 from collections import deque
 from multiprocessing import connection, get_context
 
+import torch
+
+from .. import plugins
 from ..errors import UserError
+from .job import Work, execute
 
 RETRIES = 2  # how many times a job whose worker died is started again (each time from its last checkpoint)
 RAY_EXTRA = "pip install 'attnlab[ray]'"
@@ -39,18 +43,16 @@ class InProcess:
     def __init__(self, log=print):
         self.log, self.queue = log, deque()
 
-    def free(self, work) -> bool:
+    def free(self, work: Work) -> bool:
         return not self.queue
 
     def describe(self) -> None:
         return None  # the driver's own process: its threads are the results' meta
 
-    def submit(self, work) -> None:
+    def submit(self, work: Work) -> None:
         self.queue.append(work)
 
     def next_done(self):
-        from .runner import execute
-
         work = self.queue.popleft()
         return work.key, execute(work, self.log)
 
@@ -74,8 +76,6 @@ class LocalWorkers:
     def __init__(self, jobs: int, runs_per_gpu: int | None = None, gpus: int | None = None, imports=(),
                  log=print, retries: int = RETRIES):
         if gpus is None:
-            import torch
-
             gpus = torch.cuda.device_count()
         self.cpus = os.cpu_count() or 1
         self.slots = slots(jobs, gpus, runs_per_gpu, self.cpus)
@@ -88,14 +88,14 @@ class LocalWorkers:
         where = f"on {len(gpus)} GPU(s)" if gpus else f"of {self.slots[0]['threads']} thread(s) each"
         return f"{len(self.slots)} local worker processes {where}"
 
-    def free(self, work) -> bool:
+    def free(self, work: Work) -> bool:
         """Room for the job: a free slot, or for a job of several ranks the whole machine (every GPU, or its
         share of the cores for each rank), which it then holds alone."""
         if work.ranks > 1 or any(running.ranks > 1 for _, _, running, _ in self.running.values()):
             return not self.running
         return len(self.running) < len(self.slots)
 
-    def submit(self, work, tries: int = 0) -> None:
+    def submit(self, work: Work, tries: int = 0) -> None:
         slot = next(i for i in range(len(self.slots)) if i not in self.running)
         held = self.slots[slot] if work.ranks == 1 else {"gpu": None, "threads": max(1, self.cpus // work.ranks)}
         receiver, sender = self.context.Pipe(duplex=False)
@@ -142,13 +142,9 @@ def work_in_process(payload: bytes, slot: dict, imports: list[str], sender) -> N
     if slot["gpu"] is not None:  # before torch starts CUDA: the worker sees only its own GPU, as cuda:0
         os.environ["CUDA_VISIBLE_DEVICES"] = str(slot["gpu"])
     _exit_with_driver()
-    import torch
-
     torch.set_num_threads(slot["threads"])
     try:
         work = _unpickled(payload, imports)
-        from .runner import execute
-
         record = execute(work, log=lambda line: print(f"[{work.key}] {line.strip()}", flush=True))
         sender.send(("done", record))
     except Exception as err:  # the driver stops the suite with this line
@@ -179,10 +175,11 @@ def _exit_with_driver() -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def _unpickled(payload: bytes, imports: list[str]):
-    """The job, once the modules that registered its suite, mixers and metrics are imported here too."""
-    from .. import experiments, plugins  # noqa: F401  (the built-in suites and their metrics)
-
+def _unpickled(payload: bytes, imports: list[str]) -> Work:
+    """The job, once the modules that registered its suite, mixers and metrics are imported here too, as the
+    driver's command imported them: the installed papers (attnlab's own among them), the installed plugins and
+    the driver's --import list."""
+    plugins.import_papers()
     plugins.import_installed()
     for spec in imports:
         plugins.import_plugin(spec, "the driver's --import")
@@ -212,10 +209,10 @@ class RayWorkers:
         return (f"Ray tasks, at most {self.limit} at once, on a cluster of {resources.get('CPU', 0):g} CPUs and "
                 f"{resources.get('GPU', 0):g} GPUs")
 
-    def free(self, work) -> bool:
+    def free(self, work: Work) -> bool:
         return len(self.running) < self.limit
 
-    def submit(self, work) -> None:
+    def submit(self, work: Work) -> None:
         """A task asking for its share of a GPU (or of the CPUs); a job of several ranks asks for that many GPUs
         (CPUs), which Ray finds on one node."""
         if self.gpus:
@@ -246,12 +243,8 @@ class RayWorkers:
 
 def work_in_ray(payload: bytes, threads: int, imports: list[str]):
     """A job in a Ray worker: its threads, the driver's imports, the record (or the error, in one line)."""
-    import torch
-
     torch.set_num_threads(int(threads))
     work = _unpickled(payload, imports)
-    from .runner import execute
-
     try:
         return "done", execute(work, log=lambda line: print(f"[{work.key}] {line.strip()}", flush=True))
     except Exception as err:

@@ -1,6 +1,6 @@
 """What a trained run is measured by: a registry of metrics, as mixers have theirs.
 
-An experiment names its metric (`Experiment.metric`); the runner measures each run by it and the report shows
+An experiment names its metric (`Experiment.metric`); each job measures its run by it and the report shows
 it by it. A metric is the measurement (run folder -> named values), how its values are shown (a fraction shown
 in %, or a curve over the number after "@" in its keys) and its revision, bumped when its meaning changes so
 that records measured before are measured again. The metrics of language models and tasks are here; a paper

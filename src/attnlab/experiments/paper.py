@@ -11,7 +11,7 @@ from .spec import Suite
 @dataclass(frozen=True)
 class Paper:
     """A paper (or the demo), as `registry.register_paper` hands it to the code that reads each part: the suites
-    to `attnlab reproduce` and `attnlab report`, the metrics to the runner, the bench cases, variants and speed
+    to `attnlab reproduce` and `attnlab report`, the metrics to the jobs, the bench cases, variants and speed
     goals to the bench and the doctor, the demo arms to `attnlab demo`, the presets to `load_config`, the
     commands to the command line."""
 

@@ -1,5 +1,5 @@
 """What a suite declares: its experiments, their arms (a preset and its changes each) and the paper's claims.
-Plain data, cheap to import; ``runner`` trains and measures it."""
+Plain data, cheap to import; ``driver`` runs it, ``job`` trains and measures each run."""
 
 from __future__ import annotations
 
