@@ -11,7 +11,7 @@ import pytest
 from attnlab import checkpoint
 from attnlab.errors import ConfigError, UserError
 from attnlab.evaluate import block_losses, perplexity_by_length, whole_split_loss
-from attnlab.experiments import SUITES, claims, get_suite, report, runner
+from attnlab.experiments import SUITES, get_suite, report, runner, verdict_table
 from attnlab.experiments.claims import Anchor, Claim
 from attnlab.experiments.metrics import get_metric, tokens_to_loss
 from attnlab.experiments.plan import Plan, Settings, plan, superseded
@@ -669,7 +669,7 @@ def test_a_verdict_on_runs_that_ended_at_their_cap_is_marked_not_converged():
         record |= {"steps": 200, "stopped_early": True}
 
     def row() -> str:
-        return claims.verdict_table([claim], results, caveats=report.caveats(suite, results))[2]
+        return verdict_table.verdict_table([claim], results, caveats=report.caveats(suite, results))[2]
 
     assert "**agrees**: " in row()  # every run stopped early
     results.get(RunKey("lm", "hJ", seed=1)).update(steps=300, stopped_early=False)
