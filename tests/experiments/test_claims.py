@@ -6,21 +6,17 @@ import numpy as np
 import pytest
 from scipy.stats import t
 
+from attnlab.experiments.claim_plots import COLOURS, plot_claims
 from attnlab.experiments.claims import (
-    COLOURS,
     VERDICTS,
     Anchor,
     Claim,
+    Ratio,
     anchors_of,
-    calibration_lines,
-    engagement_lines,
-    evaluate,
     failed_calibrations,
     judge,
     paired_deltas,
-    plot_claims,
     transferred,
-    verdict_table,
 )
 from attnlab.experiments.stats import (
     MAX_SEEDS,
@@ -33,6 +29,9 @@ from attnlab.experiments.stats import (
     t_test_p,
 )
 from attnlab.experiments.store import Results, RunKey
+from attnlab.experiments.token_bootstrap import token_interval
+from attnlab.experiments.verdict_table import verdict_table
+from attnlab.experiments.verdicts import calibration_lines, engagement_lines, evaluate
 from helpers import add_runs, centred_noise, lower, toy_results, two_arms
 
 
@@ -115,8 +114,23 @@ def test_ratio_metrics_are_formed_per_run():
     add_runs(results, "ext", "softmax", [10.0, 10.0], "ppl@128")
     add_runs(results, "ext", "hJ", [11.0, 12.0], "ppl@448")
     add_runs(results, "ext", "hJ", [10.0, 10.0], "ppl@128")
-    claim = Claim("h+J extrapolates", "ext", "ppl@448/ppl@128", "hJ", "softmax", "lower")
+    claim = Claim("h+J extrapolates", "ext", Ratio("ppl@448", "ppl@128"), "hJ", "softmax", "lower")
     assert paired_deltas(claim, results) == pytest.approx([1.1 - 2.0, 1.2 - 3.0])
+    upside_down = replace(claim, metric=Ratio("ppl@128", "ppl@448"))
+    assert paired_deltas(upside_down, results) == pytest.approx([10 / 11 - 10 / 20, 10 / 12 - 10 / 30])
+    assert "Δ = hJ − softmax in ppl@448/ppl@128 on ext" in verdict_table([claim], results)[2]
+    # a growth claim's second transfer reads our loss at the training length: the ratio's denominator
+    growth = replace(claim, paper=-0.5, chars_per_token=4.0, paper_ppl=math.exp(3), paper_growths=(1.5, 2.0))
+    assert growth.exponent("the same fraction of the loss", results) == pytest.approx(math.log(10) / 3)
+
+
+def test_a_ratio_is_declared_as_one_with_both_keys():
+    with pytest.raises(ValueError, match=re.escape("Ratio('ppl@448', 'ppl@128'), not 'ppl@448/ppl@128'")):
+        Claim("h+J extrapolates", "ext", "ppl@448/ppl@128", "hJ", "softmax", "lower")
+    with pytest.raises(ValueError, match="Ratio"):
+        Anchor("ext", "softmax", "ppl@448/ppl@128", paper=2.0, tolerance=0.1)
+    with pytest.raises(ValueError, match="two results keys"):
+        Ratio("ppl@448", "")
 
 
 def test_relative_deltas_are_in_percent_of_the_baseline():
@@ -331,8 +345,8 @@ def test_an_equal_claims_per_token_margin_is_converted_by_the_same_function():
     v = evaluate([claim], results)[0][1]
     assert v.verdict == "opposite" and "outside ±0.249%" in v.reason
     assert "within ±1% per token → **±0.249% per character**" in verdict_table([claim], results)[2]
-    growth = Claim("flat", "x", "ppl@4/ppl@1", "ia", "softmax", "equal", 0.0, margin=0.04, chars_per_token=4.0,
-                   paper_growths=(1.2, 1.2))
+    growth = Claim("flat", "x", Ratio("ppl@4", "ppl@1"), "ia", "softmax", "equal", 0.0, margin=0.04,
+                   chars_per_token=4.0, paper_growths=(1.2, 1.2))
     assert growth.threshold == pytest.approx(1.04**0.25 - 1)
     assert growth.in_our_units(0.5).margin == pytest.approx(1.04**0.5 - 1)
 
@@ -621,8 +635,6 @@ def test_arms_far_apart_are_testable_even_where_one_sits_at_a_bound(direction, p
 
 
 def test_a_paired_token_bootstrap_gives_the_validation_samples_share_of_the_uncertainty():
-    from attnlab.experiments.claims import token_interval
-
     claim = lower(paper=-1.0, relative=True, headline=True)
     results = two_arms(-0.1, 0.02)
     rng = np.random.default_rng(1)

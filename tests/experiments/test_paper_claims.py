@@ -8,10 +8,11 @@ import pytest
 
 from attnlab.config import load_config
 from attnlab.experiments import SUITES, get_suite
-from attnlab.experiments.claims import Claim, evaluate
+from attnlab.experiments.claims import Claim, Ratio
 from attnlab.experiments.estimate import describe_estimate, estimate
 from attnlab.experiments.spec import Arm, Changes, Experiment, Suite
 from attnlab.experiments.store import Results
+from attnlab.experiments.verdicts import evaluate
 from attnlab.mixers.boltzmann import BoltzmannConfig
 
 TIERS = [(name, tier) for name in sorted(SUITES) for tier in SUITES[name].tiers]
@@ -53,6 +54,11 @@ def arms_of(claim: Claim) -> list[str]:
     return [claim.arm, *([claim.baseline] if claim.baseline else [])]
 
 
+def keys_of(metric: str | Ratio) -> tuple[str, ...]:
+    """The results keys a claim's metric reads: one, or a Ratio's two."""
+    return (metric.numerator, metric.denominator) if isinstance(metric, Ratio) else (metric,)
+
+
 @pytest.mark.parametrize("name, tier", TIERS)
 def test_every_claim_refers_to_what_its_suite_measures(name, tier):
     suite = get_suite(name, tier)
@@ -64,7 +70,7 @@ def test_every_claim_refers_to_what_its_suite_measures(name, tier):
             for label in arms_of(claim):
                 assert label in arms, f"{claim.statement!r}: no arm {label!r} in {experiment}"
                 keys = metric_keys(experiments[experiment], arms[label])
-                assert set(claim.metric.split("/")) <= keys, f"{claim.statement!r}: {claim.metric} not in {keys}"
+                assert set(keys_of(claim.metric)) <= keys, f"{claim.statement!r}: {claim.metric} not in {keys}"
     statements = [claim.statement for claim in suite.claims]
     assert len(statements) == len(set(statements)), "two claims of a suite read alike in its report"
 
@@ -118,14 +124,14 @@ def without_component(claim: Claim, value: float) -> float:
 
 
 def synthetic_results(suite: Suite, claim: Claim, delta: float) -> Results:
-    numerator, _, denominator = claim.metric.partition("/")
+    numerator, *denominator = keys_of(claim.metric)  # a ratio's denominator stays at 1: its numerator moves
     spread = 1e-3 * (abs(delta) or claim.margin or 1.0)
     runs = {}
     for experiment in (e for e in suite.experiments if e.name in experiments_of(claim)):
         for arm in experiment.arms:
             base = base_of(claim, experiment.name)
             for seed, noise in enumerate(NOISE):
-                values = {key: 1.0 if key == denominator else base for key in metric_keys(experiment, arm)}
+                values = {key: 1.0 if key in denominator else base for key in metric_keys(experiment, arm)}
                 if (experiment.name, arm.label) == (claim.experiment, claim.arm):  # the contrast stays at Δ = 0
                     values[numerator] = moved(claim, delta + spread * noise)
                     if claim.ablation is not None:  # the arm uses its component: removing it costs twice the bar

@@ -1,11 +1,11 @@
 import dataclasses
 
 from attnlab.experiments import coupled_qk, estimate
-from attnlab.experiments.claims import evaluate
 from attnlab.experiments.seeds_needed import settle_lines
 from attnlab.experiments.spec import Arm, Changes, Experiment, Suite
 from attnlab.experiments.stats import MAX_SEEDS
 from attnlab.experiments.store import Results
+from attnlab.experiments.verdicts import evaluate
 from helpers import add_runs, lower, toy_results, two_arms
 
 ARMS = [Arm("softmax", "demo", Changes.train(steps=300, patience=3)), Arm("hJ", "demo", Changes.train(steps=500))]

@@ -12,7 +12,7 @@ from attnlab import checkpoint
 from attnlab.commands.results import results_summary
 from attnlab.errors import ConfigError, UserError
 from attnlab.evaluate import block_losses, perplexity_by_length, whole_split_loss
-from attnlab.experiments import SUITES, claims, get_suite, report
+from attnlab.experiments import SUITES, get_suite, report, verdict_table
 from attnlab.experiments.claims import Anchor, Claim
 from attnlab.experiments.configs import Settings
 from attnlab.experiments.driver import run_suite
@@ -684,7 +684,7 @@ def test_a_verdict_on_runs_that_ended_at_their_cap_is_marked_not_converged():
 
     def row() -> str:
         caveats = report.caveats(suite, results, plan_of(suite, results))
-        return claims.verdict_table([claim], results, caveats=caveats)[2]
+        return verdict_table.verdict_table([claim], results, caveats=caveats)[2]
 
     assert "**agrees**: " in row()  # every run stopped early
     key = RunKey("lm", "hJ", seed=1)

@@ -1,16 +1,14 @@
-"""The paper's claims as data, judged against measured results: paired per-seed differences, a 95% t-interval,
-a verdict by fixed rules (RULES), and how many seeds the paper's effect would need."""
+"""The paper's claims as data, and the fixed rules (RULES) that judge their per-seed differences.
+
+A claim's Δ per seed, its 95% t-interval, the verdict the interval gives and the seeds the paper's effect would
+need; verdicts.py makes the checks RULES lists before judging, verdict_table.py and claim_plots.py show them."""
 
 from __future__ import annotations
 
 import math
-import statistics
-import textwrap
-from collections import Counter
 from dataclasses import dataclass, replace
-from pathlib import Path
 
-from .stats import MAX_SEEDS, detectable_effect, holm, mean_interval, mean_std, seeds_needed, t_test_p
+from .stats import detectable_effect, holm, mean_interval, mean_std, seeds_needed, t_test_p
 from .store import Results, RunKey
 
 DIRECTIONS = ("lower", "higher", "equal")
@@ -125,21 +123,51 @@ def per_token(baseline_ppl: float | None, scale: str | None = None, **growths) -
 
 
 @dataclass(frozen=True)
+class Ratio:
+    """A metric that is the per-run ratio of two results keys: Ratio("ppl@448", "ppl@128") is a growth factor."""
+
+    numerator: str
+    denominator: str
+
+    def __post_init__(self):
+        if not (self.numerator and self.denominator):
+            raise ValueError(f"a ratio needs two results keys, not {self.numerator!r} and {self.denominator!r}")
+
+    def __str__(self) -> str:
+        return f"{self.numerator}/{self.denominator}"  # how a report names it: "ppl@448/ppl@128"
+
+    def of(self, run: dict) -> float | None:
+        """The ratio in one run's values; None where either key is missing."""
+        a, b = run.get(self.numerator), run.get(self.denominator)
+        return None if a is None or b is None else a / b
+
+
+def _check_metric(metric: str | Ratio, owner: str) -> None:
+    """A ratio of two keys is declared as a Ratio: a key spelled "a/b" would name no results key and read nothing."""
+    if isinstance(metric, str) and "/" in metric:
+        numerator, _, denominator = metric.partition("/")
+        raise ValueError(f"{owner}: a ratio of two keys is Ratio({numerator!r}, {denominator!r}), not {metric!r}")
+
+
+@dataclass(frozen=True)
 class Anchor:
     """An absolute number of the paper's that a tier running the paper's protocol must reproduce before it
     compares anything: the mean of `arm`'s `metric` on `experiment` (times scale) within paper ± tolerance."""
 
     experiment: str
     arm: str
-    metric: str
+    metric: str | Ratio
     paper: float
     tolerance: float
     scale: float = 1.0
     basis: str = ""  # where the tolerance comes from ("two of the paper's standard deviations of 0.019")
 
+    def __post_init__(self):
+        _check_metric(self.metric, f"the anchor of {self.arm} on {self.experiment}")
+
     def check(self, results: Results) -> tuple[bool | None, str]:
         """(whether it holds, None without values; the calibration line)."""
-        values = _arm_values(results, self.experiment, self.arm, self.metric)
+        values = arm_values(results, self.experiment, self.arm, self.metric)
         what = f"{self.arm} on {self.experiment}"
         if not values:
             return None, f"{what}: no run yet (the paper: {self.paper:g})"
@@ -161,7 +189,7 @@ def relative(a: float, b: float) -> float:
 class Claim:
     statement: str  # "h+J beats softmax on the LM at T = 12"
     experiment: str  # the experiment's name, as its runs' keys have it (RunKey.experiment)
-    metric: str  # a results key ("val_ppl"), or "a/b": the per-run ratio of two keys ("ppl@448/ppl@128")
+    metric: str | Ratio  # a results key ("val_ppl"), or the per-run ratio of two (Ratio("ppl@448", "ppl@128"))
     arm: str
     baseline: str | None  # another arm of the same experiment; None: the arm's own value minus `reference`
     direction: str  # "lower" | "higher": the claim is Δ < 0 | Δ > 0; "equal": |Δ| <= margin
@@ -179,7 +207,7 @@ class Claim:
     # per-token claims: the paper's baseline perplexity per token (at the training length for growth claims), which
     # the transfer "the same fraction of the loss" divides ours by (in logarithms)
     paper_ppl: float | None = None
-    # a claim on growth factors ppl@long / ppl@short (metric "a/b"): the paper's arm's and baseline's, per token
+    # a claim on growth factors ppl@long / ppl@short (a Ratio metric): the paper's arm's and baseline's, per token
     paper_growths: tuple[float, float] | None = None
     paper_scale: str | None = None  # the paper's model size ("60M"), shown beside ours
     # the paper's numbers that the baselines must first reproduce: the claim's experiment's, and its contrast's
@@ -191,6 +219,7 @@ class Claim:
     control_arm: str | None = None
 
     def __post_init__(self):
+        _check_metric(self.metric, repr(self.statement))
         if self.direction not in DIRECTIONS:
             raise ValueError(f"{self.statement!r}: direction must be one of {DIRECTIONS}, not {self.direction!r}")
         if self.direction == "equal" and not (self.margin is not None and self.margin > 0):
@@ -208,6 +237,10 @@ class Claim:
     @property
     def units(self) -> str:
         return "%" if self.relative else ""
+
+    def signed(self, x: float) -> str:
+        """x as reports show a Δ in the claim's units: its sign, three significant digits ("+1.2%")."""
+        return f"{x:+.3g}{self.units}"
 
     @property
     def target(self) -> float | None:
@@ -238,8 +271,9 @@ class Claim:
         """e of the transfer assumption (RULES), None where the results cannot give it yet."""
         if transfer == SAME_NATS:
             return 1 / self.chars_per_token
-        key = self.metric.partition("/")[2] or self.metric  # the loss at the training length
-        ours = _arm_mean(results, self.experiment, self.baseline, key) if self.paper_ppl else None
+        # a growth factor's denominator is the perplexity at the training length
+        key = self.metric.denominator if isinstance(self.metric, Ratio) else self.metric
+        ours = arm_mean(results, self.experiment, self.baseline, key) if self.paper_ppl else None
         return None if ours is None or ours <= 1 else math.log(ours) / math.log(self.paper_ppl)
 
     @property
@@ -280,35 +314,65 @@ class Verdict:
         return self.low * self.high > 0 and min(abs(self.low), abs(self.high)) < FRAGILE * half
 
 
-def _value(results: Results, experiment: str, arm: str, seed: int, metric: str) -> float | None:
-    """One run's value of a key, or of the ratio "a/b" of two keys; None if the run or a value is missing."""
+def value_of(results: Results, experiment: str, arm: str, seed: int, metric: str | Ratio) -> float | None:
+    """One run's value of a key, or of a Ratio of two keys; None if the run or a value is missing."""
     record = results.get(RunKey(experiment, arm, seed=seed))
     run = {} if record is None else record.values
-    numerator, _, denominator = metric.partition("/")
-    a, b = run.get(numerator), run.get(denominator) if denominator else 1.0
-    return None if a is None or b is None else a / b
+    if isinstance(metric, Ratio):
+        return metric.of(run)
+    value = run.get(metric)
+    return None if value is None else float(value)
+
+
+def seeds_of(results: Results, experiments: list[str]) -> list[int]:
+    """Every seed index that appears in the runs of these experiments."""
+    return sorted({key.seed for experiment in experiments for key in results.of(experiment)})
+
+
+def arm_values(results: Results, experiment: str, arm: str, metric: str | Ratio) -> list[float]:
+    """The arm's value of the metric in each seed that has one, in seed order."""
+    return [v for seed in seeds_of(results, [experiment]) if (v := value_of(results, experiment, arm, seed, metric))
+            is not None]
+
+
+def arm_mean(results: Results, experiment: str, arm: str, metric: str | Ratio) -> float | None:
+    values = arm_values(results, experiment, arm, metric)
+    return sum(values) / len(values) if values else None
+
+
+def anchors_of(claims: list[Claim]) -> list[Anchor]:
+    """Every number of the paper's that a baseline of these claims must first reproduce, once each."""
+    return list(dict.fromkeys(anchor for claim in claims for anchor in claim.calibration))
+
+
+def failed_calibrations(anchors: list[Anchor], results: Results, planned) -> dict[str, str]:
+    """experiment -> the calibration line of its baseline, for each experiment whose baseline has all its planned
+    seeds (planned(experiment, arm) -> seeds) and misses the paper's number: a comparison with that baseline
+    would not be the paper's, so its other arms are not trained."""
+    failed = {}
+    for anchor in anchors:
+        held, line = anchor.check(results)
+        measured = len(arm_values(results, anchor.experiment, anchor.arm, anchor.metric))
+        if held is False and measured >= planned(anchor.experiment, anchor.arm):
+            failed[anchor.experiment] = line
+    return failed
 
 
 def _delta(claim: Claim, experiment: str, seed: int, results: Results) -> float | None:
-    arm = _value(results, experiment, claim.arm, seed, claim.metric)
+    arm = value_of(results, experiment, claim.arm, seed, claim.metric)
     if claim.baseline is None:
         return None if arm is None else claim.scale * arm - claim.reference
-    base = _value(results, experiment, claim.baseline, seed, claim.metric)
+    base = value_of(results, experiment, claim.baseline, seed, claim.metric)
     if arm is None or base is None:
         return None
     return 100 * (arm / base - 1) if claim.relative else claim.scale * (arm - base)
-
-
-def _seeds(results: Results, experiments: list[str]) -> list[int]:
-    """Every seed index that appears in the runs of these experiments."""
-    return sorted({key.seed for experiment in experiments for key in results.of(experiment)})
 
 
 def paired_deltas(claim: Claim, results: Results) -> list[float]:
     """The per-seed Δs, pairing seeds by index; seeds where a needed value is missing or None are left out."""
     experiments = [claim.experiment, claim.contrast] if claim.contrast else [claim.experiment]
     deltas = []
-    for seed in _seeds(results, experiments):
+    for seed in seeds_of(results, experiments):
         per_experiment = [_delta(claim, experiment, seed, results) for experiment in experiments]
         if None not in per_experiment:
             deltas.append(per_experiment[0] - per_experiment[1] if claim.contrast else per_experiment[0])
@@ -341,7 +405,7 @@ def _rule(claim: Claim, low: float, high: float) -> tuple[str, str]:
 
 
 def judge(deltas: list[float], claim: Claim) -> Verdict:
-    """The verdict of the Δs alone (the checks that need the results are made by `evaluate`)."""
+    """The verdict of the Δs alone (verdicts.evaluate makes the checks that need the results first)."""
     n, nan = len(deltas), float("nan")
     if n < 2:
         delta = deltas[0] if deltas else nan
@@ -374,444 +438,9 @@ def noted(claims: list[Claim], note: str) -> list[Claim]:
     return [replace(claim, statement=f"{claim.statement} ({note})") for claim in claims]
 
 
-def evaluate(claims: list[Claim], results: Results) -> list[tuple[Claim, Verdict]]:
-    """Each claim's verdict: the checks RULES lists before judging, then the rule on its interval, in our units
-    (the same nats per character), with the verdict under the other transfer assumption beside it."""
-    judged = []
-    for claim in claims:
-        verdict = _verdict(claim.in_our_units(), results)
-        if claim.chars_per_token is not None and (exponent := claim.exponent(SAME_FRACTION, results)) is not None:
-            other = claim.in_our_units(exponent)
-            verdict = replace(verdict, other=(_verdict(other, results).verdict, _bar(other)))
-        judged.append((claim, verdict))
-    return judged
-
-
-def _verdict(claim: Claim, results: Results) -> Verdict:
-    """The verdict of a claim in our units."""
-    verdict = judge(paired_deltas(claim, results), claim)
-    if (reason := not_calibrated(claim, results)) is not None:  # whatever the claim's own seeds
-        return replace(verdict, verdict="not calibrated", reason=reason)
-    if verdict.n >= MIN_SEEDS:
-        for check, word in ((uncalibrated, "inconclusive"), (untestable, "untestable here"),
-                            (unmeasured, "inconclusive"), (not_engaged, "mechanism not engaged"),
-                            (not_learned, "inconclusive")):
-            if (reason := check(claim, results)) is not None:
-                return replace(verdict, verdict=word, reason=reason)
-    return verdict
-
-
-def calibration_lines(claims: list[Claim], results: Results, planned=None) -> list[str]:
-    """Markdown bullets, one per number of the paper's that a baseline must reproduce: ours against it, and where
-    it missed with all its planned seeds (planned(experiment, arm) -> seeds), that nothing is compared with it."""
-    failed = failed_calibrations(anchors_of(claims), results, planned) if planned else {}
-    lines = []
-    for anchor in anchors_of(claims):
-        held, line = anchor.check(results)
-        word = {True: "calibrated", False: "**not calibrated**", None: "not yet run"}[held]
-        others = {key.arm for key in results.of(anchor.experiment, sweeps=True)} - {anchor.arm}
-        after = "" if anchor.experiment not in failed else (
-            "; the other arms trained before are shown, not judged" if others else "; its other arms are not trained")
-        lines.append(f"- {word}: {line}{after}")
-    return lines
-
-
-def engagement_lines(claims: list[Claim], results: Results) -> list[str]:
-    """Markdown bullets, one per arm whose claims check engagement: how much removing its mechanism's own
-    component at evaluation moves the metric, seed by seed, against the least the paper's effect needs."""
-    lines, checked = [], {}
-    for claim in claims:  # the first claim of each arm and ablated metric
-        if claim.ablation is not None:
-            checked.setdefault((claim.experiment, claim.arm, claim.ablation), claim)
-    per_arm = Counter((experiment, arm) for experiment, arm, _ in checked)
-    for claim in checked.values():
-        # an arm judged on several metrics of one experiment (S-NIAH at 1x and 2x) has a line for each
-        where = f"{claim.arm} on {claim.experiment}" + (
-            f" ({claim.metric})" if per_arm[claim.experiment, claim.arm] > 1 else "")
-        seeds = _seeds(results, [claim.experiment])
-        moves = [(seed, move) for seed in seeds if (move := _ablation_move(claim, results, seed)) is not None]
-        if not moves:
-            missed = not_calibrated(claim, results)
-            why = "not trained: the baseline is not calibrated" if missed else "not measured yet"
-            lines.append(f"- {where}: {why}")
-            continue
-        per_seed = ", ".join(f"{_num(move, claim)} (seed {seed})" for seed, move in moves)
-        floor = ""
-        if (bar := _bar(claim)) is not None and _near_floor(claim, results, bar):
-            mean = _arm_mean(results, claim.experiment, claim.arm, claim.metric)
-            floor = (f" (it scores {claim.scale * mean:.3g}, too near 0 to fall by "
-                     f"{abs(bar):g}: this cannot show whether it uses the component)")
-        lines.append(f"- {where}: removing its own component at evaluation moves {claim.metric} by {per_seed}{floor}")
-    return lines
-
-
-def _arm_values(results: Results, experiment: str, arm: str, metric: str) -> list[float]:
-    return [v for seed in _seeds(results, [experiment]) if (v := _value(results, experiment, arm, seed, metric))
-            is not None]
-
-
-def _arm_mean(results: Results, experiment: str, arm: str, metric: str) -> float | None:
-    values = _arm_values(results, experiment, arm, metric)
-    return sum(values) / len(values) if values else None
-
-
-def uncalibrated(claim: Claim, results: Results) -> str | None:
-    """Why it is not known yet whether the claim's baselines reproduce the paper's numbers (None if it is known)."""
-    lines = [line for held, line in (anchor.check(results) for anchor in claim.calibration) if held is None]
-    return f"the calibration is not measured yet: {'; '.join(lines)}" if lines else None
-
-
-def not_calibrated(claim: Claim, results: Results) -> str | None:
-    """Why a baseline of the claim does not reproduce the paper's absolute number (None if all do, or it has none)."""
-    lines = [line for held, line in (anchor.check(results) for anchor in claim.calibration) if held is False]
-    return f"the baseline is not the paper's: {'; '.join(lines)}" if lines else None
-
-
-def anchors_of(claims: list[Claim]) -> list[Anchor]:
-    """Every number of the paper's that a baseline of these claims must first reproduce, once each."""
-    return list(dict.fromkeys(anchor for claim in claims for anchor in claim.calibration))
-
-
-def failed_calibrations(anchors: list[Anchor], results: Results, planned) -> dict[str, str]:
-    """experiment -> the calibration line of its baseline, for each experiment whose baseline has all its planned
-    seeds (planned(experiment, arm) -> seeds) and misses the paper's number: a comparison with that baseline
-    would not be the paper's, so its other arms are not trained."""
-    failed = {}
-    for anchor in anchors:
-        held, line = anchor.check(results)
-        measured = len(_arm_values(results, anchor.experiment, anchor.arm, anchor.metric))
-        if held is False and measured >= planned(anchor.experiment, anchor.arm):
-            failed[anchor.experiment] = line
-    return failed
-
-
-def untestable(claim: Claim, results: Results) -> str | None:
-    """Why the metric cannot show the claim (None if it can): the arm and its baseline both sit at one of its
-    bounds, within the paper's effect (an equal claim: the margin) of it, so that neither learned what separates
-    them (both at chance, both at 0%) or both are at the ceiling, where they agree whatever their mechanisms; or
-    the paper's effect would carry the arm past a bound from where the baseline is."""
-    limits, bar = claim.limits, _bar(claim)
-    if limits is None or bar is None or claim.baseline is None or claim.contrast or claim.relative:
-        return None
-    base = _arm_mean(results, claim.experiment, claim.baseline, claim.metric)
-    arm = _arm_mean(results, claim.experiment, claim.arm, claim.metric)
-    if base is None or arm is None:
-        return None
-    target = claim.target
-    if claim.direction != "equal":  # (an equal claim's margin lies on both sides: there is room)
-        room = claim.scale * ((limits[1] if target > 0 else limits[0]) - base)  # the most Δ can be on that side
-        if abs(room) < abs(target):
-            return (f"{claim.baseline} scores {claim.scale * base:.4g} and the metric stops at "
-                    f"{claim.scale * limits[1 if target > 0 else 0]:g}, so no arm can show the paper's "
-                    f"{_num(target, claim)}")
-    for bound, name in zip(limits, ("floor", "ceiling"), strict=True):
-        if all(abs(claim.scale * (value - bound)) <= abs(bar) for value in (arm, base)):
-            size = _num(abs(bar), claim).lstrip("+")
-            shown = f"parity within ±{size}" if claim.direction == "equal" else f"the paper's {_num(bar, claim)}"
-            edge = "starts" if name == "floor" else "stops"
-            return (f"{claim.arm} and {claim.baseline} both score within {size} of the metric's {name} "
-                    f"({claim.scale * arm:.4g} and {claim.scale * base:.4g}; it {edge} at {claim.scale * bound:g}), "
-                    f"so it cannot show {shown}")
-    return None
-
-
-def not_engaged(claim: Claim, results: Results) -> str | None:
-    """Why the trained arm does not use its mechanism enough to show the paper's effect: removing the component
-    at evaluation moves the metric by less than that effect (None if it moves it more, or was not measured). For
-    an equal claim the bar is its margin: a component that moves the metric less would leave the arm without it
-    at parity too, so parity would say nothing about the mechanism."""
-    equal, bar = claim.direction == "equal", _bar(claim)
-    if claim.ablation is None or bar is None:
-        return None
-    moves = _ablation_moves(claim, results)
-    if not moves or _near_floor(claim, results, bar):
-        return None
-    # seed by seed: one seed's large move does not make a mechanism the other seeds leave unused engaged
-    median = statistics.median(abs(move) for move in moves)
-    if median >= abs(bar):
-        return None
-    than = f"the margin ±{_num(bar, claim).lstrip('+')}" if equal else f"the paper's {_num(bar, claim)}"
-    per_seed = ", ".join(_num(move, claim) for move in moves)
-    which = f"the median seed's {_num(median, claim).lstrip('+')}" if len(moves) > 1 else "that"
-    return (f"removing {claim.arm}'s own component at evaluation moves {claim.metric} by {per_seed} "
-            f"({len(moves)} seed{'s' if len(moves) > 1 else ''}): {which} is less than {than}")
-
-
-def unmeasured(claim: Claim, results: Results) -> str | None:
-    """Why it is unknown whether the arm uses its mechanism: the claim checks engagement and no seed has been
-    measured with the component removed (None otherwise). `attnlab reproduce` measures it."""
-    if claim.ablation is None or _bar(claim) is None or _ablation_moves(claim, results):
-        return None
-    return (f"{claim.arm} has not been measured with its own component removed, so whether it uses the mechanism "
-            f"is unknown (`attnlab reproduce` measures it)")
-
-
-def _ablation_moves(claim: Claim, results: Results) -> list[float]:
-    """Each seed's move of the metric when the arm's own component is removed at evaluation, where measured."""
-    return [move for seed in _seeds(results, [claim.experiment])
-            if (move := _ablation_move(claim, results, seed)) is not None]
-
-
-def _bar(claim: Claim) -> float | None:
-    """The least move of the metric that removing the component must make: the paper's effect, or the margin."""
-    return claim.threshold if claim.direction == "equal" else claim.target
-
-
-def _near_floor(claim: Claim, results: Results, bar: float) -> bool:
-    """Whether the arm's mean lies nearer its bounded metric's least value than `bar` (in the claim's units)."""
-    mean = _arm_mean(results, claim.experiment, claim.arm, claim.metric)
-    if claim.limits is None or claim.relative or mean is None:
-        return False
-    return claim.scale * (mean - claim.limits[0]) < abs(bar)
-
-
-def _ablation_move(claim: Claim, results: Results, seed: int) -> float | None:
-    intact = _value(results, claim.experiment, claim.arm, seed, claim.metric)
-    ablated = _value(results, claim.experiment, claim.arm, seed, claim.ablation)
-    if intact is None or ablated is None:
-        return None
-    return 100 * (ablated / intact - 1) if claim.relative else claim.scale * (ablated - intact)
-
-
-def not_learned(claim: Claim, results: Results) -> str | None:
-    """Why the claim's experiment tests nothing yet: its control arm's mean falls short (None if it does not)."""
-    if claim.control is None:
-        return None
-    arm, metric, least = claim.control
-    mean = _arm_mean(results, claim.experiment, arm, metric)
-    if mean is None:
-        return f"no {arm} run measured yet, which must first reach {least:g} in {metric}"
-    if mean >= least:
-        return None
-    return f"{arm} reached {mean:.3g} in {metric}, short of {least:g}: the task is not learned, so it tests nothing yet"
-
-
-def _num(x: float, claim: Claim) -> str:
-    return f"{x:+.3g}{claim.units}"
-
-
-def _what(claim: Claim) -> str:
-    """What Δ is, in words: "Δ = hJ − softmax in val_ppl on lm"."""
-    if claim.baseline is None:
-        delta = claim.arm
-    else:
-        delta = f"{claim.arm} / {claim.baseline} − 1" if claim.relative else f"{claim.arm} − {claim.baseline}"
-    if claim.scale != 1:
-        delta = f"{claim.scale:g} × ({delta})"
-    if claim.baseline is None and claim.reference:
-        delta = f"{delta} − {claim.reference:g}"
-    where = f"on {claim.experiment}" + (f" minus the same on {claim.contrast}" if claim.contrast else "")
-    return f"Δ = {delta} in {claim.metric} {where}"
-
-
-def _paper_cell(claim: Claim, v: Verdict) -> str:
-    """The paper's effect (an equal claim: the margin, and the paper's own Δ) as the paper gives it and, for a
-    per-token claim, per character under each transfer assumption."""
-    equal = claim.direction == "equal"
-    if claim.paper is None and not equal:
-        return "–"
-    number = (lambda x: f"±{_num(x, claim).lstrip('+')}") if equal else (lambda x: _num(x, claim))
-    given = claim.margin if equal else claim.paper
-    own = f" (the paper's Δ: {_num(claim.paper, claim)})" if equal and claim.paper is not None else ""
-    if claim.chars_per_token is None:
-        return ("within " if equal else "") + number(given) + own
-    ours = claim.threshold if equal else claim.target
-    cell = (f"{'within ' if equal else ''}{number(given)} per token{own} → **{number(ours)} per character** "
-            f"({SAME_NATS}, {claim.chars_per_token:g} characters per token)")
-    if v.other is not None:
-        cell += f"; {number(v.other[1])} ({SAME_FRACTION})"
-    return cell
-
-
-def _scale_note(claim: Claim, results: Results) -> str:
-    """" (the paper: 60M; here: 0.8M)" where the claim names the paper's model size."""
-    if claim.paper_scale is None:
-        return ""
-    params = [r.params for r in results.of(claim.experiment, claim.arm, sweeps=True).values() if r.params is not None]
-    here = f"{params[0] / 1e6:.2g}M" if params else "not run yet"
-    return f" (the paper: {claim.paper_scale}; here: {here})"
-
-
-def _power_cell(claim: Claim, v: Verdict) -> str:
-    if v.n < 2:
-        return "–"
-    if v.n < MIN_SEEDS:
-        return f"unknown: {v.n} seeds (the spread of {v.n} has {v.n - 1} degree of freedom)"
-    if math.isnan(v.detectable):
-        return f"unknown: no spread (n = {v.n})"
-    if claim.largest is not None and v.detectable > claim.largest:  # not "detects ≥ 540" on a 100-point scale
-        cell = f"no effect the metric can show (≥ {v.detectable:.2g} needed, n = {v.n})"
-    else:
-        cell = f"detects ≥ {v.detectable:.2g}{claim.units} (n = {v.n})"
-    if v.seeds_needed is not None:
-        target = "the margin" if claim.direction == "equal" else "the paper's effect"
-        count = f"more than {MAX_SEEDS:,}" if v.seeds_needed > MAX_SEEDS else f"{v.seeds_needed:,}"
-        cell += f"; {target} needs {count} seeds"
-    return cell
-
-
-def _ours_cell(claim: Claim, v: Verdict) -> str:
-    if v.n == 0:
-        return "no values"
-    half = (v.high - v.low) / 2
-    if not half > 0:  # one seed, or no spread
-        return f"{_num(v.delta, claim)} ({v.n} seed{'s' if v.n > 1 else ''})"
-    decimals = max(0, 1 - math.floor(math.log10(half)))  # two significant digits of the half-width
-
-    def num(x: float) -> str:
-        return f"{x:+,.{decimals}f}{claim.units}"
-
-    return f"{num(v.delta)} [{num(v.low)}, {num(v.high)}]"
-
-
-def verdict_table(claims: list[Claim], results: Results, planned_seeds=lambda claim: None,
-                  caveats=lambda claim: []) -> list[str]:
-    """Markdown lines: one row per claim with the paper's effect (and in our units), ours with its 95% interval,
-    the verdict by RULES (interim while fewer seeds have values than `planned_seeds(claim)`, with `caveats(claim)`
-    about the runs behind it: "*not converged*, ...") and the power of this run. Headline claims are in bold."""
-    lines = ["| claim | paper | ours (Δ, 95% interval) | verdict | power |", "|---|---|---|---|---|"]
-    judged = evaluate(claims, results)
-    corrected = holm_corrected(judged)
-    for i, (claim, v) in enumerate(judged):
-        statement = f"**{claim.statement}**" if claim.headline else claim.statement
-        planned = planned_seeds(claim)
-        # a missed calibration is the baseline's, whose seeds the calibration lines give: nothing left to come
-        judged = v.n and v.verdict != "not calibrated"
-        marks = [f"*interim*, {v.n} of {planned} planned seeds"] if judged and planned and v.n < planned else []
-        marks += caveats(claim) if judged else []
-        if judged and v.verdict in CLEARED and i in corrected and corrected[i] >= ALPHA:
-            marks.append(f"*not significant after Holm's correction* over the {len(corrected)} headline claims: "
-                         f"adjusted p = {corrected[i]:.2g}")
-        if judged and v.verdict in CLEARED and claim.direction != "equal" and v.fragile:
-            marks.append(f"*fragile*: the interval clears 0 by {min(abs(v.low), abs(v.high)):.2g}, under a fifth of "
-                         f"its half-width {(v.high - v.low) / 2:.2g}")
-        if judged and v.other is not None:
-            marks.append(f"*the transfer assumptions differ*: under {SAME_FRACTION}, **{v.other[0]}**"
-                         if v.other[0] != v.verdict else "the same under both transfer assumptions")
-        if claim.control_arm is not None:
-            marks.append(f"{claim.arm} is a control: {claim.control_arm}, so it has no component of its own and "
-                         f"no result of the mechanism's can fail this claim")
-        family = f"{len(corrected)} headline{'s' if len(corrected) > 1 else ''}"
-        ours = _ours_cell(claim, v) + (f"; p = {v.p:.2g}, Holm over {family}: {corrected[i]:.2g}" if i in corrected
-                                       else "") + _tokens_cell(claim, v, results)
-        cells = [f"{statement}{_scale_note(claim, results)} ({_what(claim)})", _paper_cell(claim, v), ours,
-                 f"**{v.verdict}**{''.join(f' ({m})' for m in marks)}: {v.reason}", _power_cell(claim, v)]
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
-
-
-BOOTSTRAP_DRAWS = 2000
-
-
-def token_interval(claim: Claim, results: Results, draws: int = BOOTSTRAP_DRAWS) -> TokenInterval | None:
-    """The 95% interval of a relative perplexity claim's mean Δ over the validation tokens alone: the same models,
-    the split's blocks of windows (runner records val_blocks) resampled with replacement, the same draw for both
-    arms and every seed (paired), over the paired seeds whose records keep their blocks (at least MIN_SEEDS).
-    Beside the seed interval it says how much of the uncertainty is the validation sample's. None where the claim
-    is not one of them; an interval of None where too few seeds keep blocks."""
-    if claim.metric != "val_ppl" or not claim.relative or claim.contrast or claim.baseline is None:
-        return None
-    import numpy as np
-
-    arms, bases, paired = [], [], 0
-    for seed in _seeds(results, [claim.experiment]):
-        arm, base = (results.get(RunKey(claim.experiment, label, seed=seed)) for label in (claim.arm, claim.baseline))
-        if arm is None or base is None or "val_ppl" not in arm.values or "val_ppl" not in base.values:
-            continue  # as paired_deltas: a seed without both values is left out
-        paired += 1
-        if "val_blocks" in arm.details and "val_blocks" in base.details:
-            arms.append(arm.details["val_blocks"])
-            bases.append(base.details["val_blocks"])
-    if len(arms) < MIN_SEEDS:
-        return TokenInterval(None, 0, len(arms), paired)
-    arm_blocks, base_blocks = np.array(arms), np.array(bases)  # [seeds, blocks]
-    picks = np.random.default_rng(0).integers(0, arm_blocks.shape[1], size=(draws, arm_blocks.shape[1]))
-    gap = arm_blocks[:, picks].mean(-1) - base_blocks[:, picks].mean(-1)  # [seeds, draws]: loss per token, arm - base
-    deltas = (100 * np.expm1(gap)).mean(0)
-    low, high = np.percentile(deltas, [2.5, 97.5])
-    return TokenInterval((float(low), float(high)), arm_blocks.shape[1], len(arms), paired)
-
-
-@dataclass(frozen=True)
-class TokenInterval:
-    interval: tuple[float, float] | None  # None: fewer than MIN_SEEDS seeds keep their blocks
-    blocks: int
-    seeds: int  # the paired seeds whose records keep their blocks
-    paired: int  # the paired seeds in all
-
-
-def _tokens_cell(claim: Claim, v: Verdict, results: Results) -> str:
-    """The interval over the validation tokens alone, beside the seed interval (a headline's says where the
-    records cannot give it)."""
-    tokens = token_interval(claim, results) if v.n >= MIN_SEEDS else None
-    if tokens is None or (tokens.interval is None and not claim.headline):
-        return ""
-    if tokens.interval is None:
-        kept = f"{tokens.seeds} of {tokens.paired} seeds keep them, {MIN_SEEDS} needed" if tokens.seeds else \
-            "these records keep no per-block losses"
-        return f"; the validation tokens alone: not measured ({kept})"
-    over = "" if tokens.seeds == tokens.paired else f" over the {tokens.seeds} of {tokens.paired} seeds that keep them"
-    low, high = tokens.interval
-    return f"; the validation tokens alone (a paired bootstrap of {tokens.blocks} blocks{over}): " \
-           f"[{_num(low, claim)}, {_num(high, claim)}]"
-
-
 def holm_corrected(judged: list[tuple[Claim, Verdict]]) -> dict[int, float]:
     """Index in `judged` -> the Holm-adjusted p-value, over the headline claims that have a test (a verdict from
     MIN_SEEDS seeds with a spread): judged one at a time, some headline of a suite would clear 0 by chance more
     often than 1 in 20."""
     tested = [i for i, (claim, v) in enumerate(judged) if claim.headline and v.n >= MIN_SEEDS and not math.isnan(v.p)]
     return dict(zip(tested, holm([judged[i][1].p for i in tested]), strict=True))
-
-
-COLOURS = {"agrees": "tab:green", "agrees in sign; smaller than the paper's": "yellowgreen",
-           "agrees in sign; larger than the paper's": "darkgreen", "opposite": "tab:red",
-           "smaller than the paper's": "tab:orange",
-           "inconclusive": "tab:gray", "untestable here": "tab:purple", "not calibrated": "tab:brown",
-           "mechanism not engaged": "tab:olive"}
-
-
-def _plot_row(ax, claim: Claim, v: Verdict) -> None:
-    colour = COLOURS[v.verdict]
-    ax.axvline(0, color="black", lw=0.8)
-    if claim.direction == "equal":
-        ax.axvspan(-claim.threshold, claim.threshold, color="tab:blue", alpha=0.12)
-    if v.n >= 2:
-        ax.errorbar(v.delta, 0, xerr=[[v.delta - v.low], [v.high - v.delta]], fmt="o", color=colour, capsize=4)
-    elif v.n == 1:
-        ax.plot(v.delta, 0, "o", color=colour, mfc="white")  # hollow: one seed, no interval
-    if claim.target is not None:
-        ax.plot(claim.target, 0.5, "D", color="black", mfc="none")  # just above ours, on the same Δ axis
-    shown = [0.0, *([claim.target] if claim.target is not None else []),
-             *([-claim.threshold, claim.threshold] if claim.direction == "equal" else []),
-             *[x for x in (v.low, v.high, v.delta) if not math.isnan(x)]]
-    pad = 0.15 * (max(shown) - min(shown)) or 1.0
-    ax.set(xlim=(min(shown) - pad, max(shown) + pad), ylim=(-0.8, 1.1), yticks=[])
-    ax.tick_params(axis="x", labelsize=7)
-    if claim.relative:
-        ax.xaxis.set_major_formatter(lambda x, _: f"{x:g}%".replace("-", "−"))
-    ax.set_ylabel(textwrap.fill(claim.statement, 40), rotation=0, ha="right", va="center", fontsize=8,
-                  fontweight="bold" if claim.headline else "normal")
-    ax.text(1.01, 0.5, v.verdict, transform=ax.transAxes, color=colour, fontsize=8, va="center")
-
-
-def plot_claims(claims: list[Claim], results: Results, path: str | Path) -> Path:
-    """One row per claim, each with its own Δ axis since claims come in different units (%, perplexity,
-    percentage points): the mean Δ with its 95% interval, 0, the paper's effect and, for equal claims, the
-    ±margin band, coloured by verdict. Headline claims are labelled in bold."""
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
-    judged = evaluate(claims, results)
-    from ..plots import new_figure, save_figure  # matplotlib, only when a report draws
-
-    fig, axes = new_figure(len(judged), 1, figsize=(9, 0.4 + 0.75 * len(judged)), squeeze=False)
-    for ax, (claim, v) in zip(axes[:, 0], judged, strict=True):
-        _plot_row(ax, claim, v)
-    legend = [Line2D([], [], marker="o", color="gray", label="ours: Δ, 95% interval"),
-              Line2D([], [], marker="D", color="black", mfc="none", ls="none", label="paper (our units)"),
-              Patch(color="tab:blue", alpha=0.12, label="±margin"),
-              *[Patch(color=c, label=verdict) for verdict, c in COLOURS.items()]]
-    fig.legend(handles=legend, loc="upper center", ncol=len(legend), fontsize=7, frameon=False)
-    # leave the top for the legend
-    return save_figure(fig, Path(path), dpi=110, rect=(0, 0, 1, 1 - 0.3 / fig.get_figheight()))

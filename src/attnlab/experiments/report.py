@@ -6,15 +6,8 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..plots import new_figure, save_figure
-from .claims import (
-    RULES,
-    anchors_of,
-    calibration_lines,
-    engagement_lines,
-    failed_calibrations,
-    plot_claims,
-    verdict_table,
-)
+from .claim_plots import plot_claims
+from .claims import RULES, anchors_of, failed_calibrations
 from .metrics import get_metric
 from .plan import Plan
 from .seeds_needed import settle_lines
@@ -23,6 +16,8 @@ from .state_size import ruler_grid, state_section
 from .stats import mean_std, paired_difference
 from .store import Results, RunKey, describe_setting
 from .training_notes import SAMPLES, caveats, training_table
+from .verdict_table import verdict_table
+from .verdicts import calibration_lines, engagement_lines
 
 
 def _values(results: Results, experiment: Experiment, label: str, key: str) -> list[float | None]:

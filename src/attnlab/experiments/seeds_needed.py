@@ -5,12 +5,13 @@ and at the paper's scale (the GPU-hours estimate.estimate gives the paper tier's
 from __future__ import annotations
 
 from . import estimate
-from .claims import MIN_SEEDS, Claim, Verdict, evaluate, not_learned
+from .claims import MIN_SEEDS, Claim, Verdict
 from .plan import Plan
 from .registry import SUITES
 from .spec import Suite
 from .stats import MAX_SEEDS
 from .store import Results
+from .verdicts import evaluate, not_learned
 
 
 def settle_lines(suite: Suite, results: Results, plan: Plan) -> list[str]:

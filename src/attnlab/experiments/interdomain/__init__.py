@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 
 from .. import estimate, recall
-from ..claims import Claim, noted, per_token, relative
+from ..claims import Claim, Ratio, noted, per_token, relative
 from ..paper import Paper
 from ..registry import register_paper
 from ..spec import ABLATED, CONVERGED_LM, QUICK, UNCHANGED, Arm, Changes, Experiment, Suite, ablated, sweep_around
@@ -246,7 +246,7 @@ def cube_claims(experiment: str, corners: bool = True, characters: bool = True, 
 def extrapolation_claims(experiment: str, train: int, longest: int, characters: bool = True) -> list[Claim]:
     """Length extrapolation (table 2, 1.3B, per BPE token: converted where the tier models characters): the growth
     factor ppl@3.5x / ppl@1x, and perplexity within training."""
-    growth_key = f"ppl@{longest}/ppl@{train}"
+    growth_factor = Ratio(f"ppl@{longest}", f"ppl@{train}")
 
     def units(baseline: str, *growths: str) -> dict:
         if not characters:
@@ -256,10 +256,10 @@ def extrapolation_claims(experiment: str, train: int, longest: int, characters: 
 
     return [
         # staying flat is a growth of 1: an effect larger than softmax's own growth above 1 cannot be shown
-        Claim("IA stays flat to 3.5x the training length where softmax grows", experiment, growth_key, "interdomain",
+        Claim("IA stays flat to 3.5x the training length where softmax grows", experiment, growth_factor, "interdomain",
               "softmax", "lower", growth("interdomain") - growth("softmax"), bounds=(1.0, math.inf),
               **units("softmax", "interdomain", "softmax")),
-        Claim("IA is as flat as S4D-only (the fixed-state core)", experiment, growth_key, "interdomain", "s4d",
+        Claim("IA is as flat as S4D-only (the fixed-state core)", experiment, growth_factor, "interdomain", "s4d",
               "equal", growth("interdomain") - growth("s4d"), margin=SAME_FLATNESS,
               **units("s4d", "interdomain", "s4d")),
         Claim("within the training length softmax has the lower perplexity", experiment, f"ppl@{train}",

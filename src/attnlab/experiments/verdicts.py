@@ -1,0 +1,209 @@
+"""Each claim's verdict on a suite's results: the checks RULES lists before judging, then the rule.
+
+The checks, in RULES' order: the baselines reproduce the paper's numbers (calibration), the metric has room for
+the paper's effect, the arm uses its mechanism (engagement), and the experiment's control arm learned the task."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import replace
+
+from .claims import (
+    MIN_SEEDS,
+    SAME_FRACTION,
+    Claim,
+    Verdict,
+    anchors_of,
+    arm_mean,
+    failed_calibrations,
+    judge,
+    paired_deltas,
+    seeds_of,
+    value_of,
+)
+from .store import Results
+
+
+def evaluate(claims: list[Claim], results: Results) -> list[tuple[Claim, Verdict]]:
+    """Each claim's verdict: the checks RULES lists before judging, then the rule on its interval, in our units
+    (the same nats per character), with the verdict under the other transfer assumption beside it."""
+    judged = []
+    for claim in claims:
+        verdict = _verdict(claim.in_our_units(), results)
+        if claim.chars_per_token is not None and (exponent := claim.exponent(SAME_FRACTION, results)) is not None:
+            other = claim.in_our_units(exponent)
+            verdict = replace(verdict, other=(_verdict(other, results).verdict, _bar(other)))
+        judged.append((claim, verdict))
+    return judged
+
+
+def _verdict(claim: Claim, results: Results) -> Verdict:
+    """The verdict of a claim in our units."""
+    verdict = judge(paired_deltas(claim, results), claim)
+    if (reason := not_calibrated(claim, results)) is not None:  # whatever the claim's own seeds
+        return replace(verdict, verdict="not calibrated", reason=reason)
+    if verdict.n >= MIN_SEEDS:
+        for check, word in ((uncalibrated, "inconclusive"), (untestable, "untestable here"),
+                            (unmeasured, "inconclusive"), (not_engaged, "mechanism not engaged"),
+                            (not_learned, "inconclusive")):
+            if (reason := check(claim, results)) is not None:
+                return replace(verdict, verdict=word, reason=reason)
+    return verdict
+
+
+def not_calibrated(claim: Claim, results: Results) -> str | None:
+    """Why a baseline of the claim does not reproduce the paper's absolute number (None if all do, or it has none)."""
+    lines = [line for held, line in (anchor.check(results) for anchor in claim.calibration) if held is False]
+    return f"the baseline is not the paper's: {'; '.join(lines)}" if lines else None
+
+
+def uncalibrated(claim: Claim, results: Results) -> str | None:
+    """Why it is not known yet whether the claim's baselines reproduce the paper's numbers (None if it is known)."""
+    lines = [line for held, line in (anchor.check(results) for anchor in claim.calibration) if held is None]
+    return f"the calibration is not measured yet: {'; '.join(lines)}" if lines else None
+
+
+def untestable(claim: Claim, results: Results) -> str | None:
+    """Why the metric cannot show the claim (None if it can): the arm and its baseline both sit at one of its
+    bounds, within the paper's effect (an equal claim: the margin) of it, so that neither learned what separates
+    them (both at chance, both at 0%) or both are at the ceiling, where they agree whatever their mechanisms; or
+    the paper's effect would carry the arm past a bound from where the baseline is."""
+    limits, bar = claim.limits, _bar(claim)
+    if limits is None or bar is None or claim.baseline is None or claim.contrast or claim.relative:
+        return None
+    base = arm_mean(results, claim.experiment, claim.baseline, claim.metric)
+    arm = arm_mean(results, claim.experiment, claim.arm, claim.metric)
+    if base is None or arm is None:
+        return None
+    target = claim.target
+    if claim.direction != "equal":  # (an equal claim's margin lies on both sides: there is room)
+        room = claim.scale * ((limits[1] if target > 0 else limits[0]) - base)  # the most Δ can be on that side
+        if abs(room) < abs(target):
+            return (f"{claim.baseline} scores {claim.scale * base:.4g} and the metric stops at "
+                    f"{claim.scale * limits[1 if target > 0 else 0]:g}, so no arm can show the paper's "
+                    f"{claim.signed(target)}")
+    for bound, name in zip(limits, ("floor", "ceiling"), strict=True):
+        if all(abs(claim.scale * (value - bound)) <= abs(bar) for value in (arm, base)):
+            size = claim.signed(abs(bar)).lstrip("+")
+            shown = f"parity within ±{size}" if claim.direction == "equal" else f"the paper's {claim.signed(bar)}"
+            edge = "starts" if name == "floor" else "stops"
+            return (f"{claim.arm} and {claim.baseline} both score within {size} of the metric's {name} "
+                    f"({claim.scale * arm:.4g} and {claim.scale * base:.4g}; it {edge} at {claim.scale * bound:g}), "
+                    f"so it cannot show {shown}")
+    return None
+
+
+def unmeasured(claim: Claim, results: Results) -> str | None:
+    """Why it is unknown whether the arm uses its mechanism: the claim checks engagement and no seed has been
+    measured with the component removed (None otherwise). `attnlab reproduce` measures it."""
+    if claim.ablation is None or _bar(claim) is None or _ablation_moves(claim, results):
+        return None
+    return (f"{claim.arm} has not been measured with its own component removed, so whether it uses the mechanism "
+            f"is unknown (`attnlab reproduce` measures it)")
+
+
+def not_engaged(claim: Claim, results: Results) -> str | None:
+    """Why the trained arm does not use its mechanism enough to show the paper's effect: removing the component
+    at evaluation moves the metric by less than that effect (None if it moves it more, or was not measured). For
+    an equal claim the bar is its margin: a component that moves the metric less would leave the arm without it
+    at parity too, so parity would say nothing about the mechanism."""
+    equal, bar = claim.direction == "equal", _bar(claim)
+    if claim.ablation is None or bar is None:
+        return None
+    moves = _ablation_moves(claim, results)
+    if not moves or _near_floor(claim, results, bar):
+        return None
+    # seed by seed: one seed's large move does not make a mechanism the other seeds leave unused engaged
+    median = statistics.median(abs(move) for move in moves)
+    if median >= abs(bar):
+        return None
+    than = f"the margin ±{claim.signed(bar).lstrip('+')}" if equal else f"the paper's {claim.signed(bar)}"
+    per_seed = ", ".join(claim.signed(move) for move in moves)
+    which = f"the median seed's {claim.signed(median).lstrip('+')}" if len(moves) > 1 else "that"
+    return (f"removing {claim.arm}'s own component at evaluation moves {claim.metric} by {per_seed} "
+            f"({len(moves)} seed{'s' if len(moves) > 1 else ''}): {which} is less than {than}")
+
+
+def _ablation_moves(claim: Claim, results: Results) -> list[float]:
+    """Each seed's move of the metric when the arm's own component is removed at evaluation, where measured."""
+    return [move for seed in seeds_of(results, [claim.experiment])
+            if (move := _ablation_move(claim, results, seed)) is not None]
+
+
+def _ablation_move(claim: Claim, results: Results, seed: int) -> float | None:
+    intact = value_of(results, claim.experiment, claim.arm, seed, claim.metric)
+    ablated = value_of(results, claim.experiment, claim.arm, seed, claim.ablation)
+    if intact is None or ablated is None:
+        return None
+    return 100 * (ablated / intact - 1) if claim.relative else claim.scale * (ablated - intact)
+
+
+def _bar(claim: Claim) -> float | None:
+    """The least move of the metric that removing the component must make: the paper's effect, or the margin."""
+    return claim.threshold if claim.direction == "equal" else claim.target
+
+
+def _near_floor(claim: Claim, results: Results, bar: float) -> bool:
+    """Whether the arm's mean lies nearer its bounded metric's least value than `bar` (in the claim's units)."""
+    mean = arm_mean(results, claim.experiment, claim.arm, claim.metric)
+    if claim.limits is None or claim.relative or mean is None:
+        return False
+    return claim.scale * (mean - claim.limits[0]) < abs(bar)
+
+
+def not_learned(claim: Claim, results: Results) -> str | None:
+    """Why the claim's experiment tests nothing yet: its control arm's mean falls short (None if it does not)."""
+    if claim.control is None:
+        return None
+    arm, metric, least = claim.control
+    mean = arm_mean(results, claim.experiment, arm, metric)
+    if mean is None:
+        return f"no {arm} run measured yet, which must first reach {least:g} in {metric}"
+    if mean >= least:
+        return None
+    return f"{arm} reached {mean:.3g} in {metric}, short of {least:g}: the task is not learned, so it tests nothing yet"
+
+
+def calibration_lines(claims: list[Claim], results: Results, planned=None) -> list[str]:
+    """Markdown bullets, one per number of the paper's that a baseline must reproduce: ours against it, and where
+    it missed with all its planned seeds (planned(experiment, arm) -> seeds), that nothing is compared with it."""
+    failed = failed_calibrations(anchors_of(claims), results, planned) if planned else {}
+    lines = []
+    for anchor in anchors_of(claims):
+        held, line = anchor.check(results)
+        word = {True: "calibrated", False: "**not calibrated**", None: "not yet run"}[held]
+        others = {key.arm for key in results.of(anchor.experiment, sweeps=True)} - {anchor.arm}
+        after = "" if anchor.experiment not in failed else (
+            "; the other arms trained before are shown, not judged" if others else "; its other arms are not trained")
+        lines.append(f"- {word}: {line}{after}")
+    return lines
+
+
+def engagement_lines(claims: list[Claim], results: Results) -> list[str]:
+    """Markdown bullets, one per arm whose claims check engagement: how much removing its mechanism's own
+    component at evaluation moves the metric, seed by seed, against the least the paper's effect needs."""
+    lines, checked = [], {}
+    for claim in claims:  # the first claim of each arm and ablated metric
+        if claim.ablation is not None:
+            checked.setdefault((claim.experiment, claim.arm, claim.ablation), claim)
+    per_arm = Counter((experiment, arm) for experiment, arm, _ in checked)
+    for claim in checked.values():
+        # an arm judged on several metrics of one experiment (S-NIAH at 1x and 2x) has a line for each
+        where = f"{claim.arm} on {claim.experiment}" + (
+            f" ({claim.metric})" if per_arm[claim.experiment, claim.arm] > 1 else "")
+        seeds = seeds_of(results, [claim.experiment])
+        moves = [(seed, move) for seed in seeds if (move := _ablation_move(claim, results, seed)) is not None]
+        if not moves:
+            missed = not_calibrated(claim, results)
+            why = "not trained: the baseline is not calibrated" if missed else "not measured yet"
+            lines.append(f"- {where}: {why}")
+            continue
+        per_seed = ", ".join(f"{claim.signed(move)} (seed {seed})" for seed, move in moves)
+        floor = ""
+        if (bar := _bar(claim)) is not None and _near_floor(claim, results, bar):
+            mean = arm_mean(results, claim.experiment, claim.arm, claim.metric)
+            floor = (f" (it scores {claim.scale * mean:.3g}, too near 0 to fall by "
+                     f"{abs(bar):g}: this cannot show whether it uses the component)")
+        lines.append(f"- {where}: removing its own component at evaluation moves {claim.metric} by {per_seed}{floor}")
+    return lines
