@@ -131,6 +131,11 @@ def add_runs(results: Results, experiment: str, arm: str, values: list, key: str
     return results
 
 
+def change(results: Results, key: RunKey, **fields) -> None:
+    """Replaces fields of the record at key (values, details, extent, seconds, ...), as a run written anew."""
+    results.records[key] = results.get(key).replace(**fields)
+
+
 def two_arms(delta: float, sd: float, n: int = 5, seed: int = 0, experiment: str = "lm") -> Results:
     """Baseline perplexities around 10 and an arm whose per-seed difference is delta + centred noise."""
     base = [10 + x for x in centred_noise(seed + 100, n, 0.5)]

@@ -32,7 +32,7 @@ from attnlab.experiments.store import Results, RunKey
 from attnlab.experiments.token_bootstrap import token_interval
 from attnlab.experiments.verdict_table import verdict_table
 from attnlab.experiments.verdicts import calibration_lines, engagement_lines, evaluate
-from helpers import add_runs, centred_noise, lower, toy_results, two_arms
+from helpers import add_runs, centred_noise, change, lower, toy_results, two_arms
 
 
 def equal(margin: float = 0.5) -> Claim:
@@ -156,7 +156,7 @@ def test_a_contrast_is_the_difference_of_the_gaps_in_two_experiments():
     assert len(deltas) == 5 and sum(deltas) / 5 == pytest.approx(-0.4)
 
     def ppl(experiment: str, arm: str) -> float:
-        return results.get(RunKey(experiment, arm, seed=2))["val_ppl"]
+        return results.get(RunKey(experiment, arm, seed=2)).values["val_ppl"]
 
     assert deltas[2] == pytest.approx(ppl("large", "hJ") - ppl("large", "softmax") - ppl("small", "hJ")
                                       + ppl("small", "softmax"))
@@ -172,7 +172,8 @@ def test_without_a_baseline_the_arms_value_is_compared_with_zero():
 
 def test_seeds_with_a_missing_value_are_left_out():
     results = two_arms(-1.0, 0.05, n=5)
-    results.get(RunKey("lm", "hJ", seed=1))["val_ppl"] = None  # never reached
+    key = RunKey("lm", "hJ", seed=1)
+    change(results, key, values={**results.get(key).values, "val_ppl": None})  # never reached
     results = results.without({RunKey("lm", "softmax", seed=3)})  # never run
     arm, base = results.by_seed("lm", "hJ", "val_ppl"), results.by_seed("lm", "softmax", "val_ppl")
     assert sorted(base) == [0, 1, 2, 4]
@@ -642,21 +643,22 @@ def test_a_paired_token_bootstrap_gives_the_validation_samples_share_of_the_unce
         base = rng.normal(2.0, 0.3, size=40)  # block losses that vary along the split
         arm, base_ppl = (results.by_seed("lm", label, "val_ppl")[seed] for label in ("hJ", "softmax"))
         shift = math.log(arm / base_ppl)
-        results.records[RunKey("lm", "softmax", seed=seed)]["val_blocks"] = list(base)
+        change(results, RunKey("lm", "softmax", seed=seed), details={"val_blocks": list(base)})
         # the arm: the same blocks shifted by its seed's gap, plus block noise of its own
-        results.records[RunKey("lm", "hJ", seed=seed)]["val_blocks"] = list(base + shift + rng.normal(0, 0.001, 40))
+        blocks = base + shift + rng.normal(0, 0.001, 40)
+        change(results, RunKey("lm", "hJ", seed=seed), details={"val_blocks": list(blocks)})
     tokens = token_interval(claim, results)
     (low, high), v = tokens.interval, evaluate([claim], results)[0][1]
     assert tokens.blocks == 40 and low < v.delta < high and high - low < 0.1  # paired: the block variation cancels
     assert f"the validation tokens alone (a paired bootstrap of 40 blocks): [{low:+.3g}%, {high:+.3g}%]" in \
         verdict_table([claim], results)[2]
     # seeds retrained to keep their blocks (reproduce --remeasure) are enough from MIN_SEEDS on, and say so
-    del results.records[RunKey("lm", "hJ", seed=0)]["val_blocks"]
+    change(results, RunKey("lm", "hJ", seed=0), details={})
     tokens = token_interval(claim, results)
     assert (tokens.seeds, tokens.paired) == (4, 5) and tokens.interval != (low, high)
     assert "a paired bootstrap of 40 blocks over the 4 of 5 seeds that keep them" in verdict_table([claim], results)[2]
     for seed in (1, 2):
-        del results.records[RunKey("lm", "softmax", seed=seed)]["val_blocks"]
+        change(results, RunKey("lm", "softmax", seed=seed), details={})
     assert token_interval(claim, results).interval is None
     assert "the validation tokens alone: not measured (2 of 5 seeds keep them, 3 needed)" in \
         verdict_table([claim], results)[2]

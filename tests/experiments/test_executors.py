@@ -162,7 +162,7 @@ def test_a_worker_killed_mid_run_continues_from_its_checkpoint_and_ends_as_if_ne
     killed = run_suite(toy, tmp_path / "killed" / "toy", log=said.append, extra=every_2,
                               executor=executors.LocalWorkers(1, gpus=0, imports=plugins.IMPORTED, log=said.append))
     assert (tmp_path / "died").is_file() and any("its worker died (exit code -9)" in line for line in said)
-    assert killed.get(RunKey("lm", "softmax", seed=0))["resumed_from"] == 2
+    assert killed.get(RunKey("lm", "softmax", seed=0)).resumed_from == 2
     assert untimed(killed) == untimed(never)
 
 
