@@ -1,12 +1,14 @@
-"""What would settle a headline claim that a run leaves inconclusive: the seeds its measured spread says the
-paper's effect needs, what they would cost at this tier (the runs' step cap and the time a run took here),
-and at the paper's scale (the GPU-hours estimate.estimate gives the paper tier's experiment of the same name)."""
+"""What would settle a headline claim that a run leaves inconclusive: the seeds it needs, and what they cost. The
+seeds are those its measured spread says the paper's effect needs; their cost is given at this tier (the runs' step
+cap and the time a run took here), and at the paper's scale (the GPU-hours estimate.estimate gives the paper tier's
+experiment of the same name)."""
 
 from __future__ import annotations
 
 from . import estimate
 from .claims import MIN_SEEDS, Claim, Verdict, evaluate, not_learned
 from .plan import run_config, settings_of
+from .registry import SUITES
 from .spec import Suite
 from .stats import MAX_SEEDS
 from .store import Results
@@ -74,8 +76,6 @@ def _seconds_per_run(results: Results, experiments: list[str], arms: list[str]) 
 
 
 def _paper_scale(suite: Suite, experiments: list[str], seeds: int) -> str:
-    from . import SUITES  # the papers import this package's modules
-
     registered = SUITES.get(suite.name)
     if registered is None or "paper" not in registered.tiers:
         return "This suite has no paper-scale tier."
