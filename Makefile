@@ -27,7 +27,7 @@ bench: $(STAMP)
 	$(VENV)/bin/attnlab bench --out runs/bench
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff check src tests scripts
 
 # the documentation site (docs/ and mkdocs.yml) into site/, with the docs extra installed once
 DOCS_STAMP := $(VENV)/.docs-installed

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import attnlab.experiments  # noqa: F401  (the papers: their variants and speed goals)
-from attnlab import doctor
+from attnlab import doctor, doctor_readme
 from attnlab.cli import main
 
 SOME = [("softmax", "softmax", {}), ("gla", "gla", {})]
@@ -131,13 +131,13 @@ def test_the_readme_section_is_generated_from_a_doctor_run(tmp_path):
     from pathlib import Path
 
     committed = json.loads((Path(__file__).parents[1] / "results" / "doctor" / "doctor.json").read_text())
-    text = doctor.readme_section(committed)
+    text = doctor_readme.readme_section(committed)
     within = len(committed["mixers"]) - len(committed["failed"])
     assert f"{within} of {len(committed['mixers'])} mixers within the limits" in text
     assert all(f"| {label} | {row['ms']:.2f} |" in text for label, row in committed["speed"]["2048"].items())
     legacy = {key: value for key, value in committed.items() if key not in ("fused", "goals")}
     legacy["speed"] = {"softmax": {"ms": 3.64, "x_softmax": 1.0}}  # written before timings were kept per length
-    old = doctor.readme_section(legacy)
+    old = doctor_readme.readme_section(legacy)
     assert "| T 2048 ms |" in old and "| softmax | 3.64 | 1.00 |" in old
     assert "no timings of them" in old and "none judged" in old  # a run whose fla section did not finish
     row = {"fp32": {"forward": 1e-7, "gradient": 2e-7, "decode": 3e-7}, "bf16": {"forward": 4e-3, "gradient": 5e-3,
@@ -149,12 +149,12 @@ def test_the_readme_section_is_generated_from_a_doctor_run(tmp_path):
                         "8192": {"softmax": {"ms": 20.0, "x_softmax": 1.0}}},
               "fused": {"2048": {"gla, fla": {"difference": 1e-3, "torch_ms": 9.0, "fused_ms": 3.0, "speedup": 3.0}}}}
     report["goals"] = doctor.doctor_goals(report)
-    new = doctor.readme_section(report)
+    new = doctor_readme.readme_section(report)
     assert "| mixer (fwd+bwd, bf16, batch 8, d_model 512) | T 2048 ms | × softmax | T 8192 ms | × softmax |" in new
     assert "| gla | 3.00 | 1.50 | – | – |" in new and "| gla, fla | 2048 | 0.001 | 9.00 | 3.00 |" in new
     assert "Goals: 2 met, 9 not measured." in new  # gla at T 2048 (1.5x) and fla's agreement
     del report["fused"]
-    assert "The fused backends' section did not finish in this run" in doctor.readme_section(report)
+    assert "The fused backends' section did not finish in this run" in doctor_readme.readme_section(report)
     assert "- gla / softmax fwd+bwd at T=8192 (x): - (< 1), not measured" in new
     readme = tmp_path / "README.md"
     readme.write_text("a\n<!-- doctor: start -->\nold\n<!-- doctor: end -->\nb\n")
@@ -183,9 +183,9 @@ def test_the_readme_says_when_fla_was_not_there_to_measure():
     row = {p: {"forward": 1e-7, "gradient": 1e-7, "decode": 1e-7, "ok": True} for p in ("fp32", "bf16")}
     report = {"environment": {"device": "cuda", "gpu": "NVIDIA H200", "torch": "2.11.0+cu130", "cuda_version": "13.0",
                               "triton": "3.6.0", "fla": None}, "mixers": {"softmax": row}, "failed": []}
-    assert "fla was not installed in this run" in doctor.readme_section(report)
+    assert "fla was not installed in this run" in doctor_readme.readme_section(report)
     report["environment"]["fla"] = "0.6.0"
-    assert "fla was not installed" not in doctor.readme_section(report)
+    assert "fla was not installed" not in doctor_readme.readme_section(report)
 
 
 def test_packing_trains_the_demo_model_in_several_processes_at_once_and_sums_their_throughput(two_mixers):
@@ -196,7 +196,7 @@ def test_packing_trains_the_demo_model_in_several_processes_at_once_and_sums_the
     report = {"environment": {"device": "cuda", "gpu": "NVIDIA H200", "torch": "2.11.0", "cuda_version": "13.0",
                               "triton": "3.6.0", "fla": "0.6.0"}, "failed": [], "packing": packed,
               "mixers": {"softmax": {p: {"forward": 1e-7, "gradient": 1e-7, "decode": 1e-7} for p in ("fp32", "bf16")}}}
-    assert f"2 at once {packed['2']['tokens_per_s'] / 1e3:.0f}K tokens/s in all" in doctor.readme_section(report)
+    assert f"2 at once {packed['2']['tokens_per_s'] / 1e3:.0f}K tokens/s in all" in doctor_readme.readme_section(report)
 
 
 def test_a_copy_that_fails_ends_the_packing_section_at_once_with_its_error(two_mixers):

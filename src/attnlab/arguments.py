@@ -1,7 +1,7 @@
-"""What the commands share about their arguments: argparse types for values that stand alone (counts, lengths,
-temperatures), the parser whose errors are one line, and checks of folders and optional extras. Every mistake is
-one line naming the argument and the fix (a UserError: exit code 2). A command's checks of arguments that depend
-on each other, or on a loaded run, live in its module (attnlab.commands).
+"""What the commands share about their arguments: argparse types, the one-line parser, checks of folders and extras.
+The types are for values that stand alone (counts, lengths, temperatures), and the extras are the optional packages.
+Every mistake is one line naming the argument and the fix (a UserError: exit code 2). A command's checks of
+arguments that depend on each other, or on a loaded run, live in its module (attnlab.commands).
 """
 
 from __future__ import annotations

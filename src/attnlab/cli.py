@@ -1,5 +1,5 @@
-"""The ``attnlab`` command: train | eval | generate | export | list | demo | reproduce | report | results |
-bench | doctor, and the commands a paper brings (``Paper.commands``: couplings).
+"""The ``attnlab`` command: its subcommands, and the commands a paper brings (``Paper.commands``: couplings). The
+subcommands: train | eval | generate | export | list | demo | reproduce | report | results | bench | doctor.
 
 Each subcommand is a module of ``attnlab.commands``: its parser, its checks and its work. Arguments are checked
 before any work starts, and against the loaded run (its vocabulary, its data) where a value depends on the run.

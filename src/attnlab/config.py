@@ -1,5 +1,5 @@
-"""Typed run configuration: dataclasses are the single source of truth, YAML presets fill them, and
-dotted command-line overrides (``model.mixer=sigmoid train.steps=500``) change single fields."""
+"""Typed run configuration: dataclasses are the single source of truth, filled by YAML presets and dotted overrides.
+A dotted command-line override (``model.mixer=sigmoid train.steps=500``) changes a single field."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Literal
 
 import yaml
 
-from . import plugins
+from . import plugins, presets
 from .data import TASKS
 from .data.corpus import TEXT_SOURCES, is_text
 from .data.hf import reads_files
@@ -479,24 +479,20 @@ def _positive(cfg, section: str, *names: str) -> None:
 
 
 def list_presets() -> list[str]:
-    """The registered presets: attnlab.presets' and those of the installed papers (plugins.import_papers)."""
-    from .presets import PRESETS  # it builds configs: imported when asked
-
+    """The registered presets: those of the installed papers (plugins.import_papers), the shared ones included."""
     plugins.import_papers()
-    return sorted(PRESETS)
+    return sorted(presets.PRESETS)
 
 
 def preset_values(preset_or_path: str) -> dict:
     """The values of any YAML file by path, else of a preset by name (see ``list_presets``), as plain dicts
     that overrides apply to."""
-    from .presets import PRESETS
-
     if user_path(preset_or_path).is_file():
         return load_yaml(preset_or_path)
     plugins.import_papers()
-    if preset_or_path not in PRESETS:
+    if preset_or_path not in presets.PRESETS:
         raise ConfigError(unknown_name("config preset or file", preset_or_path, list_presets()))
-    return dataclasses.asdict(PRESETS[preset_or_path]())
+    return dataclasses.asdict(presets.PRESETS[preset_or_path]())
 
 
 def load_yaml(file: str) -> dict:

@@ -9,7 +9,7 @@
 4. The demo model trained for a few hundred steps on the device.
 Without a CUDA GPU it says so and runs the checks on the CPU, which keeps the command itself testable.
 The results are printed as tables and written to doctor.json, section by section, so a run cut short
-keeps what it measured.
+keeps what it measured; doctor_readme.py turns that file into the results README's account.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import torch
 
 from .bench.mixers import contenders
 from .bench.registry import SPEED_GOALS, VARIANTS
+from .doctor_readme import value_text
 from .errors import ConfigError, UserError
 from .mixers import build_mixer, list_mixers, mixer_class
 from .mixers.backends import auto_backend
@@ -373,7 +374,7 @@ def run_doctor(out: str | Path = "runs/doctor", train_steps: int = 200, dry_run:
     log(pairing(report["environment"]))
     report["backends"] = backend_routes(device, log)
 
-    def save():
+    def save():  # after every section, so that a run cut short keeps what it measured
         (out / "doctor.json").write_text(json.dumps(report, indent=1))
 
     def save_rows(rows):
@@ -381,36 +382,52 @@ def run_doctor(out: str | Path = "runs/doctor", train_steps: int = 200, dry_run:
         save()
 
     report["mixers"] = check_mixers(device, log, save_rows)
-    failed = [m for m, r in report["mixers"].items() if "error" in r or not (r["fp32"]["ok"] and r["bf16"]["ok"])]
-    report["failed"] = failed
+    report["failed"] = [m for m, r in report["mixers"].items()
+                        if "error" in r or not (r["fp32"]["ok"] and r["bf16"]["ok"])]
     save()
     if train_steps > 0:
-        report["train"] = train_demo(device, train_steps, log)
-        save()
-    if train_steps > 0 and (cuda or dry_run):
+        copies = PACKING["dry run" if dry_run else "gpu"] if cuda or dry_run else ()
+        _train_sections(report, device, train_steps, copies, log, save)
+    if cuda or dry_run:  # last, the slowest to start: fla compiles and tunes its kernels on first use
+        _timed_sections(report, device, dict(SIZES["dry run" if dry_run else "gpu"]), log, save)
+    report["goals"] = doctor_goals(report, judged=cuda and not dry_run)
+    save()
+    _log_verdicts(report, out / "doctor.json", log)
+    return report
+
+
+def _train_sections(report: dict, device: torch.device, steps: int, copies: tuple[int, ...], log, save) -> None:
+    """The demo model trained alone, then (for each count in `copies`) in that many processes at once."""
+    report["train"] = train_demo(device, steps, log)
+    save()
+    if copies:
         try:
-            report["packing"] = pack_demo(device, PACKING["dry run" if dry_run else "gpu"], train_steps, log)
+            report["packing"] = pack_demo(device, copies, steps, log)
         except (RuntimeError, OSError, queue.Empty) as err:  # a failure to pack is the finding, not a crash
             report["packing"] = {"error": f"{type(err).__name__}: {err}"}
             log(f"packing FAILED: {report['packing']['error'][:200]}")
         save()
-    if cuda or dry_run:  # last, the slowest to start: fla compiles and tunes its kernels on first use
-        sizes = dict(SIZES["dry run" if dry_run else "gpu"])
-        lengths = sizes.pop("lengths")
-        report["speed"], report["fused"] = {}, {}
-        for seq_len in lengths:
-            report["speed"][str(seq_len)] = time_mixers(device, seq_len=seq_len, log=log, **sizes)
-            save()
-            report["fused"][str(seq_len)] = compare_backends(device, seq_len=seq_len, log=log, **sizes)
-            save()
-    report["goals"] = doctor_goals(report, judged=cuda and not dry_run)
-    save()
+
+
+def _timed_sections(report: dict, device: torch.device, sizes: dict, log, save) -> None:
+    """At every length of `sizes`: every mixer timed against softmax, then the fused backends against torch's."""
+    lengths = sizes.pop("lengths")
+    report["speed"], report["fused"] = {}, {}
+    for seq_len in lengths:
+        report["speed"][str(seq_len)] = time_mixers(device, seq_len=seq_len, log=log, **sizes)
+        save()
+        report["fused"][str(seq_len)] = compare_backends(device, seq_len=seq_len, log=log, **sizes)
+        save()
+
+
+def _log_verdicts(report: dict, written: Path, log) -> None:
+    """The goals, one a line, and how many mixers are within the limits."""
     log("\ngoals (bf16, B 8, d_model 512 on an H100/H200):")
     for goal in report["goals"]:
-        log(f"  {goal['goal']:<64} {_value(goal['value']):>8}  {goal['bar']:<7} {goal['verdict']}")
-    log(f"\n{len(report['mixers']) - len(failed)} of {len(report['mixers'])} mixers within limits"
-        + (f"; outside: {', '.join(failed)}" if failed else "") + f". Written to {out / 'doctor.json'}")
-    return report
+        log(f"  {goal['goal']:<64} {value_text(goal['value']):>8}  {goal['bar']:<7} {goal['verdict']}")
+    failed, mixers = report["failed"], report["mixers"]
+    log(f"\n{len(mixers) - len(failed)} of {len(mixers)} mixers within limits"
+        + (f"; outside: {', '.join(failed)}" if failed else "") + f". Written to {written}")
 
 
 def doctor_goals(report: dict, judged: bool = True) -> list[dict]:
@@ -433,75 +450,3 @@ def doctor_goals(report: dict, judged: bool = True) -> list[dict]:
         verdict = ("not measured" if value is None else "not judged" if not judged else "met" if met else "NOT MET")
         goals.append({"goal": goal, "value": value, "bar": f"{relation} {bar:g}", "met": met, "verdict": verdict})
     return goals
-
-
-def _value(value) -> str:
-    return "-" if value is None else f"{value:.3g}"
-
-
-def readme_section(report: dict) -> str:
-    """The README's account of a doctor run on a GPU: where it ran, the mixers within limits, the demo model,
-    each mixer's forward+backward at every timed length (and the fused backends' against the torch forms), and
-    the goals."""
-    env = report["environment"]
-    errors = {p: [row[p][k] for row in report["mixers"].values() if "error" not in row
-                  for k in ("forward", "gradient", "decode")] for p in ("fp32", "bf16")}
-    within = len(report["mixers"]) - len(report["failed"])
-    lines = [f"The last run, on one {env.get('gpu', env['device'])} (PyTorch {env['torch'].split('+')[0]}, "
-             f"CUDA {env.get('cuda_version')}, Triton {env.get('triton')}), is in "
-             f"[`results/doctor/`](results/doctor/): {within} of {len(report['mixers'])} mixers within the limits "
-             f"(fp32 relative errors {_short(min(errors['fp32']))} to {_short(max(errors['fp32']))} against fp64, "
-             f"bf16 {_short(min(errors['bf16']))} to {_short(max(errors['bf16']))})"]
-    if "train" in report:
-        train = report["train"]
-        lines[0] += (f", the demo model at {train['tokens_per_s'] / 1e3:.0f}K tokens/s ({train['steps']} steps in "
-                     f"{train['seconds']:.0f} s, validation loss {train['val_loss']:.2f})")
-    packing = report.get("packing", {})
-    if packing and "error" not in packing:
-        lines[0] += (", and " + ", ".join(f"{k} at once {row['tokens_per_s'] / 1e3:.0f}K tokens/s in all "
-                                          f"({row['x_one']:.2f}x one)" for k, row in packing.items() if k != "1"))
-    speed = _speed_by_length(report)
-    lines[0] += "." if speed else "; no timings."
-    if env.get("fla") is None:
-        lines[0] += (" fla was not installed in this run: its kernels are neither checked nor timed here, and "
-                     "`backend=auto` ran every mixer on its torch form.")
-    if speed:
-        lengths = list(speed)
-        header = " | ".join(f"T {n} ms | × softmax" for n in lengths)
-        lines += ["", f"| mixer (fwd+bwd, bf16, batch 8, d_model 512) | {header} |",
-                  "| --- |" + " ---: | ---: |" * len(lengths)]
-        for label in speed[lengths[0]]:
-            cells = " | ".join(f"{speed[n][label]['ms']:.2f} | {speed[n][label]['x_softmax']:.2f}"
-                               if label in speed[n] else "– | –" for n in lengths)
-            lines.append(f"| {label} | {cells} |")
-    fused_rows = [(n, label, row) for n, rows in report.get("fused", {}).items() for label, row in rows.items()]
-    if fused_rows:
-        lines += ["", "| fused backend against the torch form | T | relative difference | torch ms | fused ms |",
-                  "| --- | ---: | ---: | ---: | ---: |"]
-        lines += [f"| {label} | {n} | " + (f"{row['difference']:.1g} | {row['torch_ms']:.2f} | {row['fused_ms']:.2f} |"
-                                           if "error" not in row else f"failed: {row['error'][:80]} | | |")
-                  for n, label, row in fused_rows]
-    elif "speed" in report:
-        lines += ["", "The fused backends' section did not finish in this run (fla compiles and tunes its kernels "
-                      "on first use): no timings of them."]
-    if "goals" not in report:
-        lines += ["", "This run predates the doctor's goals: none judged."]
-    else:
-        verdicts = [goal["verdict"] for goal in report["goals"]]
-        lines += ["", "Goals: " + ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts)) + "."]
-        lines += [f"- {goal['goal']}: {_value(goal['value'])} ({goal['bar']}), {goal['verdict']}"
-                  for goal in report["goals"] if goal["verdict"] != "met"]
-    return "\n".join(lines)
-
-
-def _short(x: float) -> str:
-    """2e-7, 0.004, 1.4e-2 style: two significant digits at most, no padded exponent."""
-    return f"{x:.2g}".replace("e-0", "e-")
-
-
-def _speed_by_length(report: dict) -> dict:
-    """{length: {label: {ms, x_softmax}}}; a run written before timings were kept per length timed T = 2048."""
-    speed = report.get("speed", {})
-    if speed and all("ms" in row for row in speed.values()):
-        return {"2048": speed}
-    return speed

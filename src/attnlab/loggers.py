@@ -1,6 +1,7 @@
-"""Sinks that receive the scalars of metrics.jsonl as they are written (``train.log_to``): TensorBoard event
-files under runs/<name>/tensorboard/ and a Weights & Biases run under runs/<name>/wandb/. Each also records
-the run's config. Their packages are optional (``pip install 'attnlab[log]'``) and imported only when asked for."""
+"""Sinks that receive the scalars of metrics.jsonl as they are written (``train.log_to``): TensorBoard and Weights &
+Biases. TensorBoard's event files go under runs/<name>/tensorboard/, and a Weights & Biases run under
+runs/<name>/wandb/. Each also records the run's config. Their packages are optional (``pip install 'attnlab[log]'``)
+and imported only when asked for."""
 
 from __future__ import annotations
 

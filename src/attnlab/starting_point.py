@@ -1,6 +1,6 @@
-"""Where a training run starts: from scratch, from the checkpoint it resumes (taking that checkpoint's config,
-of which the command line may change only what RESUMABLE lists), or from the weights and model of
-train.init_from (fine-tuning, which may change only FINE_TUNABLE)."""
+"""Where a training run starts: from scratch, from the checkpoint it resumes, or from train.init_from's weights
+(fine-tuning). A resumed run takes that checkpoint's config, of which the command line may change only what
+RESUMABLE lists; fine-tuning takes the weights and model of train.init_from, and may change only FINE_TUNABLE."""
 
 from __future__ import annotations
 

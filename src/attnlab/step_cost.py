@@ -1,6 +1,6 @@
-"""What a training step will cost, measured before the first one, so that a configuration whose steps are
-expensive (exact inference over long chains, say) is reported before hours go into it, and one whose
-step cannot fit in memory is refused before it is killed.
+"""What a training step will cost, measured before the first one. So a configuration whose steps are expensive
+(exact inference over long chains, say) is reported before hours go into it, and one whose step cannot fit in memory
+is refused before it is killed.
 
 The time probe runs a forward+backward of one sequence through the model and through a softmax model of the
 same shape, on this machine, now. Their ratio decides whether the estimate is printed (a ratio holds across

@@ -1,7 +1,7 @@
-"""The training loop: AdamW with parameter groups, warmup + cosine, clipping, accumulation, periodic
-evaluation with optional early stopping, a JSONL metrics log and checkpoints that resume bit for bit.
-Before the first step the run folder is locked and checked to be writable, and a step too large for the
-memory is refused."""
+"""The training loop: AdamW with parameter groups, warmup + cosine, clipping, accumulation, evaluation, metrics and
+resumable checkpoints. Evaluation is periodic, with optional early stopping; the metrics go to a JSONL log, and
+checkpoints resume bit for bit. Before the first step the run folder is locked and checked to be writable, and a
+step too large for the memory is refused."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Context parallelism's traffic: the bytes a rank sends in one training step (forward and backward) of a decoder
-whose sequences are split across two gloo ranks, against the sequence length, for every mixer that splits.
+"""Context parallelism's traffic: the bytes a rank sends in one training step, against the sequence length. The step
+is forward and backward through a decoder whose sequences are split across two gloo ranks, for every mixer that
+splits.
 
 A recurrent mixer exchanges each shard's affine transition (M, U) once, whatever the shard's length, so its traffic
 is flat; attention gathers the keys and values of every shard, so its traffic grows with the length; a halo (a short

@@ -1,5 +1,5 @@
-"""Every mixer alone: forward and forward+backward time against the sequence length (with matmul
-GFLOP/s, activation memory and state size), and decode latency per token against the context length."""
+"""Every mixer alone: forward and forward+backward time against the sequence length, and decode latency against the
+context. The times come with matmul GFLOP/s, activation memory and state size; the decode latency is per token."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Whole models: training steps of a preset with its mixer swapped, and our softmax decoder against an
-x-transformers decoder of the same shape."""
+"""Whole models: a preset's training steps with its mixer swapped, and our softmax decoder against x-transformers'.
+The x-transformers decoder has the same shape."""
 
 from __future__ import annotations
 

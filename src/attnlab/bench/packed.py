@@ -1,5 +1,5 @@
-"""Packed documents against plain windows: a training step of every mixer on rows of whole documents laid end to
-end (one packed row with their starts, as data.pack=true trains) against the same tokens as plain rows."""
+"""Packed documents against plain windows: every mixer's training step on whole documents laid end to end. One
+packed row holds them with their starts, as data.pack=true trains, against the same tokens as plain rows."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""What the papers bring to the timing code, registered by each paper's package: its own bench cases, the mixer
-variants that the bench and the doctor time beside every registered mixer, and the GPU speed goals that the
-doctor holds them to. The tables are plain data, so that registering a paper imports nothing heavy (the
-doctor itself imports torch, which `attnlab --help` must not); the bench and the doctor read them and never
-name a mechanism."""
+"""What the papers bring to the timing code: bench cases, timed variants and GPU speed goals. Each paper's package
+registers its own bench cases, the mixer variants that the bench and the doctor time beside every registered mixer,
+and the GPU speed goals that the doctor holds them to. The tables are plain data, so that registering a paper
+imports nothing heavy (the doctor itself imports torch, which `attnlab --help` must not); the bench and the doctor
+read them and never name a mechanism."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """The whole bench: `run_bench` runs a preset (`default`, about 10 minutes on 2 cores, or `quick`) through every
-view: the machine's matmul peak; each mixer alone against the sequence length; decode latency against the
-context; op forms against their loop references and flash-linear-attention's pure-PyTorch references;
-training steps of our softmax decoder against x-transformers, and on packed documents against plain rows;
-and the papers' own cases (`registry.BENCH_CASES`: each mechanism's cost where it has its own shape). It prints
-tables and the goals, and writes bench.json and PNG plots."""
+view. The views: the machine's matmul peak; each mixer alone against the sequence length; decode latency against the
+context; op forms against their loop references and flash-linear-attention's pure-PyTorch references; training steps
+of our softmax decoder against x-transformers, and on packed documents against plain rows; and the papers' own cases
+(`registry.BENCH_CASES`: each mechanism's cost where it has its own shape). It prints tables and the goals, and
+writes bench.json and PNG plots."""
 
 from __future__ import annotations
 

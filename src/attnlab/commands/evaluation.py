@@ -1,5 +1,5 @@
-"""attnlab eval: a run's loss and perplexity on its data, a registered task's measurement, perplexity against
-context length, or lm-evaluation-harness tasks."""
+"""attnlab eval: a run's loss and perplexity, a task's measurement, perplexity by context length, or
+lm-evaluation-harness tasks. The loss is on the run's own data, and the task a registered one."""
 
 from __future__ import annotations
 

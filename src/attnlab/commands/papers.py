@@ -1,5 +1,5 @@
-"""The papers' own commands (`Paper.commands`: inspections of what their mechanisms learned), and the one place
-that loads the papers for the commands that read what they register."""
+"""The papers' own commands, and the one place that loads the papers for the commands that read them. Their own
+commands (`Paper.commands`) inspect what their mechanisms learned; the others read what the papers register."""
 
 from __future__ import annotations
 

@@ -68,7 +68,7 @@ def main(args) -> None:
     update_readme(readme, relink(summary, args.root, readme))
     print(f"updated the results section of {readme}")
     if doctor_run.exists():  # the GPU section, from the committed doctor run
-        from ..doctor import readme_section
+        from ..doctor_readme import readme_section
 
         # the section names the doctor's folder as results/doctor/, the default root's
         section = readme_section(json.loads(doctor_run.read_text()))

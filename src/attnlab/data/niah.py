@@ -1,5 +1,5 @@
-"""Single-needle retrieval (S-NIAH, after RULER): a "special magic" value for a key is hidden at a chosen
-depth inside a haystack, and the model must generate it after a question.
+"""Single-needle retrieval (S-NIAH, after RULER): a value hidden in a haystack, which the model generates after a
+question. The value is a "special magic" value for a key, hidden at a chosen depth.
 
 Kinds, as RULER names them: passkey (S-NIAH-1: a 7-digit number in a repeated noise sentence), number (S-NIAH-2: a
 7-digit number in prose), uuid (S-NIAH-3: a uuid in prose) and multikey (MK-NIAH-1: several needles of 7-digit

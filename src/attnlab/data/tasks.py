@@ -1,5 +1,5 @@
-"""Synthetic tasks by name, as mixers have their registry: `data.source=<name>` trains on one, and
-`attnlab eval --task <name>` measures a run by it.
+"""Synthetic tasks by name, as mixers have their registry. `data.source=<name>` trains on one, and `attnlab eval
+--task <name>` measures a run by it.
 
 Each task's module registers it (`register_task`), as a module kept outside attnlab can (`attnlab --import`):
 how its data loads for a sequence length, the dataclass of its settings (`data.task_options.<name>.<field>`,

@@ -1,5 +1,5 @@
-"""Text that every machine has: Python's own source files and documentation, and a heterogeneous mix
-of them with Shakespeare's plays (for experiments on how an effect depends on the corpus)."""
+"""Text that every machine has: Python's own source files and documentation, and a mix of them with Shakespeare's
+plays. The mix is heterogeneous, for experiments on how an effect depends on the corpus."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ declarations."""
 
 from __future__ import annotations
 
-from . import demo
+from . import demo, presets  # presets: the ones every suite's arms build on, registered on import
 from .paper import Paper
 from .registry import PAPERS, SUITES, get_suite, register_paper, register_suite
 
@@ -21,4 +21,4 @@ from . import yardsticks  # isort: skip
 register_suite(demo.DEMO)
 
 __all__ = ["PAPERS", "SUITES", "Paper", "boltzmann", "ccq", "coupled_qk", "demo", "get_suite", "interdomain",
-           "register_paper", "register_suite", "yardsticks"]
+           "presets", "register_paper", "register_suite", "yardsticks"]

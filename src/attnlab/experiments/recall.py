@@ -1,7 +1,7 @@
-"""Associative recall at zoology's protocol, for the suites whose papers claim something about recall:
-MQAR trained with early stopping (at most 8,000 steps), each model at the best of a learning-rate sweep
-chosen on validation, at two (length, pairs) settings. Softmax attention is in every experiment: where it
-does not reach ~100%, the task is not yet learned and says nothing about the others.
+"""Associative recall at zoology's protocol, for the suites whose papers claim something about recall. MQAR is
+trained with early stopping (at most 8,000 steps), each model at the best of a learning-rate sweep chosen on
+validation, at two (length, pairs) settings. Softmax attention is in every experiment: where it does not reach
+~100%, the task is not yet learned and says nothing about the others.
 
 The suites share these models: one that a suite beside it trained with the same config is measured again,
 not trained again."""

@@ -1,6 +1,7 @@
-"""What would settle a headline claim that a run leaves inconclusive: the seeds its measured spread says the
-paper's effect needs, what they would cost at this tier (the runs' step cap and the time a run took here),
-and at the paper's scale (the GPU-hours estimate.estimate gives the paper tier's experiment of the same name)."""
+"""What would settle a headline claim that a run leaves inconclusive: the seeds it needs, and what they cost. The
+seeds are those its measured spread says the paper's effect needs; their cost is given at this tier (the runs' step
+cap and the time a run took here), and at the paper's scale (the GPU-hours estimate.estimate gives the paper tier's
+experiment of the same name)."""
 
 from __future__ import annotations
 

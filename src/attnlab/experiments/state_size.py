@@ -1,6 +1,7 @@
-"""What a report shows beside a retrieval or recall table: RULER's grid of accuracy by length and depth of the needle,
-and each arm's accuracy against the state a sequence holds (in bytes), the axis on which zoology and Based compare
-recurrent mixers with attention. Both read only what the records hold (metrics.NIAH_DEPTHS, metrics.STATE_BYTES).
+"""What a report shows beside a retrieval or recall table: RULER's grid, and accuracy against state size. The grid
+is accuracy by length and depth of the needle; each arm's accuracy is set against the state a sequence holds (in
+bytes), the axis on which zoology and Based compare recurrent mixers with attention. Both read only what the records
+hold (metrics.NIAH_DEPTHS, metrics.STATE_BYTES).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""attnlab in Hugging Face transformers: importing this registers the config, the causal LM and the
-tokenizer with the Auto classes (``import attnlab`` does it as soon as transformers is imported)."""
+"""attnlab in Hugging Face transformers: importing this registers its config, causal LM and tokenizer with the Auto
+classes. ``import attnlab`` does it as soon as transformers is imported."""
 
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 

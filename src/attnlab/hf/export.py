@@ -1,5 +1,5 @@
-"""`attnlab export`: a trained run as a folder that transformers loads (after `import attnlab`, or with
-trust_remote_code=True without it: see remote.py)."""
+"""`attnlab export`: a trained run as a folder that transformers loads. It loads after `import attnlab`, or with
+trust_remote_code=True without it (see remote.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The one-line module every saved attnlab folder carries, so that transformers loads it with
-trust_remote_code=True in a process that never imported attnlab (the lm-eval command line, pipelines).
+trust_remote_code=True. It serves a process that never imported attnlab (the lm-eval command line, pipelines).
 
 It imports the classes from the installed attnlab rather than copying attnlab's code into the folder: a
 saved model stays tied to the reference implementation, not to a frozen copy of it.

@@ -1,5 +1,6 @@
-"""attnlab's tokenizers for transformers: the character, byte and id vocabularies as a slow
-`PreTrainedTokenizer` that encodes with attnlab's own tokenizer; the BPE as the fast tokenizer it is.
+"""attnlab's tokenizers for transformers: character, byte and id vocabularies as a slow tokenizer, the BPE as a fast
+one. The slow one is a `PreTrainedTokenizer` that encodes with attnlab's own tokenizer; the BPE is the fast
+tokenizer it is.
 
 The vocabularies have no token of their own for the end of a text, and adding one would change the
 model's vocabulary; the newline, the document boundary of attnlab's corpora (which join documents by a

@@ -1,5 +1,5 @@
-"""Boltzmann attention (Kim & Park 2026): attention weights are the spin marginals of an Ising model
-whose fields are the attention scores and whose couplings are learned.
+"""Boltzmann attention (Kim & Park 2026): attention weights are the spin marginals of an Ising model. Its fields are
+the attention scores, and its couplings are learned.
 
 For query i, key j <= i carries a spin with field h_ij = q_i . k_j / sqrt(d) (plus an optional learned
 bias), pairs of keys are coupled by J_jk, and the weight of key j is its marginal alpha_ij =

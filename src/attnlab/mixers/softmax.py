@@ -1,5 +1,5 @@
-"""Softmax attention (the Transformer baseline), softmax attention with nonlinear queries, and sigmoid and
-stick-breaking attention, whose weights are not a softmax."""
+"""Softmax attention, plain (the Transformer baseline) and with nonlinear queries, and sigmoid and stick-breaking
+attention. The last two have weights that are not a softmax."""
 
 from __future__ import annotations
 

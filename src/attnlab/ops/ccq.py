@@ -1,5 +1,5 @@
-"""The Curvature-Conditioned Query (Le et al. 2026): a linear-attention read with the query shrunk
-along the directions in which the keys seen so far vary most.
+"""The Curvature-Conditioned Query (Le et al. 2026): a linear-attention read with its query shrunk by the keys'
+spread. The query shrinks along the directions in which the keys seen so far vary most.
 
 For L2-normalised queries q_t and keys k_t of one head, with the running key statistics over positions
 1..t (the current key included)

@@ -127,6 +127,18 @@ def beta_map(C: torch.Tensor, readout: str) -> torch.Tensor:
     return real_matrix(C.transpose(-1, -2)) @ readout_real(real_matrix(C).mT, readout).mT
 
 
+def _chunk_kernels(lam, B_bar, K: int):
+    """What every chunk of K positions shares: W[tau] = B_bar lambda^tau [H, M, K] complex, W on stacked real modes
+    [H, 2M, K], W[i - j] as a lag matrix [H, 2M, K, K] (zero above the diagonal) and lambda^(i+1) [H, 1, K, M]."""
+    W = B_bar[..., None] * powers(lam, K)
+    W_real = as_real(W, 1)
+    steps = torch.arange(K, device=lam.device)
+    lag = steps[:, None] - steps[None, :]  # i - j
+    W_lag = W_real[:, :, lag.clamp_min(0)] * (lag >= 0).to(lam.real.dtype)
+    rise = powers(lam, K, start=1).transpose(-1, -2)[:, None]
+    return W, W_real, W_lag, rise
+
+
 def interdomain_chunk(xi_q, z, lam, B_bar, C, readout="re_first", initial_state=None, chunk_size: int = 64,
                       cu_seqlens=None, starts=None):
     """Chunkwise scan. Within a chunk (local rows i, j < K) with carried state X0 and W[tau] = B_bar lambda^tau:
@@ -145,14 +157,8 @@ def interdomain_chunk(xi_q, z, lam, B_bar, C, readout="re_first", initial_state=
     R = xi_q.shape[-1]
     K, padded = chunk_layout(T, chunk_size)
     N = padded // K
-    real = lam.real.dtype
-    zc, qc = (to_chunks(x, K, padded).to(real) for x in (z, xi_q))
-    W = B_bar[..., None] * powers(lam, K)  # [H, M, K] complex
-    W_real = as_real(W, 1)  # [H, 2M, K]
-    steps = torch.arange(K, device=z.device)
-    lag = steps[:, None] - steps[None, :]  # i - j
-    W_lag = W_real[:, :, lag.clamp_min(0)] * (lag >= 0).to(real)  # [H, 2M, K, K], zero above the diagonal
-    rise = powers(lam, K, start=1).transpose(-1, -2)[:, None]  # lambda^(i+1): [H, 1, K, M]
+    zc, qc = (to_chunks(x, K, padded).to(lam.real.dtype) for x in (z, xi_q))
+    W, W_real, W_lag, rise = _chunk_kernels(lam, B_bar, K)
 
     # chunk-end states: a serial pass over chunk boundaries only (contributions computed in parallel)
     contributions = torch.einsum("hmj,bhgjc->bhgmc", W_real.flip(-1), zc)

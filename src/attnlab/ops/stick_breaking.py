@@ -1,5 +1,5 @@
-"""Stick-breaking attention (Tan et al. 2024): each query breaks off a share of a unit stick for every earlier key,
-nearest first, so that a near key's weight suppresses every farther key's.
+"""Stick-breaking attention (Tan et al. 2024): each query breaks a unit stick among the earlier keys, nearest first.
+So a near key's weight suppresses every farther key's.
 
 With z_ij = scale q_i . k_j and beta = sigmoid(z), query i gives key j < i the weight
 

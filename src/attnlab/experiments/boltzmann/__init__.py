@@ -1,5 +1,5 @@
-"""Boltzmann attention (Kim & Park 2026): the four-way ablation softmax / h+J / h-only / J-only on the
-Shakespeare LM and on bracket matching, annealing against exact marginals, and the learned couplings.
+"""Boltzmann attention (Kim & Park 2026): its four-way ablation, annealing against exact marginals, and the learned
+couplings. The ablation is softmax / h+J / h-only / J-only, on the Shakespeare LM and on bracket matching.
 
 Tiers: `default` fits in about 45 minutes on 2 CPU cores (3 seeds, fixed steps); `paper` follows the paper's
 protocol where it states one (early stopping with patience 20 epochs, dropout 0.1, its learning rates) and, where it

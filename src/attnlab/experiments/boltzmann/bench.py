@@ -1,5 +1,6 @@
-"""Boltzmann attention's cost: exact enumeration against banded inference (`attnlab bench --boltzmann`), the
-sliding-window forms that the bench and the doctor time beside every mixer, its GPU goal and its demo arm."""
+"""Boltzmann attention's cost: exact enumeration against banded inference (`attnlab bench --boltzmann`), its GPU
+goal and its demo arm. It also brings the sliding-window forms that the bench and the doctor time beside every
+mixer."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""What Boltzmann attention learned: the couplings J by distance (the paper's Fig. 2), as the suite's `couplings`
-metric and as `attnlab couplings RUN`."""
+"""What Boltzmann attention learned: the couplings J by distance (the paper's Fig. 2). They are the suite's
+`couplings` metric and the command `attnlab couplings RUN`."""
 
 from __future__ import annotations
 

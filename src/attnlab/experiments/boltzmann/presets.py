@@ -1,6 +1,6 @@
-"""The Boltzmann attention paper's presets: its language model and bracket matching, with the paper's block
-(learned absolute positions instead of RoPE, for softmax too).
-Each imports the config when called (see attnlab.presets)."""
+"""The Boltzmann attention paper's presets: its language model and bracket matching, with the paper's block. The
+block has learned absolute positions instead of RoPE, for softmax too. Each imports the config when called (see
+attnlab.presets)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The Curvature-Conditioned Query (Le, Nguyen, Nguyen & Luu 2026): CCQ-GLA and CCQ-GDN against their backbones
-on MQAR, S-NIAH and length extrapolation.
+"""The Curvature-Conditioned Query (Le, Nguyen, Nguyen & Luu 2026): CCQ-GLA and CCQ-GDN against their backbones.
+They are compared on MQAR, S-NIAH and length extrapolation.
 
 Tiers:
 - `default`: miniatures of 400-800 steps a model, 3 seeds: about 40 minutes on 2 CPU cores.
@@ -51,6 +51,8 @@ SAME_PPL = 1.0
 # A labelled sensitivity run beside the default tier's protocol: CCQ-GLA's λ starting at 0.9 instead of the
 # paper's 0.1, where 400 steps leave the correction too small to be engaged (eig(I - λΣ) lies in [1 - λ, 1]).
 SENSITIVITY_LAMBDA = 0.9
+# the converged tier's mixers: both pairs and softmax, the control that must learn each recall task first
+CONVERGED_MIXERS = ["softmax", "gla", "ccq-gla", "gdn", "ccq-gdn"]
 
 
 def suite(tier: str = "default") -> Suite:
@@ -60,18 +62,34 @@ def suite(tier: str = "default") -> Suite:
 def converged() -> Suite:
     """Recall with early stopping: MQAR at zoology's protocol and S-NIAH pass-key, at most 8,000 steps; and the
     perplexity against context length, at most 4,000."""
-    mixers = ["softmax", "gla", "ccq-gla", "gdn", "ccq-gdn"]
-    # Softmax passes this at 1x: 100% at every depth, its validation loss below 0.001 after about 2,500 steps in
-    # one run, but 94% and 0.02 at 4,000 in another seed, hence the cap of 8,000. At batch 16, lr 2e-3 and 5,000
-    # prompts it reached 26% in 6,000 steps. Every arm at the same rate. Trained at 256 tokens (so that 1x holds a
-    # real haystack), a softmax model was still at validation loss 0.48 after 5,500 steps: out of this tier's reach.
-    def niah_arms(length: int, cap: int) -> list[Arm]:
-        return [Arm(m, "demo", Changes.mixer(m) | SMALL | Changes.data(source="niah")
-                    | Changes.task("niah", train_examples=50000, test_per_depth=10)
-                    | Changes.train(seq_len=length, batch_size=64, lr=3e-3, steps=cap, eval_every=250, patience=8,
-                                    min_delta=0.001, ckpt_every=cap, compile=True))
-                for m in mixers]
+    mqar = recall.mqar(CONVERGED_MIXERS)
+    niah, niah_256 = converged_niah()
+    # appended after the recall experiments: extrapolation trained with early stopping (at
+    # most 4,000 steps of 16 x 128 characters, 8M characters, about 70 per parameter)
+    early_stopping = CONVERGED_LM
+    extrapolation = Experiment(
+        "extrapolation",
+        "Perplexity against context length, trained at 128, early stopping or 4,000 steps",
+        "extrapolation",
+        [Arm(m, "demo", Changes.mixer(m) | SMALL | early_stopping) for pair in PAIRS for m in pair],
+        "gla",
+        lrs=sweep_around("demo"),
+    )
+    claims = [*(claim for e in mqar for claim in [recall.learned(e.name), *mqar_claims(e.name, recall.LEARNED)]),
+              *niah_claims("niah", control=("softmax", "niah@128", 0.95)),
+              *noted(niah_claims("niah-256", 256, control=("softmax", "niah@256", 0.95), headline=False),
+                     "trained at 256 tokens"),
+              *extrapolation_claims("extrapolation", 128, 640)]
+    return Suite(NAME, "The Curvature-Conditioned Query: recall and extrapolation, early stopping or at most 8,000 "
+                 "and 4,000 steps",
+                 [*mqar, niah, extrapolation, niah_256], QUICK,
+                 "Claims: CCQ improves recall (S-NIAH, MQAR) over GLA and is at parity with Gated DeltaNet where "
+                 "it saturates; CCQ lowers perplexity at and beyond the training length.",
+                 tier="converged", claims=claims)
 
+
+def converged_niah() -> tuple[Experiment, Experiment]:
+    """The converged tier's S-NIAH pass-key: trained at 128 tokens (1x and 2x), and at 256 (out to 4x)."""
     niah = Experiment(
         "niah",
         "S-NIAH pass-key, trained at 128 tokens, early stopping or 8,000 steps: exact match at 1x and 2x",
@@ -97,48 +115,37 @@ def converged() -> Suite:
         "softmax",
         lengths=[1, 2, 4],
     )
-    # appended after the recall experiments: extrapolation trained with early stopping (at
-    # most 4,000 steps of 16 x 128 characters, 8M characters, about 70 per parameter)
-    early_stopping = CONVERGED_LM
-    extrapolation = Experiment(
-        "extrapolation",
-        "Perplexity against context length, trained at 128, early stopping or 4,000 steps",
-        "extrapolation",
-        [Arm(m, "demo", Changes.mixer(m) | SMALL | early_stopping) for pair in PAIRS for m in pair],
-        "gla",
-        lrs=sweep_around("demo"),
-    )
-    mqar = recall.mqar(mixers)
-    claims = [*(claim for e in mqar for claim in [recall.learned(e.name), *mqar_claims(e.name, recall.LEARNED)]),
-              *niah_claims("niah", control=("softmax", "niah@128", 0.95)),
-              *noted(niah_claims("niah-256", 256, control=("softmax", "niah@256", 0.95), headline=False),
-                     "trained at 256 tokens"),
-              *extrapolation_claims("extrapolation", 128, 640)]
-    return Suite(NAME, "The Curvature-Conditioned Query: recall and extrapolation, early stopping or at most 8,000 "
-                 "and 4,000 steps",
-                 [*mqar, niah, extrapolation, niah_256], QUICK,
-                 "Claims: CCQ improves recall (S-NIAH, MQAR) over GLA and is at parity with Gated DeltaNet where "
-                 "it saturates; CCQ lowers perplexity at and beyond the training length.",
-                 tier="converged", claims=claims)
+    return niah, niah_256
+
+
+def niah_arms(length: int, cap: int) -> list[Arm]:
+    """Every converged mixer on S-NIAH pass-key at `length` tokens, with early stopping up to `cap` steps."""
+    # Softmax passes this at 1x: 100% at every depth, its validation loss below 0.001 after about 2,500 steps in
+    # one run, but 94% and 0.02 at 4,000 in another seed, hence the cap of 8,000. At batch 16, lr 2e-3 and 5,000
+    # prompts it reached 26% in 6,000 steps. Every arm at the same rate. Trained at 256 tokens (so that 1x holds a
+    # real haystack), a softmax model was still at validation loss 0.48 after 5,500 steps: out of this tier's reach.
+    return [Arm(m, "demo", Changes.mixer(m) | SMALL | Changes.data(source="niah")
+                | Changes.task("niah", train_examples=50000, test_per_depth=10)
+                | Changes.train(seq_len=length, batch_size=64, lr=3e-3, steps=cap, eval_every=250, patience=8,
+                                min_delta=0.001, ckpt_every=cap, compile=True))
+            for m in CONVERGED_MIXERS]
 
 
 def default() -> Suite:
-    def arms(preset: str, changes: Changes) -> list[Arm]:
-        return [Arm(mixer, preset, Changes.mixer(mixer) | changes) for pair in PAIRS for mixer in pair]
-
+    """Miniatures of the paper's three tasks, 400-800 steps a model, with a sensitivity run and the ridge read."""
     mqar = Experiment(
         "mqar",
         "MQAR accuracy, 64 tokens, 4 pairs",
         "accuracy",
-        arms("mqar", Changes.train(steps=800)),
+        pair_arms("mqar", Changes.train(steps=800)),
         baseline="gla",
     )
     niah = Experiment(
         "niah",
         "S-NIAH pass-key, trained at 128 tokens: exact match at 1x and 2x the training length",
         "niah",
-        arms("demo", SMALL | Changes.data(source="niah") | Changes.task("niah", test_per_depth=10)
-             | Changes.train(seq_len=128, steps=400, batch_size=16, eval_every=400, ckpt_every=400)),
+        pair_arms("demo", SMALL | Changes.data(source="niah") | Changes.task("niah", test_per_depth=10)
+                  | Changes.train(seq_len=128, steps=400, batch_size=16, eval_every=400, ckpt_every=400)),
         baseline="gla",
         paper={
             "gla": "1.3B: 100 / 86.4 / 47.8 (1K/2K/4K)",
@@ -152,42 +159,60 @@ def default() -> Suite:
         "extrapolation",
         "Perplexity against context length (trained at 128)",
         "extrapolation",
-        arms("demo", SMALL | Changes.train(steps=400, eval_every=400, ckpt_every=400)),
+        pair_arms("demo", SMALL | Changes.train(steps=400, eval_every=400, ckpt_every=400)),
         baseline="gla",
         paper={
             "ccq-gla": "each CCQ model beats its backbone by 1–2.5 PPL at 5x",
             "ccq-gdn": "each CCQ model beats its backbone by 1–2.5 PPL at 5x",
         },
     )
-    large_lambda = sensitivity(f"extrapolation-lambda-{SENSITIVITY_LAMBDA:g}",
-                               f"Sensitivity, not the paper's initialisation: λ starts at {SENSITIVITY_LAMBDA:g}, "
-                               "trained at 128", extrapolation, "ccq-gla",
-                               Changes.options("ccq-gla", ccq_lambda_init=SENSITIVITY_LAMBDA))
-    # what the truncation costs: CCQ-GLA reading (I + λΣ)^-1 q in full (ridge), the extrapolation's models beside it
-    ccq_gla = next(arm for arm in extrapolation.arms if arm.label == "ccq-gla")
-    read = Experiment("read", "CCQ-GLA's first-order read against the ridge read it truncates (trained at 128)",
-                      "extrapolation",
-                      [ccq_gla, Arm("ccq-gla-ridge", ccq_gla.preset,
-                                    ccq_gla.changes | Changes.options("ccq-gla", read="ridge"))],
-                      baseline="ccq-gla-ridge")
+    large_lambda = lambda_sensitivity(extrapolation)
     return Suite(
         "ccq",
         "The Curvature-Conditioned Query in miniature",
-        [mqar, niah, extrapolation, large_lambda, read],
+        [mqar, niah, extrapolation, large_lambda, ridge_read(extrapolation)],
         QUICK,
         "Claims: CCQ improves recall (S-NIAH, MQAR) and length extrapolation over GLA and Gated DeltaNet. Beside "
         f"the protocol, a labelled sensitivity run starts CCQ-GLA's λ at {SENSITIVITY_LAMBDA:g} instead of 0.1, and "
         "CCQ-GLA's first-order read is compared with the ridge read (I + λΣ)^-1 q that it truncates.",
-        claims=[*mqar_claims("mqar"), *niah_claims("niah"), *extrapolation_claims("extrapolation", 128, 640),
-                Claim(f"sensitivity, λ initialised at {SENSITIVITY_LAMBDA:g} (not the paper's 0.1): CCQ-GLA lowers "
-                      "perplexity vs GLA at the training length", large_lambda.name, "ppl@128", "ccq-gla", "gla",
-                      "lower", relative(PAPER_WIKI["ccq-gla"], PAPER_WIKI["gla"]), relative=True, ablation=ABLATED,
-                      **per_token(PAPER_WIKI["gla"], "1.3B")),
-                Claim(f"CCQ-GLA's first-order read is within {SAME_PPL:g}% of the ridge read it truncates in "
-                      "perplexity at the training length (not the paper's claim: what its truncation costs)", "read",
-                      "ppl@128",
-                      "ccq-gla", "ccq-gla-ridge", "equal", relative=True, margin=SAME_PPL)],
+        claims=default_claims(large_lambda.name),
     )
+
+
+def pair_arms(preset: str, changes: Changes) -> list[Arm]:
+    """Each backbone and its CCQ variant on `preset` with the same changes."""
+    return [Arm(mixer, preset, Changes.mixer(mixer) | changes) for pair in PAIRS for mixer in pair]
+
+
+def lambda_sensitivity(extrapolation: Experiment) -> Experiment:
+    """A labelled run beside the protocol: GLA measured again, and CCQ-GLA with λ starting at SENSITIVITY_LAMBDA."""
+    return sensitivity(f"extrapolation-lambda-{SENSITIVITY_LAMBDA:g}",
+                       f"Sensitivity, not the paper's initialisation: λ starts at {SENSITIVITY_LAMBDA:g}, "
+                       "trained at 128", extrapolation, "ccq-gla",
+                       Changes.options("ccq-gla", ccq_lambda_init=SENSITIVITY_LAMBDA))
+
+
+def ridge_read(extrapolation: Experiment) -> Experiment:
+    """What the truncation costs: CCQ-GLA reading (I + λΣ)^-1 q in full (ridge), the extrapolation's model beside
+    it."""
+    ccq_gla = next(arm for arm in extrapolation.arms if arm.label == "ccq-gla")
+    return Experiment("read", "CCQ-GLA's first-order read against the ridge read it truncates (trained at 128)",
+                      "extrapolation",
+                      [ccq_gla, Arm("ccq-gla-ridge", ccq_gla.preset,
+                                    ccq_gla.changes | Changes.options("ccq-gla", read="ridge"))],
+                      baseline="ccq-gla-ridge")
+
+
+def default_claims(large_lambda: str) -> list[Claim]:
+    """The default tier's claims: the paper's on every experiment, then the sensitivity run's and the read's."""
+    return [*mqar_claims("mqar"), *niah_claims("niah"), *extrapolation_claims("extrapolation", 128, 640),
+            Claim(f"sensitivity, λ initialised at {SENSITIVITY_LAMBDA:g} (not the paper's 0.1): CCQ-GLA lowers "
+                  "perplexity vs GLA at the training length", large_lambda, "ppl@128", "ccq-gla", "gla",
+                  "lower", relative(PAPER_WIKI["ccq-gla"], PAPER_WIKI["gla"]), relative=True, ablation=ABLATED,
+                  **per_token(PAPER_WIKI["gla"], "1.3B")),
+            Claim(f"CCQ-GLA's first-order read is within {SAME_PPL:g}% of the ridge read it truncates in "
+                  "perplexity at the training length (not the paper's claim: what its truncation costs)", "read",
+                  "ppl@128", "ccq-gla", "ccq-gla-ridge", "equal", relative=True, margin=SAME_PPL)]
 
 
 def paper() -> Suite:

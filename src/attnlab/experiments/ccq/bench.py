@@ -1,5 +1,4 @@
-"""CCQ's cost: each CCQ mixer against its backbone (`attnlab bench --ccq`), the GPU goals of both, and their
-demo arms."""
+"""CCQ's cost: each CCQ mixer against its backbone (`attnlab bench --ccq`); the GPU goals and demo arms of both."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Coupled Query-Key Dynamics (Gahtan & Bronstein 2026, v1): coupled (Euler, leapfrog) against standard and
-uncoupled attention on language modelling, sample efficiency, integration steps, coherent vs heterogeneous
-text and MQAR.
+uncoupled attention. They are compared on language modelling, sample efficiency, integration steps, coherent vs
+heterogeneous text and MQAR.
 
 Tiers:
 - `default`: character Shakespeare in miniature, 400 steps a model, 3 seeds: about 45 minutes on 2 CPU cores.

@@ -1,5 +1,5 @@
-"""Coupled QK's cost: its training step against softmax's (`attnlab bench --coupled-qk`), and the demo arms of it
-and of differential attention, its peer in the paper's table."""
+"""Coupled QK's cost: its training step against softmax's (`attnlab bench --coupled-qk`), and the demo arms. The
+demo arms are its own and differential attention's, its peer in the paper's table."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Interdomain attention (Kiyohara, Zhu, El Hassanin et al. 2026): the ablation cube against S4D and softmax,
-length extrapolation and MQAR.
+"""Interdomain attention (Kiyohara, Zhu, El Hassanin et al. 2026): its ablation cube, length extrapolation and MQAR.
+The ablation cube is set against S4D and softmax.
 
 Tiers:
 - `default`: character Shakespeare in miniature, 300 steps a model, 3 seeds: about 40 minutes on 2 CPU cores.

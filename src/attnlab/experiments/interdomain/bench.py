@@ -1,5 +1,5 @@
-"""Interdomain attention's cost: its chunked against its FFT form, and decode latency
-(`attnlab bench --interdomain`), with its GPU goal and its demo arm (and its S4D ablation's)."""
+"""Interdomain attention's cost: its chunked against its FFT form, and decode latency (`attnlab bench
+--interdomain`). It also brings its GPU goal and its demo arm (and its S4D ablation's)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The Interdomain Attention paper's presets: its four shapes with its recipe, and the demo's shape on characters
-for a CPU. Each imports the config when called (see attnlab.presets)."""
+"""The Interdomain Attention paper's presets: its four shapes with its recipe, and the demo's CPU shape on
+characters. Each imports the config when called (see attnlab.presets)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The field's yardsticks: every mixer on state tracking (parity) and on RULER's single-needle retrieval, with the
-state each holds per sequence. Not a paper's suite but the lab's own: its claims are results the field knows, so
-that its report shows whether these tasks tell the mechanisms apart at this scale.
+"""The field's yardsticks: every mixer on state tracking (parity) and on RULER's single-needle retrieval. Each is
+shown with the state it holds per sequence. Not a paper's suite but the lab's own: its claims are results the field
+knows, so that its report shows whether these tasks tell the mechanisms apart at this scale.
 
 - State tracking (Grazzi et al. 2025, "Unlocking state-tracking in linear RNNs through negative eigenvalues"):
   a diagonal or delta-rule state whose transition has eigenvalues in [0, 1] cannot count mod 2 at every length;

@@ -1,6 +1,6 @@
-"""The yardsticks' presets: the small shape that zoology's recall studies use (2 layers, d_model 64) on a word
-problem and on S-NIAH, and MQAR at one state budget for every mixer (`matched-<mixer>`). Each imports the config
-when called (see attnlab.presets)."""
+"""The yardsticks' presets: a word problem and S-NIAH at zoology's small shape, and MQAR at one state budget. The
+shape is the one zoology's recall studies use (2 layers, d_model 64); the budget is the same for every mixer
+(`matched-<mixer>`). Each imports the config when called (see attnlab.presets)."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def matched(mixer: str) -> Callable[[], RunConfig]:
         from dataclasses import replace
 
         from ...errors import ConfigError
-        from ...presets import mqar
+        from ..presets import mqar
 
         base = mqar()
         model = replace(base.model, mixer=mixer, mixer_options={mixer: dict(SLIDING.get(mixer, {}))})
