@@ -29,10 +29,14 @@ from attnlab.experiments.stats import (
     t_test_p,
 )
 from attnlab.experiments.store import Results, RunKey
-from attnlab.experiments.token_bootstrap import token_interval
 from attnlab.experiments.verdict_table import verdict_table
-from attnlab.experiments.verdicts import calibration_lines, engagement_lines, evaluate
+from attnlab.experiments.verdicts import calibration_lines, engagement_lines, evaluate, token_interval
 from helpers import add_runs, centred_noise, change, lower, toy_results, two_arms
+
+
+def table(claims: list[Claim], results: Results, *args) -> list[str]:
+    """The verdict table of these claims judged on these results."""
+    return verdict_table(evaluate(claims, results), *args)
 
 
 def equal(margin: float = 0.5) -> Claim:
@@ -118,7 +122,7 @@ def test_ratio_metrics_are_formed_per_run():
     assert paired_deltas(claim, results) == pytest.approx([1.1 - 2.0, 1.2 - 3.0])
     upside_down = replace(claim, metric=Ratio("ppl@128", "ppl@448"))
     assert paired_deltas(upside_down, results) == pytest.approx([10 / 11 - 10 / 20, 10 / 12 - 10 / 30])
-    assert "Δ = hJ − softmax in ppl@448/ppl@128 on ext" in verdict_table([claim], results)[2]
+    assert "Δ = hJ − softmax in ppl@448/ppl@128 on ext" in table([claim], results)[2]
     # a growth claim's second transfer reads our loss at the training length: the ratio's denominator
     growth = replace(claim, paper=-0.5, chars_per_token=4.0, paper_ppl=math.exp(3), paper_growths=(1.5, 2.0))
     assert growth.exponent("the same fraction of the loss", results) == pytest.approx(math.log(10) / 3)
@@ -249,7 +253,7 @@ def suite_claims_and_results() -> tuple[list[Claim], Results]:
 
 def test_verdict_table_rows_hold_the_computed_numbers():
     claims, results = suite_claims_and_results()
-    lines = verdict_table(claims, results)
+    lines = table(claims, results)
     assert lines[0].startswith("| claim | paper |") and len(lines) == 2 + len(claims)
     for line, (claim, v) in zip(lines[2:], evaluate(claims, results), strict=True):
         unit = "%" if claim.relative else ""
@@ -262,21 +266,21 @@ def test_verdict_table_rows_hold_the_computed_numbers():
     assert "within ±1" in lines[3] and "the margin needs" in lines[3]
     assert f"the paper's effect needs more than {MAX_SEEDS:,} seeds" in lines[4]
     one_seed = Claim("J is positive", "couplings", "J@3", "hJ", None, "higher")
-    row = verdict_table([one_seed], add_runs(toy_results(), "couplings", "hJ", [1.0], "J@3"))[2]
+    row = table([one_seed], add_runs(toy_results(), "couplings", "hJ", [1.0], "J@3"))[2]
     assert row.endswith("| – | +1 (1 seed) | **inconclusive**: 1 seed(s) with values: no interval | – |")
 
 
 def test_a_verdict_from_fewer_seeds_than_planned_is_interim():
     claim = lower(paper=-1.0)
     results = two_arms(-1.0, 0.05, n=4)
-    assert "**agrees** (*interim*, 4 of 10 planned seeds):" in verdict_table([claim], results, lambda c: 10)[2]
+    assert "**agrees** (*interim*, 4 of 10 planned seeds):" in table([claim], results, lambda c: 10)[2]
     for planned in (lambda c: 4, lambda c: None):  # every planned seed in, or no plan known
-        assert "**agrees**: " in verdict_table([claim], results, planned)[2]
+        assert "**agrees**: " in table([claim], results, planned)[2]
 
 
 def test_plot_claims_writes_a_png(tmp_path):
     claims, results = suite_claims_and_results()
-    path = plot_claims(claims, results, tmp_path / "claims.png")
+    path = plot_claims(evaluate(claims, results), tmp_path / "claims.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
 
 
@@ -297,7 +301,7 @@ def test_arms_that_score_alike_in_every_seed_are_inconclusive_not_a_disagreement
     claim = Claim("CCQ helps", "niah", "niah@256", "ccq-gla", "gla", "higher", 29.6, scale=100)
     [(_, v)] = evaluate([claim], Results({"runs": runs}))
     assert v.verdict == "inconclusive" and "no spread" in v.reason
-    row = verdict_table([claim], Results({"runs": runs}))[2]
+    row = table([claim], Results({"runs": runs}))[2]
     assert row.endswith("| unknown: no spread (n = 3) |")  # not "detects ≥ 0": no spread sizes nothing
 
 
@@ -306,10 +310,10 @@ def test_power_beyond_what_an_accuracy_can_show_says_so():
             "niah/ccq-gla/0": {"niah@128": 1.0}, "niah/ccq-gla/1": {"niah@128": 0.68},
             "niah/ccq-gla/2": {"niah@128": 0.45}}  # Δ = +2, +68 and -5 points
     claim = Claim("CCQ helps", "niah", "niah@128", "ccq-gla", "gla", "higher", 49, scale=100)
-    row = verdict_table([claim], Results({"runs": runs}))[2]
+    row = table([claim], Results({"runs": runs}))[2]
     assert re.search(r"\| no effect the metric can show \(≥ [\d.e+]+ needed, n = 3\); the paper's effect needs", row)
     wider = [{**r, "niah@128": r["niah@128"] / 10} for r in runs.values()]  # a tenth of the spread: sizable
-    row = verdict_table([claim], Results({"runs": dict(zip(runs, wider, strict=True))}))[2]
+    row = table([claim], Results({"runs": dict(zip(runs, wider, strict=True))}))[2]
     assert re.search(r"\| detects ≥ [\d.]+ \(n = 3\)", row)
 
 
@@ -320,7 +324,7 @@ def test_two_seeds_give_an_interval_but_no_verdict_and_no_power():
     claim = lower(paper=-1.0)
     v = judge(paired_deltas(claim, two_arms(-1.0, 0.05, n=2)), claim)
     assert v.verdict == "inconclusive" and "2 seeds: a verdict needs 3" in v.reason and v.low < v.high < 0
-    assert "unknown: 2 seeds" in verdict_table([claim], two_arms(-1.0, 0.05, n=2))[2]
+    assert "unknown: 2 seeds" in table([claim], two_arms(-1.0, 0.05, n=2))[2]
 
 
 def test_a_per_token_effect_is_judged_per_character():
@@ -333,7 +337,7 @@ def test_a_per_token_effect_is_judged_per_character():
     assert v.verdict == "agrees"
     assert evaluate([lower(paper=-1.6, relative=True)], two_arms(0.0, 0.002))[0][1].verdict == \
         "smaller than the paper's"
-    assert "-6.75% per token → **-1.73% per character**" in verdict_table([claim], results)[2]
+    assert "-6.75% per token → **-1.73% per character**" in table([claim], results)[2]
     with pytest.raises(ValueError, match="relative perplexity or a growth factor"):
         lower(paper=-1.0, chars_per_token=4.0)
 
@@ -345,7 +349,7 @@ def test_an_equal_claims_per_token_margin_is_converted_by_the_same_function():
     results = two_arms(0.05, 0.01)  # +0.5%: inside ±1% per token, outside ±0.249% per character
     v = evaluate([claim], results)[0][1]
     assert v.verdict == "opposite" and "outside ±0.249%" in v.reason
-    assert "within ±1% per token → **±0.249% per character**" in verdict_table([claim], results)[2]
+    assert "within ±1% per token → **±0.249% per character**" in table([claim], results)[2]
     growth = Claim("flat", "x", Ratio("ppl@4", "ppl@1"), "ia", "softmax", "equal", 0.0, margin=0.04,
                    chars_per_token=4.0, paper_growths=(1.2, 1.2))
     assert growth.threshold == pytest.approx(1.04**0.25 - 1)
@@ -361,14 +365,14 @@ def test_a_per_token_claim_is_judged_under_both_transfer_assumptions():
     v = evaluate([claim], results)[0][1]
     assert v.verdict == "agrees" and v.other[0] == "agrees in sign; smaller than the paper's"
     assert v.other[1] == pytest.approx(100 * (0.9325 ** (math.log(10) / 3) - 1), abs=0.01)
-    row = verdict_table([claim], results)[2]
+    row = table([claim], results)[2]
     assert "*the transfer assumptions differ*: under the same fraction of the loss, **agrees in sign; smaller" in row
     assert f"{v.other[1]:+.3g}% (the same fraction of the loss)" in row and f"{v.other[1]:+.2g}" == "-5.2"
-    same = verdict_table([claim], two_arms(0.3, 0.02))[2]  # +3%: the other side under both
+    same = table([claim], two_arms(0.3, 0.02))[2]  # +3%: the other side under both
     assert "**opposite** (the same under both transfer assumptions)" in same
     unknown = replace(claim, paper_ppl=None)  # the paper gives no perplexity: the first assumption alone
     assert evaluate([unknown], results)[0][1].other is None
-    assert "transfer" not in verdict_table([unknown], results)[2].split("|")[4]
+    assert "transfer" not in table([unknown], results)[2].split("|")[4]
 
 
 @pytest.mark.parametrize("direction, paper, margin, arm, base, untestable", [
@@ -426,7 +430,7 @@ def test_a_missed_calibration_decides_whatever_the_claims_seeds():
     [line] = engagement_lines([replace(missed, ablation="ablated_ppl")], results)
     assert line == "- hJ on lm: not trained: the baseline is not calibrated"
     add_runs(results, "lm", "hJ", [9.5])  # one seed of the arm: not an interim verdict, the baseline decided it
-    [row] = verdict_table([missed], results, lambda claim: 3)[2:]
+    [row] = table([missed], results, lambda claim: 3)[2:]
     assert "**not calibrated**:" in row and "interim" not in row
 
 
@@ -559,7 +563,7 @@ def test_a_missing_ablation_blocks_every_word_but_untestable():
 
 def test_an_arm_without_a_component_of_its_own_is_named_a_control():
     claim = lower(paper=-1.0, control_arm="as specified, it attends uniformly")
-    [row] = verdict_table([claim], two_arms(-1.0, 0.05))[2:]
+    [row] = table([claim], two_arms(-1.0, 0.05))[2:]
     assert "**agrees** (hJ is a control: as specified, it attends uniformly, so it has no component" in row
     assert "no result of the mechanism's can fail this claim" in row
 
@@ -590,23 +594,23 @@ def test_a_headline_claim_shows_its_holm_corrected_p_value_and_fails_it_where_th
     strong = replace(weak, statement="h+J beats softmax elsewhere", experiment="other")
     judged = evaluate([weak, strong], results)
     assert judged[0][1].verdict == "agrees" and 0.01 < judged[0][1].p < 0.025
-    rows = verdict_table([weak, strong], results)[2:]
+    rows = table([weak, strong], results)[2:]
     assert f"p = {judged[0][1].p:.2g}, Holm over 2 headlines: {judged[0][1].p:.2g}" in rows[0]  # the larger: x 1
     assert "not significant after Holm" not in rows[0]
     three = [weak, replace(weak, statement="again"), replace(weak, statement="and again")]  # 3 x 0.019 > 0.05
-    rows = verdict_table(three, results)[2:]
+    rows = table(three, results)[2:]
     assert all("*not significant after Holm's correction* over the 3 headline claims: adjusted p = 0.057" in row
                for row in rows)
-    assert "Holm" not in verdict_table([replace(weak, headline=False)], results)[2]
+    assert "Holm" not in table([replace(weak, headline=False)], results)[2]
 
 
 def test_an_interval_that_barely_clears_zero_is_fragile():
     fragile_results = two_arms(-1.0, 0.8, n=5)
     v = judge(paired_deltas(lower(paper=-1.0), fragile_results), lower(paper=-1.0))
     assert v.high < 0 and abs(v.high) < 0.2 * (v.high - v.low) / 2 and v.fragile
-    [row] = verdict_table([lower(paper=-1.0)], fragile_results)[2:]
+    [row] = table([lower(paper=-1.0)], fragile_results)[2:]
     assert "*fragile*: the interval clears 0 by" in row
-    [row] = verdict_table([lower(paper=-1.0)], two_arms(-1.0, 0.05))[2:]
+    [row] = table([lower(paper=-1.0)], two_arms(-1.0, 0.05))[2:]
     assert "fragile" not in row
 
 
@@ -651,14 +655,14 @@ def test_a_paired_token_bootstrap_gives_the_validation_samples_share_of_the_unce
     (low, high), v = tokens.interval, evaluate([claim], results)[0][1]
     assert tokens.blocks == 40 and low < v.delta < high and high - low < 0.1  # paired: the block variation cancels
     assert f"the validation tokens alone (a paired bootstrap of 40 blocks): [{low:+.3g}%, {high:+.3g}%]" in \
-        verdict_table([claim], results)[2]
+        table([claim], results)[2]
     # seeds retrained to keep their blocks (reproduce --remeasure) are enough from MIN_SEEDS on, and say so
     change(results, RunKey("lm", "hJ", seed=0), details={})
     tokens = token_interval(claim, results)
     assert (tokens.seeds, tokens.paired) == (4, 5) and tokens.interval != (low, high)
-    assert "a paired bootstrap of 40 blocks over the 4 of 5 seeds that keep them" in verdict_table([claim], results)[2]
+    assert "a paired bootstrap of 40 blocks over the 4 of 5 seeds that keep them" in table([claim], results)[2]
     for seed in (1, 2):
         change(results, RunKey("lm", "softmax", seed=seed), details={})
     assert token_interval(claim, results).interval is None
     assert "the validation tokens alone: not measured (2 of 5 seeds keep them, 3 needed)" in \
-        verdict_table([claim], results)[2]
+        table([claim], results)[2]

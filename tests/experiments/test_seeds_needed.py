@@ -18,7 +18,7 @@ def toy_suite(claim, name: str = "toy", experiment: str = "lm", arms=ARMS) -> Su
 
 def settle(suite: Suite, results: Results) -> list[str]:
     """The report's lines on what would settle the suite's inconclusive headlines."""
-    return settle_lines(suite, results, plan_of(suite, results))
+    return settle_lines(suite, evaluate(suite.claims, results), results, plan_of(suite, results))
 
 
 def open_claim(n: int = 3, seconds: float = 90.0) -> tuple:

@@ -33,6 +33,7 @@ from attnlab.experiments.stats import mean_std, paired_difference
 from attnlab.experiments.store import Record, Results, RunKey
 from attnlab.experiments.sweeps import shared_rate, sweep_rates
 from attnlab.experiments.training_notes import training_table
+from attnlab.experiments.verdicts import evaluate
 from attnlab.inference import load_run
 from attnlab.train import train
 from helpers import Crash, crash_after_checkpoint, two_arms
@@ -625,8 +626,8 @@ def test_a_claim_plans_the_fewest_seeds_of_its_arms_in_its_experiments():
     arms = [Arm("softmax", "demo"), Arm("sigmoid", "demo", seeds=2), Arm("gla", "demo")]
     experiments = [Experiment("lm", "LM", "val_ppl", arms, "softmax"),
                    Experiment("long", "Long", "val_ppl", arms, "softmax", seeds=3)]
-    planned = report.planned_seeds(Suite("toy", "Toy", experiments, seeds=5),
-                                   Results({"runs": {}, "meta": {"seeds": 10}}))
+    suite = Suite("toy", "Toy", experiments, seeds=5)
+    planned = report.planned_seeds(suite, plan_of(suite, Results({"suite": "toy", "runs": {}, "meta": {"seeds": 10}})))
     assert planned(Claim("gla beats softmax", "lm", "val_ppl", "gla", "softmax", "lower")) == 10
     assert planned(Claim("sigmoid beats softmax", "lm", "val_ppl", "sigmoid", "softmax", "lower")) == 2
     assert planned(Claim("the gap grows", "lm", "val_ppl", "gla", "softmax", "lower", contrast="long")) == 3
@@ -684,7 +685,7 @@ def test_a_verdict_on_runs_that_ended_at_their_cap_is_marked_not_converged():
 
     def row() -> str:
         caveats = report.caveats(suite, results, plan_of(suite, results))
-        return verdict_table.verdict_table([claim], results, caveats=caveats)[2]
+        return verdict_table.verdict_table(evaluate([claim], results), caveats=caveats)[2]
 
     assert "**agrees**: " in row()  # every run stopped early
     key = RunKey("lm", "hJ", seed=1)
@@ -739,7 +740,7 @@ def test_records_scored_on_a_prefix_are_named_in_their_claims_rows_and_scored_ag
                 {"ppl@128": 5.0 + seed, "ppl@640": 6.0, "seconds": 1.0, "config": "f",
                  "measured": ["extrapolation", [1, 5], []]})  # written before whole-split scoring
     caveats = report.caveats(suite, results, plan_of(suite, results))
-    [row] = report.verdict_table(suite.claims, results, caveats=caveats)[2:]
+    [row] = report.verdict_table(evaluate(suite.claims, results), caveats=caveats)[2:]
     assert "*scored on a sample*: 6 runs on the first 16,384 tokens of the validation split at each length" in row
     assert "6 of 6 runs were scored on the first 16,384 tokens" in report.scoring_lines(experiment, results)[1]
     key = RunKey("extrapolation", "gla", seed=0)

@@ -8,8 +8,6 @@ from pathlib import Path
 
 from ..plots import new_figure, save_figure
 from .claims import Claim, Verdict
-from .store import Results
-from .verdicts import evaluate
 
 COLOURS = {"agrees": "tab:green", "agrees in sign; smaller than the paper's": "yellowgreen",
            "agrees in sign; larger than the paper's": "darkgreen", "opposite": "tab:red",
@@ -42,14 +40,13 @@ def _plot_row(ax, claim: Claim, v: Verdict) -> None:
     ax.text(1.01, 0.5, v.verdict, transform=ax.transAxes, color=colour, fontsize=8, va="center")
 
 
-def plot_claims(claims: list[Claim], results: Results, path: str | Path) -> Path:
+def plot_claims(judged: list[tuple[Claim, Verdict]], path: str | Path) -> Path:
     """One row per claim, each with its own Δ axis since claims come in different units (%, perplexity,
     percentage points): the mean Δ with its 95% interval, 0, the paper's effect and, for equal claims, the
     ±margin band, coloured by verdict. Headline claims are labelled in bold."""
     from matplotlib.lines import Line2D  # matplotlib, only when a report draws
     from matplotlib.patches import Patch
 
-    judged = evaluate(claims, results)
     fig, axes = new_figure(len(judged), 1, figsize=(9, 0.4 + 0.75 * len(judged)), squeeze=False)
     for ax, (claim, v) in zip(axes[:, 0], judged, strict=True):
         _plot_row(ax, claim, v)

@@ -291,6 +291,16 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class TokenInterval:
+    """What token_interval found: the interval, and the blocks and seeds it resampled."""
+
+    interval: tuple[float, float] | None  # None: fewer than MIN_SEEDS seeds keep their blocks
+    blocks: int
+    seeds: int  # the paired seeds whose records keep their blocks
+    paired: int  # the paired seeds in all
+
+
+@dataclass(frozen=True)
 class Verdict:
     n: int  # seeds with all needed values
     delta: float  # mean Δ (nan without seeds)
@@ -306,6 +316,8 @@ class Verdict:
     # per-token claims: the verdict under the transfer "the same fraction of the loss", and the paper's effect (an
     # equal claim: its margin) per character under it; None where it does not apply or is not known yet
     other: tuple[str, float] | None = None
+    tokens: TokenInterval | None = None  # a relative perplexity claim's interval over the validation tokens alone
+    params: int | None = None  # the size of the claim's arm here, beside the paper's (Claim.paper_scale)
 
     @property
     def fragile(self) -> bool:

@@ -1,4 +1,4 @@
-"""A run's config: an arm's preset and changes at a seed and rate, and the fingerprint that names its model."""
+"""A run's config: an arm's preset and changes at a seed and rate, and the fingerprint naming its model."""
 
 from __future__ import annotations
 

@@ -80,6 +80,10 @@ class Plan:
     def count(self, status: Status) -> int:
         return sum(job.status == status for job in self.jobs)
 
+    def seeds(self, experiment: str, arm: str) -> int:
+        """How many seeds the arm trains (0: no such arm in the plan)."""
+        return sum((job.key.experiment, job.key.arm) == (experiment, arm) and not job.key.sweep for job in self.jobs)
+
     def train(self, experiment: str, arm: str) -> TrainConfig:
         """How an arm's seeds train (steps, stopping), from its first seed's config."""
         return next(job.cfg.train for job in self.jobs if (job.key.experiment, job.key.arm) == (experiment, arm)

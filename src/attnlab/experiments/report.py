@@ -11,13 +11,13 @@ from .claims import RULES, anchors_of, failed_calibrations
 from .metrics import get_metric
 from .plan import Plan
 from .seeds_needed import settle_lines
-from .spec import Experiment, Suite, ablated, arm_seeds, seed_count
+from .spec import Experiment, Suite, ablated
 from .state_size import ruler_grid, state_section
 from .stats import mean_std, paired_difference
 from .store import Results, RunKey, describe_setting
 from .training_notes import SAMPLES, caveats, training_table
 from .verdict_table import verdict_table
-from .verdicts import calibration_lines, engagement_lines
+from .verdicts import calibration_lines, engagement_lines, evaluate
 
 
 def _values(results: Results, experiment: Experiment, label: str, key: str) -> list[float | None]:
@@ -161,7 +161,7 @@ def write_report(suite: Suite, results: Results, plan: Plan, out_dir: str | Path
     if suite.provenance:
         lines += ["**Provenance of the equations.** " + " ".join(f"*{name}*: {text}" for name, text in
                                                                 suite.provenance.items()), ""]
-    calibration = calibration_lines(suite.claims, results, arm_seeds(suite, _seeds(suite, results)))
+    calibration = calibration_lines(suite.claims, results, plan.seeds)
     if calibration:
         lines += ["## Calibration", "", "Before any comparison, the baseline must reproduce the paper's own number "
                   "under the paper's protocol; a claim whose baseline does not is *not calibrated*, and once the "
@@ -178,11 +178,11 @@ def write_report(suite: Suite, results: Results, plan: Plan, out_dir: str | Path
         for experiment in components:
             lines += experiment_section(suite, experiment, results, plan, out, "###")
     if suite.claims:
-        figure = plot_claims(suite.claims, results, out / "claims.png")
-        table = verdict_table(suite.claims, results, planned_seeds(suite, results), caveats(suite, results, plan))
+        judged = evaluate(suite.claims, results)
+        figure = plot_claims(judged, out / "claims.png")
+        table = verdict_table(judged, planned_seeds(suite, plan), caveats(suite, results, plan))
         lines += ["## Verdicts", "", *table, "", f"![the claims]({figure.name})", "",
-                  *settle_lines(suite, results, plan),
-                  RULES, ""]
+                  *settle_lines(suite, judged, results, plan), RULES, ""]
     lines += state_section(suite, results, out)
     for experiment in suite.experiments:
         lines += [] if experiment.component else experiment_section(suite, experiment, results, plan, out, "##")
@@ -278,40 +278,34 @@ def summary_section(folder: Path, suite: Suite, results: Results, plan: Plan) ->
              f"`{_command(suite, results)}`: {describe_run(suite, results, plan)}. Full report: [{report}]({report}).",
              "", *left_out]
     if suite.claims:
-        table = verdict_table(suite.claims, results, planned_seeds(suite, results), caveats(suite, results, plan))
+        judged = evaluate(suite.claims, results)
+        table = verdict_table(judged, planned_seeds(suite, plan), caveats(suite, results, plan))
         return [*lines, *table, ""]
     for experiment in suite.experiments:
         lines += [f"**{experiment.title}**", "", *experiment_table(experiment, results, columns="main"), ""]
     return lines
 
 
-def planned_seeds(suite: Suite, results: Results):
+def planned_seeds(suite: Suite, plan: Plan):
     """claim -> the seeds the tier plans for it: the fewest that its arms and baseline train in its experiments."""
-    seeds = _seeds(suite, results)
     experiments = {e.name: e for e in suite.experiments}
 
     def planned(claim) -> int | None:
-        counts = [seed_count(e, a, seeds) for e in map(experiments.get, (claim.experiment, claim.contrast)) if e
+        counts = [plan.seeds(e.name, a.label) for e in map(experiments.get, (claim.experiment, claim.contrast)) if e
                   for a in e.arms if a.label in (claim.arm, claim.baseline)]
         return min(counts, default=None)
 
     return planned
 
 
-def _seeds(suite: Suite, results: Results) -> int:
-    """The seeds per run the results were made with (the tier's own unless --seeds set them)."""
-    return results.meta.get("seeds", suite.seeds)
-
-
 def _progress(suite: Suite, results: Results, plan: Plan) -> tuple[int, int]:
     """(runs measured, runs the suite plans): every seed of every arm and every point of every sweep, but the
     arms compared with a baseline that missed its calibration (they are not trained) where they have no record."""
-    seeds = _seeds(suite, results)
     anchors = anchors_of(suite.claims)
-    failed = failed_calibrations(anchors, results, arm_seeds(suite, seeds))
+    failed = failed_calibrations(anchors, results, plan.seeds)
     trained = {(key.experiment, key.arm) for key, _ in results.items()} | {(a.experiment, a.arm) for a in anchors}
     arms = [(e, a) for e in suite.experiments for a in e.arms if e.name not in failed or (e.name, a.label) in trained]
-    expected = {RunKey(e.name, a.label, seed=s) for e, a in arms for s in range(seed_count(e, a, seeds))}
+    expected = {RunKey(e.name, a.label, seed=s) for e, a in arms for s in range(plan.seeds(e.name, a.label))}
     expected |= {RunKey(e.name, a.label, lr=lr) for e, a in arms if e.lrs for lr in plan.sweeps[e.name, a.label].losses}
     return sum(key in results for key in expected), len(expected)
 

@@ -12,15 +12,15 @@ from .registry import SUITES
 from .spec import Suite
 from .stats import MAX_SEEDS
 from .store import Results
-from .verdicts import evaluate, not_learned
+from .verdicts import not_learned
 
 
-def settle_lines(suite: Suite, results: Results, plan: Plan) -> list[str]:
+def settle_lines(suite: Suite, judged: list[tuple[Claim, Verdict]], results: Results, plan: Plan) -> list[str]:
     """Markdown lines, one bullet per inconclusive headline claim (none when every headline claim is judged,
     and none for a smoke run, whose spread sizes nothing)."""
     if results.setting["quick"]:
         return []
-    open_claims = [(c, v) for c, v in evaluate(suite.claims, results) if c.headline and v.verdict == "inconclusive"]
+    open_claims = [(c, v) for c, v in judged if c.headline and v.verdict == "inconclusive"]
     if not open_claims:
         return []
     lines = ["**What would settle the inconclusive headline claims.**", ""]

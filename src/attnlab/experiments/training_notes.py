@@ -146,8 +146,10 @@ def _not_converged(experiment: Experiment, results: Results, plan: Plan) -> list
 def _capped(experiment: Experiment, results: Results, plan: Plan) -> dict[str, tuple[int, int, int]]:
     """Arm label -> (its runs that ended at their step cap, its runs, that cap), for the arms whose runs stop
     early (none for a smoke run, or for arms trained for a fixed number of steps)."""
+    if results.setting["quick"]:
+        return {}
     counts = {}
-    for arm in experiment.arms if not results.setting["quick"] else ():
+    for arm in experiment.arms:
         train = plan.train(experiment.name, arm.label)
         runs = [r for r in _runs(results, experiment, arm.label) if "steps" in r.extent]
         if train.patience and runs:

@@ -6,18 +6,15 @@ import math
 
 from .claims import ALPHA, CLEARED, MIN_SEEDS, SAME_FRACTION, SAME_NATS, Claim, Verdict, holm_corrected
 from .stats import MAX_SEEDS
-from .store import Results
-from .token_bootstrap import token_interval
-from .verdicts import evaluate
 
 
-def verdict_table(claims: list[Claim], results: Results, planned_seeds=lambda claim: None,
+def verdict_table(judged: list[tuple[Claim, Verdict]], planned_seeds=lambda claim: None,
                   caveats=lambda claim: []) -> list[str]:
     """Markdown lines: one row per claim with the paper's effect (and in our units), ours with its 95% interval,
     the verdict by RULES (interim while fewer seeds have values than `planned_seeds(claim)`, with `caveats(claim)`
-    about the runs behind it: "*not converged*, ...") and the power of this run. Headline claims are in bold."""
+    about the runs behind it: "*not converged*, ...") and the power of this run. Headline claims are in bold.
+    judged: each claim with its verdict (verdicts.evaluate)."""
     lines = ["| claim | paper | ours (Δ, 95% interval) | verdict | power |", "|---|---|---|---|---|"]
-    judged = evaluate(claims, results)
     corrected = holm_corrected(judged)
     family = f"{len(corrected)} headline{'s' if len(corrected) > 1 else ''}"
     for i, (claim, v) in enumerate(judged):
@@ -25,8 +22,8 @@ def verdict_table(claims: list[Claim], results: Results, planned_seeds=lambda cl
         adjusted = corrected.get(i)
         marks = _marks(claim, v, planned_seeds(claim), caveats, adjusted, len(corrected))
         holm_p = "" if adjusted is None else f"; p = {v.p:.2g}, Holm over {family}: {adjusted:.2g}"
-        ours = _ours_cell(claim, v) + holm_p + _tokens_cell(claim, v, results)
-        cells = [f"{statement}{_scale_note(claim, results)} ({_what(claim)})", _paper_cell(claim, v), ours,
+        ours = _ours_cell(claim, v) + holm_p + _tokens_cell(claim, v)
+        cells = [f"{statement}{_scale_note(claim, v)} ({_what(claim)})", _paper_cell(claim, v), ours,
                  f"**{v.verdict}**{''.join(f' ({m})' for m in marks)}: {v.reason}", _power_cell(claim, v)]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -101,10 +98,10 @@ def _ours_cell(claim: Claim, v: Verdict) -> str:
     return f"{num(v.delta)} [{num(v.low)}, {num(v.high)}]"
 
 
-def _tokens_cell(claim: Claim, v: Verdict, results: Results) -> str:
+def _tokens_cell(claim: Claim, v: Verdict) -> str:
     """The interval over the validation tokens alone, beside the seed interval (a headline's says where the
     records cannot give it)."""
-    tokens = token_interval(claim, results) if v.n >= MIN_SEEDS else None
+    tokens = v.tokens
     if tokens is None or (tokens.interval is None and not claim.headline):
         return ""
     if tokens.interval is None:
@@ -135,10 +132,9 @@ def _power_cell(claim: Claim, v: Verdict) -> str:
     return cell
 
 
-def _scale_note(claim: Claim, results: Results) -> str:
+def _scale_note(claim: Claim, v: Verdict) -> str:
     """" (the paper: 60M; here: 0.8M)" where the claim names the paper's model size."""
     if claim.paper_scale is None:
         return ""
-    params = [r.params for r in results.of(claim.experiment, claim.arm, sweeps=True).values() if r.params is not None]
-    here = f"{params[0] / 1e6:.2g}M" if params else "not run yet"
+    here = "not run yet" if v.params is None else f"{v.params / 1e6:.2g}M"
     return f" (the paper: {claim.paper_scale}; here: {here})"

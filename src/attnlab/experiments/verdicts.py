@@ -1,7 +1,9 @@
 """Each claim's verdict on a suite's results: the checks RULES lists before judging, then the rule.
 
 The checks, in RULES' order: the baselines reproduce the paper's numbers (calibration), the metric has room for
-the paper's effect, the arm uses its mechanism (engagement), and the experiment's control arm learned the task."""
+the paper's effect, the arm uses its mechanism (engagement), and the experiment's control arm learned the task.
+Beside each verdict, the evidence the report shows with it: the interval over the validation tokens alone (a
+paired bootstrap of blocks) and the size of the arm's model."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from .claims import (
     MIN_SEEDS,
     SAME_FRACTION,
     Claim,
+    TokenInterval,
     Verdict,
     anchors_of,
     arm_mean,
@@ -22,7 +25,7 @@ from .claims import (
     seeds_of,
     value_of,
 )
-from .store import Results
+from .store import Results, RunKey
 
 
 def evaluate(claims: list[Claim], results: Results) -> list[tuple[Claim, Verdict]]:
@@ -34,8 +37,15 @@ def evaluate(claims: list[Claim], results: Results) -> list[tuple[Claim, Verdict
         if claim.chars_per_token is not None and (exponent := claim.exponent(SAME_FRACTION, results)) is not None:
             other = claim.in_our_units(exponent)
             verdict = replace(verdict, other=(_verdict(other, results).verdict, _bar(other)))
-        judged.append((claim, verdict))
+        tokens = token_interval(claim, results) if verdict.n >= MIN_SEEDS else None
+        judged.append((claim, replace(verdict, tokens=tokens, params=_params(claim, results))))
     return judged
+
+
+def _params(claim: Claim, results: Results) -> int | None:
+    """The parameter count of the claim's arm in its experiment (its first record that has one)."""
+    params = [r.params for r in results.of(claim.experiment, claim.arm, sweeps=True).values() if r.params is not None]
+    return params[0] if params else None
 
 
 def _verdict(claim: Claim, results: Results) -> Verdict:
@@ -207,3 +217,37 @@ def engagement_lines(claims: list[Claim], results: Results) -> list[str]:
                      f"{abs(bar):g}: this cannot show whether it uses the component)")
         lines.append(f"- {where}: removing its own component at evaluation moves {claim.metric} by {per_seed}{floor}")
     return lines
+
+
+BOOTSTRAP_DRAWS = 2000
+
+
+def token_interval(claim: Claim, results: Results, draws: int = BOOTSTRAP_DRAWS) -> TokenInterval | None:
+    """The 95% interval of a relative perplexity claim's mean Δ over the validation tokens alone.
+
+    The same models, the split's blocks of windows (the val_ppl metric records val_blocks) resampled with
+    replacement, the same draw for both arms and every seed (paired), over the paired seeds whose records keep
+    their blocks (at least MIN_SEEDS).
+    Beside the seed interval it says how much of the uncertainty is the validation sample's. None where the claim
+    is not one of them; an interval of None where too few seeds keep blocks."""
+    if claim.metric != "val_ppl" or not claim.relative or claim.contrast or claim.baseline is None:
+        return None
+    import numpy as np  # when an interval is computed: importing the report stays light
+
+    arms, bases, paired = [], [], 0
+    for seed in seeds_of(results, [claim.experiment]):
+        arm, base = (results.get(RunKey(claim.experiment, label, seed=seed)) for label in (claim.arm, claim.baseline))
+        if arm is None or base is None or "val_ppl" not in arm.values or "val_ppl" not in base.values:
+            continue  # as paired_deltas: a seed without both values is left out
+        paired += 1
+        if "val_blocks" in arm.details and "val_blocks" in base.details:
+            arms.append(arm.details["val_blocks"])
+            bases.append(base.details["val_blocks"])
+    if len(arms) < MIN_SEEDS:
+        return TokenInterval(None, 0, len(arms), paired)
+    arm_blocks, base_blocks = np.array(arms), np.array(bases)  # [seeds, blocks]
+    picks = np.random.default_rng(0).integers(0, arm_blocks.shape[1], size=(draws, arm_blocks.shape[1]))
+    gap = arm_blocks[:, picks].mean(-1) - base_blocks[:, picks].mean(-1)  # [seeds, draws]: loss per token, arm - base
+    deltas = (100 * np.expm1(gap)).mean(0)
+    low, high = np.percentile(deltas, [2.5, 97.5])
+    return TokenInterval((float(low), float(high)), arm_blocks.shape[1], len(arms), paired)
