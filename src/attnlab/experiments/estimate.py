@@ -76,13 +76,25 @@ def run_configs(experiment: Experiment, seeds: int) -> Iterator[RunConfig]:
 
 
 def training_flops(cfg: RunConfig) -> float:
-    from ..mixers.attention import AttentionMixer
-
-    model = meta_model(cfg)
     t = cfg.train
     tokens = t.steps * t.batch_size * t.seq_len
-    attention_layers = sum(isinstance(block.mixer, AttentionMixer) for block in model.blocks)
-    return 6 * (matmul_params(model) + attention_layers * t.seq_len * cfg.model.d_model) * tokens
+    params, attention_layers = _shape(cfg)
+    return 6 * (params + attention_layers * t.seq_len * cfg.model.d_model) * tokens
+
+
+_SHAPES: dict[str, tuple[int, int]] = {}  # a sized model config -> (its matmul parameters, its attention layers)
+
+
+def _shape(cfg: RunConfig) -> tuple[int, int]:
+    """The model's matmul parameters and attention layers, from one meta model per model config (a suite's arms
+    and seeds share a few: building each again is most of an estimate's time)."""
+    from ..mixers.attention import AttentionMixer
+
+    key = repr(cfg.sized_model())
+    if key not in _SHAPES:
+        model = meta_model(cfg)
+        _SHAPES[key] = matmul_params(model), sum(isinstance(block.mixer, AttentionMixer) for block in model.blocks)
+    return _SHAPES[key]
 
 
 def meta_model(cfg: RunConfig) -> Decoder:
