@@ -726,7 +726,7 @@ def test_extrapolation_also_scores_the_training_length_without_the_mechanism(tmp
 
 
 def test_records_scored_on_a_prefix_are_named_in_their_claims_rows_and_scored_again():
-    from attnlab.experiments.configs import run_config, settings_of
+    from attnlab.experiments.configs import configured, settings_of
     from attnlab.experiments.plan import measurement_of, stands
 
     claim = Claim("ccq beats gla", "extrapolation", "ppl@128", "ccq-gla", "gla", "lower", relative=True)
@@ -744,7 +744,7 @@ def test_records_scored_on_a_prefix_are_named_in_their_claims_rows_and_scored_ag
     assert "*scored on a sample*: 6 runs on the first 16,384 tokens of the validation split at each length" in row
     assert "6 of 6 runs were scored on the first 16,384 tokens" in report.scoring_lines(experiment, results)[1]
     key = RunKey("extrapolation", "gla", seed=0)
-    cfg = run_config(experiment, experiment.arms[0], 0, None, settings_of(suite, results))
+    cfg, _ = configured(experiment, experiment.arms[0], 0, None, settings_of(suite, results))
     assert not stands(results.get(key), key, experiment, cfg, "f")  # reproduce scores it again
     results.records[key] = results.records[key].replace(measured=measurement_of(experiment))
     assert stands(results.get(key), key, experiment, cfg, "f")

@@ -54,15 +54,11 @@ def notes_once():
         logger.removeFilter(first_time)
 
 
-def run_config(experiment: Experiment, arm: Arm, seed: int, lr: float | None, settings: Settings) -> RunConfig:
-    """The config of one run of the suite: the arm's preset and changes at this seed and learning rate (None:
-    the preset's), the quick tier's changes and the caller's overrides, its steps multiplied by scale."""
-    return configured(experiment, arm, seed, lr, settings)[0]
-
-
 def configured(experiment: Experiment, arm: Arm, seed: int, lr: float | None, settings: Settings
                ) -> tuple[RunConfig, str]:
-    """run_config and its fingerprint, made once for the same inputs: a plan is made again after every job."""
+    """The config of one run of the suite, and its fingerprint: the arm's preset and changes at this seed and
+    learning rate (None: the preset's), the quick tier's changes and the caller's overrides, its steps multiplied
+    by scale. Made once for the same inputs: a plan is made again after every job."""
     return _configured(experiment.name, arm, seed, lr, settings, _stamp(arm.preset))
 
 
