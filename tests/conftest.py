@@ -3,7 +3,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-import attnlab.experiments  # noqa: F401  (the papers: their presets load by name, as on the command line)
+import attnlab.papers  # noqa: F401  (the papers: their presets load by name, as on the command line)
 
 # Hypothesis's too_slow health check and its deadline time the machine (a loaded CI runner draws examples slowly),
 # not the code under test: off for every property test

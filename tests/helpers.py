@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from attnlab import checkpoint
-from attnlab.experiments.claims import Claim
-from attnlab.experiments.store import Record, Results, RunKey
+from attnlab.lab.claims import Claim
+from attnlab.lab.store import Record, Results, RunKey
 from attnlab.mixers import list_mixers
 
 

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-import attnlab.experiments  # noqa: F401  (the papers: their bench cases and variants)
+import attnlab.papers  # noqa: F401  (the papers: their bench cases and variants)
 from attnlab.bench import instruments, mixers
 from attnlab.bench.mixers import bench_decode, bench_mixers, contenders
 from attnlab.bench.models import bench_training_step
@@ -147,7 +147,7 @@ def test_training_step_bench_compares_with_softmax(capsys):
 
 
 def test_boltzmann_banded_bench_reports_growth_and_holds_it_to_linear():
-    from attnlab.experiments.boltzmann.bench import bench_inference, linear_growth
+    from attnlab.papers.boltzmann.bench import bench_inference, linear_growth
 
     lines = []
     result = bench_inference(exact_lengths=[4], banded_lengths=[16, 32], exact_batch=1, head_dim=8, window=8,
@@ -159,7 +159,7 @@ def test_boltzmann_banded_bench_reports_growth_and_holds_it_to_linear():
 
 
 def test_interdomain_bench_measures_every_form_in_its_own_process():
-    from attnlab.experiments.interdomain.bench import bench_forms
+    from attnlab.papers.interdomain.bench import bench_forms
 
     lines = []
     results = bench_forms(lengths=[32], head_dim=8, modes=4, log=lines.append)

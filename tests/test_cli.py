@@ -15,9 +15,9 @@ from attnlab.bench import packed as bench_packed
 from attnlab.cli import build_parser, main
 from attnlab.config import load_config
 from attnlab.data.niah import NOISE
-from attnlab.experiments import PAPERS
 from attnlab.inference import load_run
 from attnlab.mixers import list_mixers, registry
+from attnlab.papers import PAPERS
 
 
 def tiny_overrides(text_file, tmp_path):

@@ -261,7 +261,7 @@ def test_old_section_keys_set_the_task_options_in_the_order_given():
 
 
 def test_a_fingerprint_does_not_depend_on_where_the_task_settings_were_given():
-    from attnlab.experiments.configs import fingerprint
+    from attnlab.lab.configs import fingerprint
 
     saved = from_dict(RunConfig, {**load_config("mqar").to_dict(), "data": OLD_SAVED_DATA})
     given = load_config("mqar", ["data.task_options.mqar.pairs=2", "data.task_options.mqar.test_pairs=[2]",
@@ -375,7 +375,7 @@ def test_options_typed_for_a_mixer_no_layer_uses_are_refused_by_train(tmp_path, 
 
 
 def test_every_arm_of_every_suite_loads():
-    from attnlab.experiments import SUITES, get_suite
+    from attnlab.papers import SUITES, get_suite
 
     arms = [arm for name, paper in SUITES.items() for tier in paper.tiers
             for experiment in get_suite(name, tier).experiments for arm in experiment.arms]

@@ -6,8 +6,8 @@ from collections import Counter
 
 from attnlab.commands import demo as demo_command
 from attnlab.config import load_config
-from attnlab.experiments import demo
-from attnlab.experiments.spec import Changes
+from attnlab.lab import demo
+from attnlab.lab.spec import Changes
 
 
 def test_the_demo_writes_no_bars_into_a_redirected_stderr_and_each_note_once(tmp_path, monkeypatch, capsys, caplog):

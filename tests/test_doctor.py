@@ -6,9 +6,9 @@ import json
 import pytest
 import torch
 
-import attnlab.experiments  # noqa: F401  (the papers: their variants and speed goals)
-from attnlab import doctor, doctor_readme
+import attnlab.papers  # noqa: F401  (the papers: their variants and speed goals)
 from attnlab.cli import main
+from attnlab.lab import doctor, doctor_readme
 
 SOME = [("softmax", "softmax", {}), ("gla", "gla", {})]
 
@@ -158,7 +158,7 @@ def test_the_readme_section_is_generated_from_a_doctor_run(tmp_path):
     assert "- gla / softmax fwd+bwd at T=8192 (x): - (< 1), not measured" in new
     readme = tmp_path / "README.md"
     readme.write_text("a\n<!-- doctor: start -->\nold\n<!-- doctor: end -->\nb\n")
-    from attnlab.experiments.report import update_readme
+    from attnlab.lab.report import update_readme
 
     update_readme(readme, new, section="doctor")
     assert readme.read_text() == f"a\n<!-- doctor: start -->\n{new}\n<!-- doctor: end -->\nb\n"

@@ -70,7 +70,7 @@ def test_help_and_parsing_import_no_heavy_package():
 # the core (what trains, evaluates and stores a model) stands below the lab: nothing it imports, directly or through
 # other attnlab modules, is the bench, the figures, the experiments or the command line
 CORE = ["attnlab.train", "attnlab.model", "attnlab.evaluate", "attnlab.checkpoint", "attnlab.data", "attnlab.step_cost"]
-LAB = ("attnlab.bench", "attnlab.plots", "attnlab.experiments", "attnlab.cli", "attnlab.commands")
+LAB = ("attnlab.bench", "attnlab.plots", "attnlab.papers", "attnlab.cli", "attnlab.commands")
 
 
 def _attnlab_imports(module: str) -> set[str]:

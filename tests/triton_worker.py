@@ -364,9 +364,9 @@ def check_doctor_dry_run():
     every mixer timed against softmax at two lengths, the goals) at tiny sizes, the kernels interpreted."""
     import tempfile
 
-    import attnlab.experiments  # noqa: F401  (the papers: their variants and speed goals)
+    import attnlab.papers  # noqa: F401  (the papers: their variants and speed goals)
     from attnlab.bench.registry import SPEED_GOALS
-    from attnlab.doctor import run_doctor
+    from attnlab.lab.doctor import run_doctor
 
     with tempfile.TemporaryDirectory() as out:
         report = run_doctor(out, train_steps=0, dry_run=True, log=lambda line: None)

@@ -3,7 +3,7 @@
 A preset holds what it sets and leaves the rest to the config's defaults; `load_config` applies the overrides to
 it, validates the result and caps its warmup. This module is only the table they register into, and imports
 nothing of attnlab: the config reads it and the presets build configs, without either importing the other. The
-presets live with the experiments (`experiments/presets.py` the shared ones, `experiments/<paper>/presets.py`
+presets live with the papers (`papers/presets.py` the shared ones, `papers/<paper>/presets.py`
 each paper's) and register when the papers load (`plugins.import_papers`). Each imports the config when it is
 called: registering presets imports no torch, which `attnlab --help` must not.
 """

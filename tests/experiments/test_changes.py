@@ -4,7 +4,7 @@ import pytest
 
 from attnlab.config import load_config
 from attnlab.errors import ConfigError
-from attnlab.experiments.spec import Arm, Changes
+from attnlab.lab.spec import Arm, Changes
 
 
 def test_changes_apply_in_order_by_section_and_leave_the_rest_of_the_preset():

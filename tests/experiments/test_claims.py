@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy.stats import t
 
-from attnlab.experiments.claim_plots import COLOURS, plot_claims
-from attnlab.experiments.claims import (
+from attnlab.lab.claim_plots import COLOURS, plot_claims
+from attnlab.lab.claims import (
     VERDICTS,
     Anchor,
     Claim,
@@ -18,7 +18,7 @@ from attnlab.experiments.claims import (
     paired_deltas,
     transferred,
 )
-from attnlab.experiments.stats import (
+from attnlab.lab.stats import (
     MAX_SEEDS,
     detectable_effect,
     holm,
@@ -28,9 +28,9 @@ from attnlab.experiments.stats import (
     t_quantile,
     t_test_p,
 )
-from attnlab.experiments.store import Results, RunKey
-from attnlab.experiments.verdict_table import verdict_table
-from attnlab.experiments.verdicts import calibration_lines, engagement_lines, evaluate, token_interval
+from attnlab.lab.store import Results, RunKey
+from attnlab.lab.verdict_table import verdict_table
+from attnlab.lab.verdicts import calibration_lines, engagement_lines, evaluate, token_interval
 from helpers import add_runs, centred_noise, change, lower, toy_results, two_arms
 
 

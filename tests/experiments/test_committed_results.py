@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.experiments import claim_plots, get_suite, report, state_size
-from attnlab.experiments.plan import plan_of
-from attnlab.experiments.store import Results
+from attnlab.lab import claim_plots, report, state_size
+from attnlab.lab.plan import plan_of
+from attnlab.lab.store import Results
+from attnlab.papers import get_suite
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 FOLDERS = sorted(path.parent for path in RESULTS.glob("*/results.json"))

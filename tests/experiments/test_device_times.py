@@ -13,7 +13,7 @@ import pytest
 
 from attnlab.cli import main
 from attnlab.config import load_config
-from attnlab.experiments.device_times import DEMO_LAYERS, DeviceTimes, Line, wall_seconds
+from attnlab.lab.device_times import DEMO_LAYERS, DeviceTimes, Line, wall_seconds
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -71,7 +71,7 @@ def test_jobs_go_to_the_first_free_worker_in_order():
     (["--dry-run", "--predict-on", "{cpu}"], "give a doctor.json written on a GPU"),
 ])
 def test_predicting_without_a_dry_run_or_a_gpus_report_is_one_line(argv, says, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("attnlab.experiments.job.train", lambda *a, **k: pytest.fail("nothing trains"))
+    monkeypatch.setattr("attnlab.lab.job.train", lambda *a, **k: pytest.fail("nothing trains"))
     (tmp_path / "cpu.json").write_text(json.dumps({"environment": {"cuda": False}, "train": None, "speed": {}}))
     files = {"report": report(tmp_path), "missing": tmp_path / "absent.json", "cpu": tmp_path / "cpu.json"}
     argv = [a.format(**files) for a in argv]

@@ -16,14 +16,15 @@ from attnlab import plugins
 from attnlab.bench import registry as bench_registry
 from attnlab.cli import main
 from attnlab.data import tasks
-from attnlab.experiments import executors, get_suite, metrics, registry
-from attnlab.experiments.claims import Anchor, Claim
-from attnlab.experiments.configs import Settings
-from attnlab.experiments.driver import run_suite
-from attnlab.experiments.plan import measurement_of, plan
-from attnlab.experiments.spec import Arm, Changes, Experiment, Suite
-from attnlab.experiments.store import Record, Results, RunKey
+from attnlab.lab import executors, metrics, registry
+from attnlab.lab.claims import Anchor, Claim
+from attnlab.lab.configs import Settings
+from attnlab.lab.driver import run_suite
+from attnlab.lab.plan import measurement_of, plan
+from attnlab.lab.spec import Arm, Changes, Experiment, Suite
+from attnlab.lab.store import Record, Results, RunKey
 from attnlab.mixers import registry as mixer_registry
+from attnlab.papers import get_suite
 
 HERE = Path(__file__).parent
 TOY, DIE_ONCE = HERE / "toy_paper.py", HERE / "die_once.py"
@@ -46,7 +47,7 @@ def record_of(job, **values) -> dict:
 
 @pytest.mark.parametrize("tolerance", [1e9, 0.1], ids=["calibrated", "missed"])
 def test_a_plan_puts_sweeps_then_calibration_then_the_other_arms_and_trains_nothing(tolerance, monkeypatch):
-    monkeypatch.setattr("attnlab.experiments.job.train", lambda *a, **k: pytest.fail("a plan trains nothing"))
+    monkeypatch.setattr("attnlab.lab.job.train", lambda *a, **k: pytest.fail("a plan trains nothing"))
     suite = anchored_sweep(tolerance)
     settings = Settings(Path("runs"), seeds=2)
     results = Results({"suite": "s", "runs": {}})
@@ -81,7 +82,7 @@ def test_a_plan_puts_sweeps_then_calibration_then_the_other_arms_and_trains_noth
 
 
 def test_a_dry_run_lists_the_jobs_and_their_stages_without_training(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("attnlab.experiments.job.train", lambda *a, **k: pytest.fail("a dry run trains nothing"))
+    monkeypatch.setattr("attnlab.lab.job.train", lambda *a, **k: pytest.fail("a dry run trains nothing"))
     assert main(["reproduce", "coupled-qk", "--quick", "--dry-run", "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
     assert "coupled-qk (default): 72 jobs; estimated training time on this machine's CPU" in printed
@@ -93,7 +94,7 @@ def test_a_dry_run_lists_the_jobs_and_their_stages_without_training(tmp_path, ca
 def test_a_jobs_estimate_probes_a_whole_micro_batch_not_one_sequence_times_the_batch(monkeypatch):
     from attnlab import step_cost
     from attnlab.config import load_config
-    from attnlab.experiments import costs
+    from attnlab.lab import costs
 
     probed = []
 
@@ -206,7 +207,7 @@ def test_a_driver_killed_mid_suite_and_started_again_loses_no_finished_record(tm
 ])
 def test_bad_options_of_where_jobs_run_are_one_line_before_anything_trains(argv, says, tmp_path, capsys,
                                                                          monkeypatch):
-    monkeypatch.setattr("attnlab.experiments.job.train", lambda *a, **k: pytest.fail("nothing trains"))
+    monkeypatch.setattr("attnlab.lab.job.train", lambda *a, **k: pytest.fail("nothing trains"))
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
     (tmp_path / "file").write_text("")
     argv = [a.format(file=tmp_path / "file") for a in argv]
@@ -224,7 +225,7 @@ def test_ray_without_ray_names_the_extra(monkeypatch, capsys, tmp_path):
 def test_an_unreachable_ray_address_is_one_line(monkeypatch, capsys, tmp_path):
     pytest.importorskip("ray")
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:9")  # nothing listens there
-    monkeypatch.setattr("attnlab.experiments.job.train", lambda *a, **k: pytest.fail("nothing trains"))
+    monkeypatch.setattr("attnlab.lab.job.train", lambda *a, **k: pytest.fail("nothing trains"))
     assert main(["reproduce", "coupled-qk", "--quick", "--executor", "ray", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "RAY_ADDRESS=127.0.0.1:9 cannot be reached" in err and "Traceback" not in err

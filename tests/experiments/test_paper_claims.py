@@ -7,13 +7,13 @@ from functools import cache
 import pytest
 
 from attnlab.config import load_config
-from attnlab.experiments import SUITES, get_suite
-from attnlab.experiments.claims import Claim, Ratio
-from attnlab.experiments.estimate import describe_estimate, estimate
-from attnlab.experiments.spec import Arm, Changes, Experiment, Suite
-from attnlab.experiments.store import Results
-from attnlab.experiments.verdicts import evaluate
+from attnlab.lab.claims import Claim, Ratio
+from attnlab.lab.estimate import describe_estimate, estimate
+from attnlab.lab.spec import Arm, Changes, Experiment, Suite
+from attnlab.lab.store import Results
+from attnlab.lab.verdicts import evaluate
 from attnlab.mixers.boltzmann import BoltzmannConfig
+from attnlab.papers import SUITES, get_suite
 
 TIERS = [(name, tier) for name in sorted(SUITES) for tier in SUITES[name].tiers]
 PAPERS = ["boltzmann", "ccq", "coupled-qk", "interdomain"]
@@ -194,7 +194,7 @@ def test_the_gpu_estimate_is_six_n_d_plus_attention_context_over_the_throughput(
 
 
 def test_every_calibration_tolerance_is_two_of_the_papers_sds_or_half_the_gain_it_guards():
-    from attnlab.experiments import boltzmann
+    from attnlab.papers import boltzmann
 
     anchors = {a for claim in get_suite("boltzmann", "paper").claims for a in claim.calibration}
     assert len(anchors) == 6

@@ -13,8 +13,8 @@ import pytest
 from attnlab import plugins, presets
 from attnlab.config import list_presets, load_config
 from attnlab.errors import ConfigError
-from attnlab.experiments import SUITES, get_suite
-from attnlab.experiments.configs import fingerprint
+from attnlab.lab.configs import fingerprint
+from attnlab.papers import SUITES, get_suite
 
 EXPECTED = json.loads((Path(__file__).parent / "fingerprints.json").read_text())
 
@@ -46,8 +46,8 @@ def test_every_preset_is_registered_and_a_yaml_file_loads_by_path(tmp_path):
 
 def test_a_papers_preset_loads_by_name_from_plain_python():
     """attnlab's papers are an installed entry point (attnlab.papers): load_config finds their presets with no
-    import of attnlab.experiments first."""
-    script = ("import sys; from attnlab.config import load_config; assert 'attnlab.experiments' not in sys.modules; "
+    import of attnlab.papers first."""
+    script = ("import sys; from attnlab.config import load_config; assert 'attnlab.papers' not in sys.modules; "
               "print(load_config('coupled-qk-char').model.mixer)")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})

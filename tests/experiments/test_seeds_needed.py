@@ -1,12 +1,13 @@
 import dataclasses
 
-from attnlab.experiments import coupled_qk, estimate
-from attnlab.experiments.plan import plan_of
-from attnlab.experiments.seeds_needed import settle_lines
-from attnlab.experiments.spec import Arm, Changes, Experiment, Suite
-from attnlab.experiments.stats import MAX_SEEDS
-from attnlab.experiments.store import Results
-from attnlab.experiments.verdicts import evaluate
+from attnlab.lab import estimate
+from attnlab.lab.plan import plan_of
+from attnlab.lab.seeds_needed import settle_lines
+from attnlab.lab.spec import Arm, Changes, Experiment, Suite
+from attnlab.lab.stats import MAX_SEEDS
+from attnlab.lab.store import Results
+from attnlab.lab.verdicts import evaluate
+from attnlab.papers import coupled_qk
 from helpers import add_runs, change, lower, toy_results, two_arms
 
 ARMS = [Arm("softmax", "demo", Changes.train(steps=300, patience=3)), Arm("hJ", "demo", Changes.train(steps=500))]

@@ -1,10 +1,10 @@
 """RULER's grid and accuracy against state size in a report, from the fields the niah and accuracy metrics record."""
 
-from attnlab.experiments.plan import plan_of
-from attnlab.experiments.report import write_report
-from attnlab.experiments.spec import Arm, Experiment, Suite
-from attnlab.experiments.state_size import accuracy_key, ruler_grid, state_section
-from attnlab.experiments.store import Record, Results, RunKey
+from attnlab.lab.plan import plan_of
+from attnlab.lab.report import write_report
+from attnlab.lab.spec import Arm, Experiment, Suite
+from attnlab.lab.state_size import accuracy_key, ruler_grid, state_section
+from attnlab.lab.store import Record, Results, RunKey
 
 
 def suite_with_records(tmp_path):

@@ -12,15 +12,16 @@ from attnlab import checkpoint
 from attnlab.commands.results import results_summary
 from attnlab.errors import ConfigError, UserError
 from attnlab.evaluate import block_losses, perplexity_by_length, whole_split_loss
-from attnlab.experiments import SUITES, get_suite, report, verdict_table
-from attnlab.experiments.claims import Anchor, Claim
-from attnlab.experiments.configs import Settings
-from attnlab.experiments.driver import run_suite
-from attnlab.experiments.job import measure, training_extent
-from attnlab.experiments.metrics import get_metric, tokens_to_loss
-from attnlab.experiments.plan import Plan, plan, plan_of
-from attnlab.experiments.report import update_readme, write_report
-from attnlab.experiments.spec import (
+from attnlab.inference import load_run
+from attnlab.lab import report, verdict_table
+from attnlab.lab.claims import Anchor, Claim
+from attnlab.lab.configs import Settings
+from attnlab.lab.driver import run_suite
+from attnlab.lab.job import measure, training_extent
+from attnlab.lab.metrics import get_metric, tokens_to_loss
+from attnlab.lab.plan import Plan, plan, plan_of
+from attnlab.lab.report import update_readme, write_report
+from attnlab.lab.spec import (
     ABLATED,
     UNCHANGED,
     Arm,
@@ -29,12 +30,12 @@ from attnlab.experiments.spec import (
     Suite,
     ablated,
 )
-from attnlab.experiments.stats import mean_std, paired_difference
-from attnlab.experiments.store import Record, Results, RunKey
-from attnlab.experiments.sweeps import shared_rate, sweep_rates
-from attnlab.experiments.training_notes import training_table
-from attnlab.experiments.verdicts import evaluate
-from attnlab.inference import load_run
+from attnlab.lab.stats import mean_std, paired_difference
+from attnlab.lab.store import Record, Results, RunKey
+from attnlab.lab.sweeps import shared_rate, sweep_rates
+from attnlab.lab.training_notes import training_table
+from attnlab.lab.verdicts import evaluate
+from attnlab.papers import SUITES, get_suite
 from attnlab.train import train
 from helpers import Crash, crash_after_checkpoint, two_arms
 
@@ -271,7 +272,7 @@ def test_shared_rate_is_one_that_no_arm_s_sweep_can_tell_from_its_best():
 
 
 def test_arms_share_a_rate_where_the_sweep_cannot_separate_rates_and_the_decision_stands_once_made(tmp_path):
-    from attnlab.experiments.plan import measurement_of
+    from attnlab.lab.plan import measurement_of
 
     arms = [Arm("softmax", "demo"), Arm("sigmoid", "demo", Changes.mixer("sigmoid"))]
     sweep = Experiment("lm", "LM", "val_ppl", arms, "softmax", lrs=[1e-3, 2e-3])
@@ -323,7 +324,7 @@ def test_arms_share_a_rate_where_the_sweep_cannot_separate_rates_and_the_decisio
 
 
 def test_a_job_that_measures_another_experiments_model_trains_it_again_where_the_model_is_not_on_disk():
-    from attnlab.experiments.plan import measurement_of
+    from attnlab.lab.plan import measurement_of
 
     lm = Experiment("lm", "lm", "val_ppl", [Arm("softmax", "demo")], "softmax")
     ext = Experiment("ext", "ext", "extrapolation", [Arm("softmax", "demo")], "softmax", lengths=[1, 2])
@@ -478,7 +479,7 @@ def test_remeasure_trains_a_run_whose_model_is_gone_again_and_then_only_measures
 
 def test_a_runs_fingerprint_is_its_config_apart_from_names_folders_and_compilation():
     from attnlab.config import load_config
-    from attnlab.experiments.configs import fingerprint
+    from attnlab.lab.configs import fingerprint
 
     base = fingerprint(load_config("mqar"))
     assert fingerprint(load_config("mqar", ["name=x", "out_dir=elsewhere", "train.compile=true"])) == base
@@ -577,7 +578,7 @@ def test_accuracies_are_shown_in_percent_like_the_papers_quote_them():
 
 def test_a_language_model_is_scored_on_the_whole_split_and_without_its_mechanism(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr("attnlab.experiments.metrics.VAL_BLOCKS", 4)  # the tiny split holds a few windows
+    monkeypatch.setattr("attnlab.lab.metrics.VAL_BLOCKS", 4)  # the tiny split holds a few windows
     # a step of 1 (not 0.1) and 40 training steps: removing the coupling then moves the loss measurably
     coupled = Changes.mixer("coupled-qk", dt_init=1.0)
     arms = [Arm("softmax", "demo", Changes.mixer("softmax")), Arm("coupled", "demo", coupled)]
@@ -635,10 +636,10 @@ def test_a_claim_plans_the_fewest_seeds_of_its_arms_in_its_experiments():
 
 
 def test_a_metric_registered_outside_attnlab_measures_and_reports_like_the_built_in_ones(tmp_path, monkeypatch):
-    from attnlab.experiments.metrics import METRICS, Curve, Metric, register_metric
+    from attnlab.lab.metrics import METRICS, Curve, Metric, register_metric
 
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr("attnlab.experiments.metrics.METRICS", dict(METRICS))  # registered for this test only
+    monkeypatch.setattr("attnlab.lab.metrics.METRICS", dict(METRICS))  # registered for this test only
 
     def width(experiment, run_dir):  # a toy curve: the trained model's width times n
         d_model = load_run(run_dir).config.model.d_model
@@ -726,8 +727,8 @@ def test_extrapolation_also_scores_the_training_length_without_the_mechanism(tmp
 
 
 def test_records_scored_on_a_prefix_are_named_in_their_claims_rows_and_scored_again():
-    from attnlab.experiments.configs import configured, settings_of
-    from attnlab.experiments.plan import measurement_of, stands
+    from attnlab.lab.configs import configured, settings_of
+    from attnlab.lab.plan import measurement_of, stands
 
     claim = Claim("ccq beats gla", "extrapolation", "ppl@128", "ccq-gla", "gla", "lower", relative=True)
     experiment = Experiment("extrapolation", "x", "extrapolation", [Arm("gla", "demo"), Arm("ccq-gla", "demo")],
@@ -776,7 +777,7 @@ def test_an_experiment_on_anothers_sweep_measures_its_models_as_they_are_trained
     again = Experiment("again", "the same models", "accuracy", arms, "softmax", sweep_of="mqar")
     suite = Suite("s", "s", [swept, again], seeds=2)
     trained = []
-    monkeypatch.setattr("attnlab.experiments.job.train", lambda cfg, **kw: trained.append(cfg.name) or train(cfg, **kw))
+    monkeypatch.setattr("attnlab.lab.job.train", lambda cfg, **kw: trained.append(cfg.name) or train(cfg, **kw))
     logged = []
     results = run_suite(suite, tmp_path / "suite", extra=[*TINY, "train.steps=6"], log=logged.append)
     runs, order = runs_of(results), [line for line in logged if line.startswith("[s] ")]
@@ -804,7 +805,7 @@ def test_an_experiment_on_anothers_sweep_measures_its_models_as_they_are_trained
 
 
 def test_a_sweep_compares_rates_by_the_whole_split_loss_where_measured_and_says_what_it_cannot_separate():
-    from attnlab.experiments.sweeps import sweep_loss
+    from attnlab.lab.sweeps import sweep_loss
 
     assert sweep_loss(Record.from_json({"best_val_loss": 1.6, "val_loss": 1.5, "val_tokens": 9999})) == 1.5
     whole = {"best_val_loss": 1.6, "ppl@128": math.e, "ppl@256": 9.0, "ppl_tokens": 99}

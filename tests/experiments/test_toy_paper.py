@@ -12,7 +12,7 @@ import pytest
 from attnlab.bench import registry as bench_registry
 from attnlab.cli import main
 from attnlab.data import tasks
-from attnlab.experiments import metrics, registry
+from attnlab.lab import metrics, registry
 from attnlab.mixers import registry as mixer_registry
 
 TOY = Path(__file__).parent / "toy_paper.py"

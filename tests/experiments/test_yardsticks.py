@@ -7,12 +7,12 @@ import pytest
 
 from attnlab.config import load_config
 from attnlab.errors import ConfigError
-from attnlab.experiments import get_suite, yardsticks
-from attnlab.experiments.metrics import get_metric
-from attnlab.experiments.state_size import accuracy_key
-from attnlab.experiments.store import Record, Results, RunKey
-from attnlab.experiments.yardsticks import presets
+from attnlab.lab.metrics import get_metric
+from attnlab.lab.state_size import accuracy_key
+from attnlab.lab.store import Record, Results, RunKey
 from attnlab.mixers import list_mixers, mixer_class
+from attnlab.papers import get_suite, yardsticks
+from attnlab.papers.yardsticks import presets
 from attnlab.train import train
 
 TINY = ["model.d_model=16", "model.n_layers=1", "train.steps=2", "train.batch_size=4", "train.eval_every=2",

@@ -10,13 +10,13 @@ from attnlab.bench.registry import BenchCase
 from attnlab.data import Task, register_task
 from attnlab.data.examples import FixedExamples
 from attnlab.data.tokenizer import IdTokenizer
-from attnlab.experiments import Paper, register_paper
-from attnlab.experiments.claims import Claim
-from attnlab.experiments.metrics import Metric
-from attnlab.experiments.spec import Arm, Changes, Experiment, Suite
 from attnlab.inference import load_run
+from attnlab.lab.claims import Claim
+from attnlab.lab.metrics import Metric
+from attnlab.lab.spec import Arm, Changes, Experiment, Suite
 from attnlab.mixers import register_mixer
 from attnlab.mixers.softmax import SoftmaxAttention
+from attnlab.papers import Paper, register_paper
 
 NAME = "toy"
 TIERS = ("default",)

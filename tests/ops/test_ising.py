@@ -300,7 +300,7 @@ def test_mean_field_fixed_point():
 
 
 def test_coupling_profile_averages_each_diagonal():
-    from attnlab.experiments.boltzmann.couplings import coupling_profile
+    from attnlab.papers.boltzmann.couplings import coupling_profile
 
     J = torch.tensor([[0.0, 1.0, 2.0], [9.0, 0.0, 3.0], [9.0, 9.0, 0.0]])
     mean, std = coupling_profile(J)

@@ -39,19 +39,19 @@ def main(args) -> None:
 
 
 def run_demo(out_dir: str = "runs/demo", quick: bool = False) -> dict:
-    from ..experiments.configs import notes_once
+    from ..lab.configs import notes_once
 
     with notes_once():  # the demo's runs share their settings, and each run's config is read more than once
         return _run_demo(Path(out_dir), quick)
 
 
 def _run_demo(out: Path, quick: bool) -> dict:
-    from ..experiments import demo  # the papers' arms with it
-    from ..experiments.driver import run_suite
-    from ..experiments.plan import plan_of
-    from ..experiments.report import write_report
-    from ..experiments.stats import mean_std
-    from ..experiments.store import RunKey
+    from ..lab import demo  # the papers' arms with it
+    from ..lab.driver import run_suite
+    from ..lab.plan import plan_of
+    from ..lab.report import write_report
+    from ..lab.stats import mean_std
+    from ..lab.store import RunKey
 
     if out.exists():
         print(f"replacing the previous demo in {out}")

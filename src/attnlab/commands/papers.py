@@ -10,7 +10,7 @@ def papers() -> dict:
     this before it builds its parser. The papers are declarations: cheap to import, --help included. attnlab's
     own load from its package, an installed one's from its entry point (plugins.import_papers)."""
     from .. import plugins
-    from ..experiments import PAPERS
+    from ..papers import PAPERS
 
     plugins.import_papers()
     return PAPERS

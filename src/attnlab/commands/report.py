@@ -14,10 +14,10 @@ def add_parser(sub) -> None:
 
 
 def main(args) -> None:
-    from ..experiments import get_suite
-    from ..experiments.plan import plan_of
-    from ..experiments.report import write_report
-    from ..experiments.store import Results
+    from ..lab.plan import plan_of
+    from ..lab.report import write_report
+    from ..lab.store import Results
+    from ..papers import get_suite
 
     path = Path(args.folder) / "results.json"
     if not path.is_file():

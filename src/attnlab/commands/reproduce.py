@@ -59,7 +59,7 @@ def check(args) -> None:
             raise UserError("--runs-per-gpu packs runs on GPUs, and this machine has none; leave it out (--jobs N "
                             "shares the CPU's cores)")
     if args.executor == "ray":
-        from ..experiments.executors import require_ray
+        from ..lab.executors import require_ray
 
         require_ray()
 
@@ -81,8 +81,8 @@ def check_writable(path: str, option: str) -> None:
 
 
 def main(args) -> None:
-    from ..experiments import get_suite
-    from ..experiments.driver import dry_run, run_suite
+    from ..lab.driver import dry_run, run_suite
+    from ..papers import get_suite
 
     known = papers()
     if args.suite not in (*known, "all"):
@@ -98,12 +98,12 @@ def main(args) -> None:
     runner = None if args.dry_run or args.estimate else executor(args)  # a cluster out of reach: said before any run
     device = None
     if args.predict_on:
-        from ..experiments.device_times import DeviceTimes
+        from ..lab.device_times import DeviceTimes
 
         device = DeviceTimes.load(args.predict_on)
     for name, suite in suites.items():
         if suite.gpu or args.estimate:
-            from ..experiments.estimate import describe_estimate
+            from ..lab.estimate import describe_estimate
 
             print(f"{name} ({args.tier}): {describe_estimate(suite, seeds=args.seeds)}")
         if args.estimate:
@@ -118,13 +118,13 @@ def main(args) -> None:
         options = dict(seeds=args.seeds, quick=args.quick, scale=args.scale, only=args.only or (), arms=args.arms or (),
                        runs_dir=args.runs_dir and Path(args.runs_dir) / out.name, again=tuple(args.remeasure or ()))
         if args.dry_run:
-            from ..experiments.costs import describe_plan
+            from ..lab.costs import describe_plan
 
             print(describe_plan(suite, dry_run(suite, out, **options), device, args.jobs))
             continue
         results = run_suite(suite, out, executor=runner, **options)
-        from ..experiments.plan import plan_of
-        from ..experiments.report import write_report
+        from ..lab.plan import plan_of
+        from ..lab.report import write_report
 
         print(f"report: {write_report(suite, results, plan_of(suite, results), out)}")
 
@@ -132,7 +132,7 @@ def main(args) -> None:
 def executor(args):
     """Where the jobs run: this process (the default), --jobs worker processes, or Ray tasks."""
     from .. import plugins
-    from ..experiments import executors
+    from ..lab import executors
 
     if args.executor == "ray":
         return executors.connect_ray(args.jobs, args.runs_per_gpu, plugins.IMPORTED)

@@ -38,10 +38,10 @@ def relink(text: str, folder: str | Path, readme: Path) -> str:
 def results_summary(root: str | Path) -> str:
     """Markdown: every suite under root (a folder per suite with results.json), its verdicts and a link to its
     full report."""
-    from ..experiments import get_suite
-    from ..experiments.plan import plan_of
-    from ..experiments.report import summary_section
-    from ..experiments.store import Results
+    from ..lab.plan import plan_of
+    from ..lab.report import summary_section
+    from ..lab.store import Results
+    from ..papers import get_suite
 
     lines = []
     for path in sorted(Path(root).glob("*/results.json")):
@@ -52,7 +52,7 @@ def results_summary(root: str | Path) -> str:
 
 
 def main(args) -> None:
-    from ..experiments.report import update_readme
+    from ..lab.report import update_readme
 
     summary = results_summary(args.root)
     if not summary:
@@ -68,7 +68,7 @@ def main(args) -> None:
     update_readme(readme, relink(summary, args.root, readme))
     print(f"updated the results section of {readme}")
     if doctor_run.exists():  # the GPU section, from the committed doctor run
-        from ..doctor_readme import readme_section
+        from ..lab.doctor_readme import readme_section
 
         # the section names the doctor's folder as results/doctor/, the default root's
         section = readme_section(json.loads(doctor_run.read_text()))

@@ -67,5 +67,5 @@ def suite(tier: str = "default") -> Suite:
     )
 
 
-# registered beside the papers (`experiments/__init__.py`): `attnlab report` rebuilds its report like theirs
+# registered beside the papers (`papers/__init__.py`): `attnlab report` rebuilds its report like theirs
 DEMO = Paper("demo", ("default",), suite)

@@ -20,10 +20,10 @@ three for the arms the claims compare):
 
 from __future__ import annotations
 
-from ..claims import Claim
-from ..paper import Paper
-from ..registry import register_paper
-from ..spec import QUICK, UNCHANGED, Arm, Changes, Experiment, Suite
+from ...lab.claims import Claim
+from ...lab.paper import Paper
+from ...lab.registry import register_paper
+from ...lab.spec import QUICK, UNCHANGED, Arm, Changes, Experiment, Suite
 from . import presets
 
 NAME = "yardsticks"

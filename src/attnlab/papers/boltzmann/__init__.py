@@ -8,10 +8,10 @@ the others and T = 8, 5 for brackets, whose generator the spec reconstructs."""
 
 from __future__ import annotations
 
-from ..claims import Anchor, Claim, relative
-from ..paper import Paper
-from ..registry import register_paper
-from ..spec import ABLATED, QUICK, UNCHANGED, Arm, Changes, Experiment, Suite, ablated, sensitivity
+from ...lab.claims import Anchor, Claim, relative
+from ...lab.paper import Paper
+from ...lab.registry import register_paper
+from ...lab.spec import ABLATED, QUICK, UNCHANGED, Arm, Changes, Experiment, Suite, ablated, sensitivity
 from . import bench, presets
 from .couplings import METRIC as COUPLINGS
 from .couplings import add_parser as couplings_command

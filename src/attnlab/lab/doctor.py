@@ -25,14 +25,14 @@ from pathlib import Path
 
 import torch
 
-from .bench.mixers import contenders
-from .bench.registry import SPEED_GOALS, VARIANTS
+from ..bench.mixers import contenders
+from ..bench.registry import SPEED_GOALS, VARIANTS
+from ..errors import ConfigError, UserError
+from ..mixers import build_mixer, list_mixers, mixer_class
+from ..mixers.backends import auto_backend
+from ..ops import fla
+from ..timing import round_robin
 from .doctor_readme import value_text
-from .errors import ConfigError, UserError
-from .mixers import build_mixer, list_mixers, mixer_class
-from .mixers.backends import auto_backend
-from .ops import fla
-from .timing import round_robin
 
 # relative error limits against fp64: fp32 kernels differ in summation order only; bf16 rounds the
 # projections (the states stay fp32), as the CPU tests allow
@@ -272,7 +272,7 @@ def compare_backends(device: torch.device, batch: int, seq_len: int, d_model: in
 def train_demo(device: torch.device, steps: int, log=print) -> dict:
     """The demo preset (a softmax decoder on character-level Shakespeare) trained for `steps` steps; its
     checkpoints go to a temporary folder."""
-    from .train import train
+    from ..train import train
 
     log(f"\nthe demo model on {device}: {steps} steps")
     start = time.perf_counter()
@@ -288,7 +288,7 @@ def train_demo(device: torch.device, steps: int, log=print) -> dict:
 
 def _demo_config(device: torch.device, steps: int, runs: str):
     """The demo preset for `steps` steps on `device`, its checkpoints in `runs`, validated once at the end."""
-    from .config import load_config
+    from ..config import load_config
 
     return load_config("demo", [f"train.steps={steps}", f"train.device={device}", f"out_dir={runs}",
                                 "name=doctor-demo", f"train.eval_every={steps}", f"train.ckpt_every={steps}",
@@ -342,7 +342,7 @@ PACK_TIMEOUT = 900  # seconds a packed copy may take before the section gives up
 def _train_copy(device: str, steps: int, threads: int, barrier, answers) -> None:
     import statistics
 
-    from .train import train
+    from ..train import train
 
     torch.set_num_threads(threads)
     try:

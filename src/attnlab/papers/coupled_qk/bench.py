@@ -4,7 +4,7 @@ demo arms are its own and differential attention's, its peer in the paper's tabl
 from __future__ import annotations
 
 from ...bench.registry import BenchCase
-from ..demo import DemoArm
+from ...lab.demo import DemoArm
 
 DEMO_ARMS = (DemoArm("coupled-qk"), DemoArm("differential"))
 OVERHEAD = 1.2  # the coupling's cost per training step on top of softmax's, at most

@@ -17,11 +17,11 @@ Tiers:
 
 from __future__ import annotations
 
-from .. import estimate, recall
-from ..claims import Claim, per_token, relative
-from ..paper import Paper
-from ..registry import register_paper
-from ..spec import (
+from ...lab import estimate
+from ...lab.claims import Claim, per_token, relative
+from ...lab.paper import Paper
+from ...lab.registry import register_paper
+from ...lab.spec import (
     ABLATED,
     CONVERGED_LM,
     QUICK,
@@ -34,6 +34,7 @@ from ..spec import (
     sensitivity,
     sweep_around,
 )
+from .. import recall
 from . import bench, presets
 
 PROVENANCE = {"coupled-qk": "**reconstructed**: the paper's method section could not be read; the update rule "

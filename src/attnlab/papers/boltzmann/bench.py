@@ -5,7 +5,7 @@ mixer."""
 from __future__ import annotations
 
 from ...bench.registry import BenchCase, SpeedGoal, Variant
-from ..demo import DemoArm
+from ...lab.demo import DemoArm
 
 # a form that runs at any length: banded inference over a sliding window of distance couplings
 SLIDING = Variant("boltzmann (banded 4, window 64)", "boltzmann",

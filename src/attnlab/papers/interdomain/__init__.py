@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import math
 
-from .. import estimate, recall
-from ..claims import Claim, Ratio, noted, per_token, relative
-from ..paper import Paper
-from ..registry import register_paper
-from ..spec import ABLATED, CONVERGED_LM, QUICK, UNCHANGED, Arm, Changes, Experiment, Suite, ablated, sweep_around
+from ...lab import estimate
+from ...lab.claims import Claim, Ratio, noted, per_token, relative
+from ...lab.paper import Paper
+from ...lab.registry import register_paper
+from ...lab.spec import ABLATED, CONVERGED_LM, QUICK, UNCHANGED, Arm, Changes, Experiment, Suite, ablated, sweep_around
+from .. import recall
 from . import bench, presets
 
 PROVENANCE = {"interdomain attention": "from the paper's full text ([P]: the S4D state read through the "

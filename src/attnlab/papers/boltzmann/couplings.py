@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...arguments import RUN, check_folder
-from ..metrics import Curve, Metric
+from ...lab.metrics import Curve, Metric
 
 if TYPE_CHECKING:
     import torch
 
-    from ..spec import Experiment
+    from ...lab.spec import Experiment
 
 
 def coupling_profile(J: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...bench.registry import BenchCase, SpeedGoal
-from ..demo import DemoArm
+from ...lab.demo import DemoArm
 
 PAIRS = [("gla", "ccq-gla"), ("gdn", "ccq-gdn")]  # each backbone and its CCQ variant
 MIXERS = [name for pair in PAIRS for name in pair]

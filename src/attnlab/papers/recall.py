@@ -8,8 +8,8 @@ not trained again."""
 
 from __future__ import annotations
 
-from .claims import Claim
-from .spec import Arm, Changes, Experiment
+from ..lab.claims import Claim
+from ..lab.spec import Arm, Changes, Experiment
 
 SETTINGS = [(64, 4), (64, 16)]  # (tokens, key-value pairs): the small setting and one with 4x the pairs
 LRS = [1e-3, 3e-3, 1e-2]  # zoology sweeps four rates over 1e-4..1e-2; the upper three, to fit a CPU

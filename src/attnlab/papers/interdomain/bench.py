@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ...bench.registry import BenchCase, SpeedGoal
-from ..demo import DemoArm
+from ...lab.demo import DemoArm
 
 SPEED_GOALS = (SpeedGoal("interdomain", 2048, "<=", 2.0),)
 DEMO_ARMS = (DemoArm("interdomain", {"modes": 16}), DemoArm("s4d", {"modes": 16}))

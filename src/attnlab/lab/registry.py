@@ -1,7 +1,7 @@
 """The papers that `attnlab reproduce` runs, by name, as mixers have their registry.
 
 A paper's package declares its `Paper` manifest and registers it at its end, `register_paper(PAPER)`: adding a
-paper is its package and one import line in `experiments/__init__.py`, or `attnlab --import` for a module kept
+paper is its package and one import line in `papers/__init__.py`, or `attnlab --import` for a module kept
 elsewhere. Registering hands each part of the manifest to the code that reads it, which owns its table and never
 names a mechanism: the presets to `presets`, the metrics to `metrics`, the bench cases, variants and speed goals
 to `bench.registry` (read by the bench and the doctor), the demo arms to `demo`; the command line reads the suites

@@ -16,12 +16,24 @@ Tiers:
 
 from __future__ import annotations
 
-from .. import estimate, recall
-from ..claims import Claim, noted, per_token, relative
-from ..demo import SMALL
-from ..paper import Paper
-from ..registry import register_paper
-from ..spec import ABLATED, CONVERGED_LM, QUICK, Arm, Changes, Experiment, Suite, ablated, sensitivity, sweep_around
+from ...lab import estimate
+from ...lab.claims import Claim, noted, per_token, relative
+from ...lab.demo import SMALL
+from ...lab.paper import Paper
+from ...lab.registry import register_paper
+from ...lab.spec import (
+    ABLATED,
+    CONVERGED_LM,
+    QUICK,
+    Arm,
+    Changes,
+    Experiment,
+    Suite,
+    ablated,
+    sensitivity,
+    sweep_around,
+)
+from .. import recall
 from . import bench
 from .bench import PAIRS
 
