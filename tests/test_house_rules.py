@@ -19,6 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "src" / "attnlab"
 MAX_LINES = 50
+MAX_LAB_FILE = 500  # lines: a lab module a reader carries whole to change one rule
 MAX_WORDS = 19  # a first sentence of 20 words or more is too long for the one line the layout gives it
 
 
@@ -176,6 +177,21 @@ def docstring_faults(source: Path, limit: int = MAX_WORDS) -> list[str]:
 def test_no_function_is_longer_than_50_lines():
     found = long_functions(SOURCE)
     assert not found, "split these into functions of one job each:\n" + "\n".join(found)
+
+
+def long_files(folder: Path, limit: int = MAX_LAB_FILE) -> list[str]:
+    """The modules under folder longer than limit lines."""
+    lengths = {path: len(path.read_text().splitlines()) for path in sorted(folder.rglob("*.py"))}
+    return [f"{_where(path, folder)} is {n} lines" for path, n in lengths.items() if n > limit]
+
+
+def test_no_file_in_the_lab_is_longer_than_500_lines():
+    assert not long_files(SOURCE / "lab"), "\n".join(long_files(SOURCE / "lab"))
+
+
+def test_a_long_file_is_found(tmp_path):
+    lab = plant(tmp_path, {"a.py": "x = 1\n" * 501, "b.py": "x = 1\n" * 500})
+    assert long_files(lab) == ["pkg/a.py is 501 lines"]
 
 
 def test_no_import_circle():
