@@ -1,7 +1,7 @@
 """attnlab demo: every mechanism on a language-modelling and a retrieval task, in minutes on a CPU.
 
 A small softmax Transformer trained on Shakespeare with a sample of its writing, then the demo's suite
-(`experiments.demo`: every mechanism next to its baseline), with a table and a report. About eight minutes on two
+(`lab.demo`: every mechanism next to its baseline), with a table and a report. About eight minutes on two
 CPU cores.
 """
 

@@ -16,6 +16,6 @@ def add_parser(sub) -> None:
 
 
 def main(args) -> None:
-    from ..doctor import run_doctor
+    from ..lab.doctor import run_doctor
 
     run_doctor(args.out, args.train_steps, args.dry_run)

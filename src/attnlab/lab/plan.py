@@ -106,9 +106,8 @@ def plan(suite: Suite, experiments: list[Experiment], results: Results, settings
             raise UserError(f"--remeasure {pattern} matches no run of the selected experiments; a run is named "
                             f"experiment/arm/seed, e.g. {example}")
     _settle(jobs, results, models, attempted, beside, again)
-    recorded = results.shared_rates
-    decided = {name: rate for name, rate in decisions.shared.items() if rate is not None and recorded.get(name) != rate}
     shared = {name: rate for name, rate in decisions.shared.items() if rate is not None}
+    decided = {name: rate for name, rate in shared.items() if results.shared_rates.get(name) != rate}
     return Plan(jobs, settings, decisions.sweeps, shared, decisions.superseded, decided)
 
 

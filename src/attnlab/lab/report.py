@@ -1,4 +1,4 @@
-"""report.md, plots and a results summary from a suite's results.json; nothing in it is typed in."""
+"""report.md, its figures and a results summary from a suite's results and plan; nothing in it is typed in."""
 
 from __future__ import annotations
 

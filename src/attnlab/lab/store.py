@@ -81,7 +81,7 @@ class Record:
     """
 
     run: str | None = None  # its folder, relative to its suite's (an older record: the run's name)
-    fingerprint: str | None = None  # its config's (plan.fingerprint); None in records written by hand
+    fingerprint: str | None = None  # its config's (configs.fingerprint); None in records written by hand
     measured: list | None = None  # what its values depend on besides the model (plan.measurement_of)
     params: int | None = None
     seconds: float | None = None  # training and measurement, earlier attempts' included
@@ -102,7 +102,8 @@ class Record:
         values = {k: v for k, v in data.items() if k not in JOB_FIELDS + EXTENT_FIELDS and k not in details}
         for name, value in values.items():
             if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-                raise UserError(f"{where}: '{name}' is {value!r}, not a number; fix or remove the record")
+                raise UserError(f"{where}: '{name}' is {value!r}, not a number; fix or remove the record (a metric "
+                                "declares what it keeps beside its values in Metric.details)")
         own["fingerprint"] = own.pop("config")
         return cls(**own, extent={k: data[k] for k in EXTENT_FIELDS if k in data}, values=values,
                    details={k: v for k, v in data.items() if k in details}, order=tuple(data))
@@ -162,7 +163,10 @@ class Results:
                             "afresh") from None
         if not isinstance(data, dict) or not isinstance(data.get("runs"), dict) or "suite" not in data:
             raise UserError(f"{path} is not a suite's results (no 'suite' and 'runs'); move it away to start afresh")
-        return cls(data)
+        try:
+            return cls(data)
+        except UserError as err:  # a record of the wrong shape, or a key that is not a run's
+            raise UserError(f"{path}: {err}") from None
 
     def to_json(self) -> dict:
         runs = {str(key): record.to_json() for key, record in self.records.items()}

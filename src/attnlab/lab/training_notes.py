@@ -1,6 +1,7 @@
 """How each arm trained, beside its values: its learning-rate sweep, its steps, and runs stopped at their cap.
 
-Read off the results and the plan's decisions (its sweeps, shared rates and each arm's training settings).
+Read off the results and the plan's decisions (its sweeps, shared rates and each arm's training settings); the
+same notes, per claim, are the caveats beside a verdict (runs at their cap, a sweep going on, a sampled score).
 """
 
 from __future__ import annotations
