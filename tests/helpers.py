@@ -4,8 +4,10 @@ suite results with a known effect, a training process that dies at a chosen chec
 import json
 import pickle
 import random
+import shutil
 import subprocess
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -34,17 +36,47 @@ def random_linear_inputs(B=2, H=3, T=37, K=8, V=6, seed=0, per_channel_decay=Tru
     return [t.requires_grad_() for t in (q, k, v, log_decay, beta, h0)]
 
 
+_TRITON_WORKERS: dict[tuple[str, ...], tuple[subprocess.Popen, Path]] = {}  # checks -> the worker, its output
+
+
+def start_triton_worker(checks: list[str]) -> None:
+    """Start tests/triton_worker.py's checks in a process of its own (Triton's interpreter on, fla imported
+    there), in the background: its single thread runs beside the tests collected before its own."""
+    if tuple(checks) in _TRITON_WORKERS:
+        return
+    output = Path(tempfile.mkdtemp(prefix="triton-worker-"))
+    worker = Path(__file__).parent / "triton_worker.py"
+    with open(output / "stdout", "w") as stdout, open(output / "stderr", "w") as stderr:
+        process = subprocess.Popen([sys.executable, str(worker), *checks], stdout=stdout, stderr=stderr, text=True)
+    _TRITON_WORKERS[tuple(checks)] = process, output
+
+
+def stop_triton_workers() -> None:
+    """Stop the workers whose results no test asked for (a session stopped early)."""
+    for process, output in _TRITON_WORKERS.values():
+        process.kill()
+        process.wait()
+        shutil.rmtree(output, ignore_errors=True)
+    _TRITON_WORKERS.clear()
+
+
 def triton_worker_results(checks: list[str]) -> dict:
-    """Run tests/triton_worker.py's checks in a process of its own (Triton's interpreter on, fla imported
-    there) -> {check: None where it passed, else its error}."""
+    """The worker's checks (started now unless the session started it already) -> {check: None where it passed,
+    else its error}."""
     pytest.importorskip("triton")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "Triton is not supported on current platform, roll back to CPU"
         pytest.importorskip("fla")
-    worker = Path(__file__).parent / "triton_worker.py"
-    run = subprocess.run([sys.executable, str(worker), *checks], capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-4000:]
-    return json.loads(run.stdout.splitlines()[-1])
+    start_triton_worker(checks)
+    process, output = _TRITON_WORKERS.pop(tuple(checks))
+    try:
+        process.wait(timeout=600)
+        stdout, stderr = ((output / name).read_text() for name in ("stdout", "stderr"))
+    finally:
+        process.kill()
+        shutil.rmtree(output, ignore_errors=True)
+    assert process.returncode == 0, stderr[-4000:]
+    return json.loads(stdout.splitlines()[-1])
 
 
 def grads_of(fn, inputs, seed=1):

@@ -17,16 +17,16 @@ from helpers import triton_worker_results
 # interdomain's query read; bf16 inputs; each mixer with backend=fla against backend=torch (prefill + decode
 # too); packed rows through fla's cu_seqlens against each sequence alone; a sequence split across two gloo ranks
 # (context parallelism) against one process; and the doctor's dry run
-CHECKS = ["gla", "linear", "delta_rule", "ccq", "ccq_decay", "interdomain", "bf16", "mixers", "packed",
+TRITON_CHECKS = ["gla", "linear", "delta_rule", "ccq", "ccq_decay", "interdomain", "bf16", "mixers", "packed",
           "context_parallel", "doctor_dry_run"]
 
 
 @pytest.fixture(scope="module")
 def worker_results():
-    return triton_worker_results(CHECKS)
+    return triton_worker_results(TRITON_CHECKS)
 
 
-@pytest.mark.parametrize("check", CHECKS)
+@pytest.mark.parametrize("check", TRITON_CHECKS)
 def test_fla_form_matches_torch_form(worker_results, check):
     error = worker_results[check]
     assert error is None, error

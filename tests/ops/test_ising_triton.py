@@ -13,16 +13,16 @@ from helpers import triton_worker_results
 
 # the log-marginals and the gradients of fields and couplings against the fp64 torch form (bands 1 to 5, strong
 # fields, absent spins); the mixer with backend=triton against backend=torch (stream, packed, prefill + decode)
-CHECKS = ["banded", "boltzmann_triton"]
+TRITON_CHECKS = ["banded", "boltzmann_triton"]
 BANDED = dict(d_model=16, n_heads=2, inference="banded", couplings="distance", band=3, window=6, mode="h+J")
 
 
 @pytest.fixture(scope="module")
 def worker_results():
-    return triton_worker_results(CHECKS)
+    return triton_worker_results(TRITON_CHECKS)
 
 
-@pytest.mark.parametrize("check", CHECKS)
+@pytest.mark.parametrize("check", TRITON_CHECKS)
 def test_triton_form_matches_torch_form(worker_results, check):
     error = worker_results[check]
     assert error is None, error
