@@ -7,7 +7,7 @@ from pathlib import Path
 from ..errors import UserError
 from ..plots import new_figure, save_figure
 from .claim_plots import plot_claims
-from .claims import RULES, anchors_of, failed_calibrations
+from .claims import RULES
 from .metrics import get_metric
 from .plan import Plan
 from .seeds_needed import settle_lines
@@ -59,7 +59,7 @@ def describe_run(suite: Suite, results: Results, plan: Plan) -> str:
     """Where and when the suite ran, from what run_suite recorded; a suite still under way says how far it got."""
     meta = results.meta
     seconds = sum(r.seconds for _, r in results.items())
-    done, expected = _progress(suite, results, plan)
+    done, expected = _progress(results, plan)
     when = (f"finished {meta.get('finished', '?')}" if done == expected else
             f"partial: {done} of {expected} runs measured, last saved {meta.get('finished', '?')}")
     workers = f", its jobs run by {meta['workers']}" if meta.get("workers") else ""
@@ -298,15 +298,15 @@ def planned_seeds(suite: Suite, plan: Plan):
     return planned
 
 
-def _progress(suite: Suite, results: Results, plan: Plan) -> tuple[int, int]:
-    """(runs measured, runs the suite plans): every seed of every arm and every point of every sweep, but the
-    arms compared with a baseline that missed its calibration (they are not trained) where they have no record."""
-    anchors = anchors_of(suite.claims)
-    failed = failed_calibrations(anchors, results, plan.seeds)
-    trained = {(key.experiment, key.arm) for key, _ in results.items()} | {(a.experiment, a.arm) for a in anchors}
-    arms = [(e, a) for e in suite.experiments for a in e.arms if e.name not in failed or (e.name, a.label) in trained]
-    expected = {RunKey(e.name, a.label, seed=s) for e, a in arms for s in range(plan.seeds(e.name, a.label))}
-    expected |= {RunKey(e.name, a.label, lr=lr) for e, a in arms if e.lrs for lr in plan.sweeps[e.name, a.label].losses}
+def _progress(results: Results, plan: Plan) -> tuple[int, int]:
+    """(runs measured, runs the suite plans): every seed of every arm and every point of every sweep, but those of
+    the arms the plan holds back for good (compared with a baseline that missed its calibration) where they have no
+    record."""
+    recorded = {(key.experiment, key.arm) for key, _ in results.items()}
+    held = {(job.key.experiment, job.key.arm) for job in plan.jobs if job.status == "blocked"} - recorded
+    expected = {job.key for job in plan.jobs if not job.key.sweep and (job.key.experiment, job.key.arm) not in held}
+    expected |= {RunKey(experiment, arm, lr=lr) for (experiment, arm), sweep in plan.sweeps.items()
+                 if (experiment, arm) not in held for lr in sweep.losses}
     return sum(key in results for key in expected), len(expected)
 
 
