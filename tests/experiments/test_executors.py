@@ -265,7 +265,7 @@ def test_a_worker_interrupted_with_its_driver_leaves_quietly_sending_nothing(mon
     def interrupted(work, log):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(executors, "execute", interrupted)
+    monkeypatch.setattr(executors, "_execute", interrupted)
     monkeypatch.setattr(executors, "_exit_with_driver", lambda: None)
     threads = torch.get_num_threads()
     receiver, sender = Pipe(duplex=False)

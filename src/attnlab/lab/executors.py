@@ -22,12 +22,14 @@ import time
 import traceback
 from collections import deque
 from multiprocessing import connection, get_context
-
-import torch
+from typing import TYPE_CHECKING
 
 from .. import plugins
 from ..errors import UserError
-from .job import Work, execute
+
+if TYPE_CHECKING:  # torch and the job's code load in a worker only once it holds its GPU (work_in_process)
+    from .job import Work
+    from .store import Record
 
 RETRIES = 2  # how many times a job whose worker died is started again (each time from its last checkpoint)
 RAY_EXTRA = "pip install 'attnlab[ray]'"
@@ -54,7 +56,7 @@ class InProcess:
 
     def next_done(self):
         work = self.queue.popleft()
-        return work.key, execute(work, self.log)
+        return work.key, _execute(work, self.log)
 
     def close(self) -> None:
         self.queue.clear()
@@ -76,6 +78,8 @@ class LocalWorkers:
     def __init__(self, jobs: int, runs_per_gpu: int | None = None, gpus: int | None = None, imports=(),
                  log=print, retries: int = RETRIES):
         if gpus is None:
+            import torch  # the driver's process; its workers import torch once they hold their GPU
+
             gpus = torch.cuda.device_count()
         self.cpus = os.cpu_count() or 1
         self.slots = slots(jobs, gpus, runs_per_gpu, self.cpus)
@@ -142,10 +146,10 @@ def work_in_process(payload: bytes, slot: dict, imports: list[str], sender) -> N
     if slot["gpu"] is not None:  # before torch starts CUDA: the worker sees only its own GPU, as cuda:0
         os.environ["CUDA_VISIBLE_DEVICES"] = str(slot["gpu"])
     _exit_with_driver()
-    torch.set_num_threads(slot["threads"])
+    _hold_threads(slot["threads"])
     try:
         work = _unpickled(payload, imports)
-        record = execute(work, log=lambda line: print(f"[{work.key}] {line.strip()}", flush=True))
+        record = _execute(work, log=lambda line: print(f"[{work.key}] {line.strip()}", flush=True))
         sender.send(("done", record))
     except Exception as err:  # the driver stops the suite with this line
         sender.send(("error", _said(err)))
@@ -153,6 +157,19 @@ def work_in_process(payload: bytes, slot: dict, imports: list[str], sender) -> N
         pass  # the job continues from its checkpoint (train wrote one) next time; no traceback of it here
     finally:
         sender.close()
+
+
+def _execute(work: Work, log) -> Record:
+    """The job's record (job.execute), its code imported when a job runs: a worker pins its GPU first."""
+    from .job import execute
+
+    return execute(work, log)
+
+
+def _hold_threads(threads: int) -> None:
+    import torch  # after CUDA_VISIBLE_DEVICES is set: the worker sees only its own GPU
+
+    torch.set_num_threads(threads)
 
 
 def _said(err: Exception) -> str:
@@ -243,10 +260,10 @@ class RayWorkers:
 
 def work_in_ray(payload: bytes, threads: int, imports: list[str]):
     """A job in a Ray worker: its threads, the driver's imports, the record (or the error, in one line)."""
-    torch.set_num_threads(int(threads))
+    _hold_threads(int(threads))
     work = _unpickled(payload, imports)
     try:
-        return "done", execute(work, log=lambda line: print(f"[{work.key}] {line.strip()}", flush=True))
+        return "done", _execute(work, log=lambda line: print(f"[{work.key}] {line.strip()}", flush=True))
     except Exception as err:
         return "error", _said(err)
 
