@@ -157,8 +157,16 @@ class Decisions:
         self.suite, self.results, self.settings = suite, results, settings
         self.sweeps: dict[tuple[str, str], Sweep] = {}
         self.rates: dict[tuple[str, str], float | Waiting] = {}  # the rate each swept arm's seeds train at
-        self.shared: dict[str, SharedRate | None] = {}
-        self.superseded = frozenset(superseded(suite, results, settings))
+        self.shared: dict[str, SharedRate | None] = {}  # the selected experiments' sweeps' decisions
+        self._decisions: dict[str, SharedRate | None] = {}  # every sweep's, made once
+        self.superseded = frozenset(superseded(suite, results, settings, self.shared_rate))
+        self.current = results.without(self.superseded)  # an earlier protocol calibrates nothing here
+
+    def shared_rate(self, source: Experiment) -> SharedRate | None:
+        """Whether the arms of a sweep share a rate (shared_decision), decided once per plan."""
+        if source.name not in self._decisions:
+            self._decisions[source.name] = shared_decision(source, self.results, self.settings)
+        return self._decisions[source.name]
 
     def rate(self, experiment: Experiment, arm: Arm) -> float | Waiting | None:
         """The rate the arm's seeds train at: its sweep's, or None where its preset's rate is used."""
@@ -194,9 +202,7 @@ class Decisions:
         source = sweep_source(self.suite, experiment)
         if source is None:
             return
-        if source.name not in self.shared:
-            self.shared[source.name] = shared_decision(source, self.results, self.settings)
-        decision = self.shared[source.name]
+        decision = self.shared[source.name] = self.shared_rate(source)
         if decision is None or decision.lr is None:
             return
         for arm in experiment.arms:
@@ -207,12 +213,11 @@ class Decisions:
         """True where the experiment's anchored baselines match the paper, else why not (the paper's number they
         miss); None while their seeds are not all measured."""
         anchors = [a for a in anchors_of(self.suite.claims) if a.experiment == experiment.name]
-        current = self.results.without(self.superseded)  # an earlier protocol calibrates nothing here
         counts = arm_seeds(self.suite, self.settings.seeds)
         for anchor in anchors:
-            if len(current.of(experiment.name, anchor.arm)) < counts(experiment.name, anchor.arm):
+            if len(self.current.of(experiment.name, anchor.arm)) < counts(experiment.name, anchor.arm):
                 return None
-        failed = failed_calibrations(anchors, current, counts)
+        failed = failed_calibrations(anchors, self.current, counts)
         if experiment.name not in failed:
             return True
         return f"the baseline is not the paper's ({failed[experiment.name]})"
@@ -266,25 +271,26 @@ def _every_sweep(source: Experiment, results: Results, settings: Settings) -> di
     return {a.label: _recorded(results, source, a.label, not settings.smoke) for a in source.arms}
 
 
-def arm_rates(source: Experiment, results: Results, settings: Settings) -> dict[str, float]:
+def arm_rates(source: Experiment, results: Results, settings: Settings, decision: SharedRate | None
+              ) -> dict[str, float]:
     """The rate each arm of a sweep trains at once its sweep is complete: the shared one where the arms share a
-    rate, else its own best."""
+    rate (decision), else its own best."""
     losses = _every_sweep(source, results, settings)
     own = {label: min(by_lr, key=by_lr.get) for label, by_lr in losses.items() if None not in by_lr.values()}
-    decision = shared_decision(source, results, settings)
     if decision is None or decision.lr is None:
         return own
     return dict.fromkeys(own, decision.lr)
 
 
-def superseded(suite: Suite, results: Results, settings: Settings) -> set[RunKey]:
+def superseded(suite: Suite, results: Results, settings: Settings, shared) -> set[RunKey]:
     """The keys of records trained with another config than the suite now gives their run (its presets or
     protocol changed since): `attnlab reproduce` trains them again, and until then they describe something
-    else. An arm with a learning-rate sweep is checked once its sweep is measured."""
+    else. An arm with a learning-rate sweep is checked once its sweep is measured. shared(source): the sweep's
+    shared-rate decision."""
     old = set()
     for experiment in suite.experiments:
         source = sweep_source(suite, experiment)
-        lrs = {} if source is None else arm_rates(source, results, settings)
+        lrs = {} if source is None else arm_rates(source, results, settings, shared(source))
         arms = {arm.label: arm for arm in experiment.arms if source is None or arm.label in lrs}
         for key, record in results.of(experiment.name).items():
             # a record written by hand or by a version before fingerprints has no config to compare
