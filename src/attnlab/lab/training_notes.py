@@ -11,7 +11,7 @@ from .plan import Plan
 from .spec import Experiment, Suite, sweep_source
 from .stats import mean_std
 from .store import Record, Results
-from .sweeps import SWEEP_EXTENSIONS, SharedRate, sweep_loss
+from .sweeps import SWEEP_EXTENSIONS, SharedRate, Sweep, sweep_loss
 
 # what a perplexity metric's records were scored on, before whole-split scoring: (the key of the tokens scored
 # in whole-split records, what the earlier records read)
@@ -51,27 +51,26 @@ def _sweep_lines(experiment: Experiment, results: Results, plan: Plan) -> list[s
     """The validation loss each arm reached at each rate of its sweep (the grid, and the rates added past an edge
     that won), naming the arms whose sweep goes on and those whose best rate stays at its edge; or, before the
     sweep has run, that it has not."""
-    losses = {arm.label: plan.sweeps[experiment.name, arm.label].losses for arm in experiment.arms}
+    sweeps = {arm.label: plan.sweeps[experiment.name, arm.label] for arm in experiment.arms}
     grid = ", ".join(f"{lr:g}" for lr in sorted(experiment.lrs))
-    if all(v is None for by_lr in losses.values() for v in by_lr.values()):
+    if not any(sweep.known for sweep in sweeps.values()):
         seeds = bool(results.of(experiment.name))
         return [f"Learning-rate sweep ({grid}): not run yet." + (
             " The seeds above were trained at the preset's rate, the same for every arm; `attnlab reproduce` runs "
             "the sweep and trains again each arm whose best rate differs." if seeds else ""), ""]
-    rates = sorted({lr for by_lr in losses.values() for lr in by_lr})
+    rates = sorted({lr for sweep in sweeps.values() for lr in sweep.losses})
     lines = ["Learning-rate sweep (first seed; the lowest validation loss is chosen for every seed):", "",
              "| arm | " + " | ".join(f"lr {lr:g}" for lr in rates) + " |", "|---|" + "---|" * len(rates)]
     going_on, edges = [], []
-    for label, by_lr in losses.items():
-        known = {lr: v for lr, v in by_lr.items() if v is not None}
-        best = min(known, key=known.get, default=None)
+    for label, sweep in sweeps.items():
+        by_lr, best = sweep.losses, sweep.best
         cells = ["–" if by_lr.get(lr) is None else f"**{by_lr[lr]:.4g}**" if lr == best else f"{by_lr[lr]:.4g}"
                  for lr in rates]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
         beyond = [lr for lr, v in by_lr.items() if v is None and lr not in experiment.lrs]
         if beyond:
             going_on.append(f"{label} (lr {beyond[0]:g})")
-        elif len(by_lr) > 2 and len(known) == len(by_lr) and best in (min(by_lr), max(by_lr)):
+        elif len(by_lr) > 2 and sweep.complete and best in (min(by_lr), max(by_lr)):
             edges.append(f"{label} (lr {best:g})")
     if len(rates) > len(experiment.lrs):
         lines += ["", f"The grid ({grid}) goes on past an edge whose rate trains best, by up to {SWEEP_EXTENSIONS} "
@@ -82,10 +81,10 @@ def _sweep_lines(experiment: Experiment, results: Results, plan: Plan) -> list[s
     if edges:  # the optimum may lie beyond the rates tried
         lines += ["", f"At the sweep's edge: {', '.join(edges)}; a rate beyond it might train better."]
     decision = plan.shared_rates.get(experiment.name)
-    if unseparated := _unseparated(experiment, results, losses, decision):
+    if unseparated := _unseparated(experiment, results, sweeps, decision):
         lines += ["", f"Not separated by the sweep (the loss at another rate within the seed-to-seed spread of the "
                       f"best one's seeds): {'; '.join(unseparated)}. The best rate may be chance."]
-    lines += _sharing(decision, losses, bool(unseparated))
+    lines += _sharing(decision, sweeps, bool(unseparated))
     # a sweep's point trains at the first seed, so at the chosen rate it is the model of seed 0
     lines += ["", "Each arm's seed 0 is its sweep's own run at the chosen rate (the same model): the run that chose "
                   "the rate is one of the compared seeds, and the rate is chosen on one run's validation loss (over "
@@ -93,13 +92,14 @@ def _sweep_lines(experiment: Experiment, results: Results, plan: Plan) -> list[s
     return [*lines, ""]
 
 
-def _unseparated(experiment: Experiment, results: Results, losses: dict, decision: SharedRate | None) -> list[str]:
+def _unseparated(experiment: Experiment, results: Results, sweeps: dict[str, Sweep], decision: SharedRate | None
+                 ) -> list[str]:
     """Per arm, the rates whose sweep loss lies within one standard deviation (over the arm's seeds at its best
     rate: those the shared-rate decision read, where it is made) of the best rate's: "gla: lr 0.002 best, lr 0.001
     (+0.0001 against a spread of 0.004)"."""
     out = []
-    for label, by_lr in losses.items():
-        known = {lr: v for lr, v in by_lr.items() if v is not None}
+    for label, sweep in sweeps.items():
+        known = sweep.known
         seeds = [sweep_loss(r) for r in results.of(experiment.name, label).values()]
         if not known:
             continue
@@ -109,7 +109,7 @@ def _unseparated(experiment: Experiment, results: Results, losses: dict, decisio
             spread = mean_std(seeds)[1]
         else:
             continue
-        best = min(known, key=known.get)
+        best = sweep.best
         close = [f"lr {lr:g} ({v - known[best]:+.2g} against a spread of {spread:.2g})"
                  for lr, v in sorted(known.items()) if lr != best and v - known[best] < spread]
         if close:
@@ -117,7 +117,7 @@ def _unseparated(experiment: Experiment, results: Results, losses: dict, decisio
     return out
 
 
-def _sharing(decision: SharedRate | None, losses: dict, unseparated: bool) -> list[str]:
+def _sharing(decision: SharedRate | None, sweeps: dict[str, Sweep], unseparated: bool) -> list[str]:
     """What the sweep decided about a shared rate, where it is not the arms' own bests."""
     if decision is None:
         return ["", "Whether the arms share a rate is decided once every arm's seeds at its best rate are "
@@ -125,7 +125,7 @@ def _sharing(decision: SharedRate | None, losses: dict, unseparated: bool) -> li
     if decision.lr is None:
         return ["", "No rate lies within every arm's spread of its best, so each arm trains at its own best."
                 ] if unseparated else []
-    if {min(by_lr, key=by_lr.get) for by_lr in losses.values()} == {decision.lr}:
+    if {sweep.best for sweep in sweeps.values()} == {decision.lr}:
         return []  # every arm's own best
     return ["", f"**Shared rate:** every arm trains at lr {decision.lr:g}, a rate that no arm's sweep can tell "
                 "from its best (of such rates, the one whose losses lie least above the arms' bests), so that no "
