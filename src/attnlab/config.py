@@ -440,7 +440,7 @@ class RunConfig:
         return values
 
     def settings(self) -> dict:
-        """to_dict's values as run fingerprints hash them (attnlab.lab.plan.fingerprint): the settings of
+        """to_dict's values as run fingerprints hash them (attnlab.lab.configs.fingerprint): the settings of
         a task of TASK_SECTIONS at data.<task>, those that differ from the task's defaults, where they were before
         data.task_options, so that a run keeps its fingerprint."""
         values = self.to_dict()

@@ -26,7 +26,7 @@ def config(preset: str, changes: Changes):
 
 
 def metric_keys(experiment: Experiment, arm: Arm) -> set[str]:
-    """The result keys that runner.measure records for this experiment's metric with this arm's config."""
+    """The result keys that job.measure records for this experiment's metric with this arm's config."""
     cfg = config(arm.preset, arm.changes)
     T = cfg.train.seq_len
     if experiment.metric == "accuracy":  # MQAR adds one slice per number of test pairs
