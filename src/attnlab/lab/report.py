@@ -94,8 +94,8 @@ def experiment_table(experiment: Experiment, results: Results, columns: str = "a
             cells.append("")
         if columns == "all":
             cells.append(experiment.paper.get(arm.label, ""))
-            params = [r.params for r in results.of(experiment.name, arm.label).values() if r.params is not None]
-            cells.append(f"{params[0]:,.0f}" if params else "")
+            params = results.params(experiment.name, arm.label)
+            cells.append("" if params is None else f"{params:,.0f}")
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 

@@ -220,6 +220,10 @@ class Results:
         return {k: r for k, r in self.records.items() if k.experiment == experiment
                 and (arm is None or k.arm == arm) and (sweeps or not k.sweep)}
 
+    def params(self, experiment: str, arm: str, sweeps: bool = False) -> int | None:
+        """The arm's parameter count: its first record's that has one (None: no run yet)."""
+        return next((r.params for r in self.of(experiment, arm, sweeps).values() if r.params is not None), None)
+
     def by_seed(self, experiment: str, arm: str, metric: str) -> dict[int, float | None]:
         """The arm's values of one measured quantity, by seed in increasing order (None: never reached)."""
         records = self.of(experiment, arm).items()

@@ -38,14 +38,9 @@ def evaluate(claims: list[Claim], results: Results) -> list[tuple[Claim, Verdict
             other = claim.in_our_units(exponent)
             verdict = replace(verdict, other=(_verdict(other, results).verdict, _bar(other)))
         tokens = token_interval(claim, results) if verdict.n >= MIN_SEEDS else None
-        judged.append((claim, replace(verdict, tokens=tokens, params=_params(claim, results))))
+        params = results.params(claim.experiment, claim.arm, sweeps=True)
+        judged.append((claim, replace(verdict, tokens=tokens, params=params)))
     return judged
-
-
-def _params(claim: Claim, results: Results) -> int | None:
-    """The parameter count of the claim's arm in its experiment (its first record that has one)."""
-    params = [r.params for r in results.of(claim.experiment, claim.arm, sweeps=True).values() if r.params is not None]
-    return params[0] if params else None
 
 
 def _verdict(claim: Claim, results: Results) -> Verdict:
