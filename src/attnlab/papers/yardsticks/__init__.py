@@ -11,9 +11,9 @@ knows, so that its report shows whether these tasks tell the mechanisms apart at
 
 Tiers (the small shape of zoology's recall studies: 2 layers, d_model 64; one seed per mixer for the catalogue,
 three for the arms the claims compare):
-- `default`: parity at 16 bits, 1,500 steps a model, tested to 8x the length, and MQAR (64 tokens, 4 pairs, 1,000
-  steps) with softmax attention and the recurrent mixers at one state budget (the matched presets): 60 minutes
-  of training and evaluation on one core beside another job.
+- `default`: parity at 16 bits, 1,500 steps a model, tested to 8x the length, and MQAR (64 tokens, 4 pairs) with
+  softmax attention and the recurrent mixers at one state budget (the matched presets), each at the best of
+  zoology's four learning rates with early stopping (at most 4,000 steps), three seeds.
 - `converged`: S-NIAH pass-key at 512 characters (RULER's shortest), early stopping or 12,000 steps, tested to 4x:
   a GPU's protocol (see `converged`).
 """
@@ -43,7 +43,12 @@ RETRIEVAL_LENGTH = 512  # S-NIAH's, tested at 2x and 4x it
 # "tracks": at least this accuracy per token at 4x the training length (chance is 50%, a state that tracks
 # parity is exact at every length); "does not carry it": below this at 4x, once learned at the training length
 TRACKS, FAILS, LEARNED = 90, 60, 0.99
-MATCHED_STEPS = Changes.train(steps=1000, eval_every=1000, ckpt_every=1000)
+# the matched MQAR's training, zoology's protocol at a CPU's scale: each arm at the best of zoology's four rates
+# (logspace(-4, -2, 4)) on validation, trained until 6 evaluations bring no gain or 4,000 steps; blocks without the
+# feed-forward part (recall is the mixers' work) and compiled, as the recall suites train theirs
+ZOOLOGY_LRS = [1e-4, 4.6e-4, 2.2e-3, 1e-2]
+MATCHED_TRAINING = Changes.model(ffn=False) | Changes.train(steps=4000, eval_every=250, patience=6, min_delta=0.001,
+                                                          ckpt_every=4000, compile=True)
 # the mixers the default tier runs at one state budget: softmax attention, whose cache sets the budget, and the
 # recurrent mixers, whose width the budget decides (every mixer has its matched preset; the other attention forms
 # hold the same cache, and Boltzmann attention's sliding window would take d_model 256, a run of half an hour)
@@ -85,10 +90,11 @@ def default() -> Suite:
     matched = Experiment(
         "mqar-matched",
         f"MQAR, 64 tokens, 4 pairs, at one state budget ({presets.STATE_BUDGET // 2**10} KiB a sequence): "
-        "test accuracy",
+        "test accuracy (early stopping, the best of zoology's four learning rates on validation)",
         "accuracy",
-        [Arm(m, f"matched-{m}", MATCHED_STEPS, seeds=1) for m in MATCHED],
+        [Arm(m, f"matched-{m}", MATCHED_TRAINING) for m in MATCHED],
         "softmax",
+        lrs=ZOOLOGY_LRS,
         note="Each mixer at the widest d_model whose state at 64 tokens fits the budget, that of the mqar preset's "
              "softmax attention (its keys and values): recall at equal memory, as zoology and Based compare it.",
     )
