@@ -666,3 +666,55 @@ def test_a_paired_token_bootstrap_gives_the_validation_samples_share_of_the_unce
     assert token_interval(claim, results).interval is None
     assert "the validation tokens alone: not measured (2 of 5 seeds keep them, 3 needed)" in \
         table([claim], results)[2]
+
+
+# chance floors that the tasks declare
+
+
+def test_each_task_declares_the_accuracy_a_model_reaches_without_learning_it():
+    from attnlab.data import TASKS
+    from attnlab.data.mqar import MQARConfig
+    from attnlab.data.niah import NIAHConfig
+    from attnlab.data.state_tracking import ParityConfig, S5Config
+
+    pooled = MQARConfig(pairs=4, test_pairs=[1, 2, 4])  # one query of 1 pair, two of 2, four of 4: 3 right of 7
+    assert TASKS["mqar"].floor(pooled, "accuracy").value == pytest.approx(3 / 7)
+    assert TASKS["mqar"].floor(pooled, "pairs=2").value == 0.5
+    assert TASKS["mqar"].floor(MQARConfig(pairs=16), "accuracy").value == 1 / 16
+    assert TASKS["parity"].floor(ParityConfig(), "acc@64").value == 0.5
+    assert TASKS["s5"].floor(S5Config(), "accuracy").value == 1 / 120
+    assert TASKS["niah"].floor(NIAHConfig(kind="multikey", keys=4), "niah@512").value == 0.25
+    assert TASKS["niah"].floor(NIAHConfig(), "niah@512") is None  # one needle: guessing its digits, ~0
+
+
+def kv16(gla: list[float], ccq: list[float]) -> Results:
+    return add_runs(add_runs(toy_results(), "kv16", "gla", gla, "accuracy"), "kv16", "ccq-gla", ccq, "accuracy")
+
+
+def test_arms_near_a_chance_floor_above_zero_are_untestable_here():
+    from attnlab.data import TASKS
+    from attnlab.data.mqar import MQARConfig
+
+    copying = TASKS["mqar"].floor(MQARConfig(pairs=16), "accuracy")  # 6.25%
+    floors = lambda experiment, key: copying  # noqa: E731
+    claim = Claim("CCQ-GLA beats GLA on MQAR", "kv16", "accuracy", "ccq-gla", "gla", "higher", scale=100)
+    results = kv16([0.066, 0.068, 0.070], [0.064, 0.070, 0.069])  # a point above copying: Δ undetectable
+    (_, blind), = evaluate([claim], results)
+    (_, seen), = evaluate([claim], results, floors)
+    assert blind.verdict == "inconclusive"  # 0 is the only floor a metric knows: 6.8% is far from it
+    assert seen.verdict == "untestable here" and "6.25% (copying a value from the context)" in seen.reason
+    assert f"(≥ {blind.detectable:.3g})" in seen.reason  # no paper effect: the bar is what these seeds detect
+    under = evaluate([claim], kv16([0.03, 0.02, 0.025], [0.02, 0.035, 0.03]), floors)[0][1]
+    assert under.verdict == "untestable here" and "at or under the task's chance floor" in under.reason
+    learned = evaluate([claim], kv16([0.30, 0.32, 0.31], [0.40, 0.43, 0.41]), floors)[0][1]
+    assert learned.verdict == "agrees"
+
+
+def test_an_unmeasured_ablation_blocks_a_claim_without_a_papers_effect():
+    claim = Claim("CCQ-GLA beats GLA on MQAR", "kv16", "accuracy", "ccq-gla", "gla", "higher", scale=100,
+                  ablation="ablated_accuracy")
+    results = kv16([0.50, 0.52, 0.49], [0.80, 0.81, 0.79])
+    v = evaluate([claim], results)[0][1]
+    assert v.verdict == "inconclusive" and "not been measured with its own component removed" in v.reason
+    add_runs(results, "kv16", "ccq-gla", [0.5, 0.5, 0.5], "ablated_accuracy")
+    assert evaluate([claim], results)[0][1].verdict == "agrees"

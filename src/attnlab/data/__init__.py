@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from . import brackets, mqar, niah, state_tracking  # noqa: F401  (the built-in tasks, registered on import)
 from .corpus import TokenCorpus, load_corpus
-from .tasks import TASKS, NoOptions, Task, register_task
+from .tasks import TASKS, Floor, NoOptions, Task, register_task
 from .tokenizer import ByteTokenizer, CharTokenizer, tokenizer_from_dict
 
-__all__ = ["TASKS", "ByteTokenizer", "CharTokenizer", "NoOptions", "Task", "TokenCorpus", "load_corpus", "load_data",
+__all__ = ["TASKS", "ByteTokenizer", "CharTokenizer", "Floor", "NoOptions", "Task", "TokenCorpus", "load_corpus", "load_data",
            "register_task", "tokenizer_from_dict"]
 
 

@@ -18,7 +18,7 @@ import torch
 
 from ..errors import ConfigError
 from .examples import TEST_SEED_OFFSET, VAL_SEED_OFFSET, FixedExamples, check_counts
-from .tasks import Task, register_task
+from .tasks import Floor, Task, register_task
 from .tokenizer import IdTokenizer
 
 
@@ -110,5 +110,16 @@ def load(cfg: MQARConfig, seq_len: int) -> MQARData:
     return data
 
 
+def floor(cfg: MQARConfig, key: str) -> Floor | None:
+    """Copying a value of the context at random answers a query of P pairs right 1 time in P; the pooled accuracy
+    weighs each test slice by its queries (P per example, as many examples each): sum_P P * (1/P) / sum_P P."""
+    pairs = cfg.test_pairs or [cfg.pairs]
+    if key == "accuracy":
+        return Floor(len(pairs) / sum(pairs), "copying a value from the context")
+    if key.startswith("pairs=") and int(key.removeprefix("pairs=")) in pairs:
+        return Floor(1 / int(key.removeprefix("pairs=")), "copying a value from the context")
+    return None
+
+
 register_task(Task("mqar", load, MQARConfig, vocab_size=lambda cfg: cfg.vocab_size,
-                   needs="a run trained on data.source=mqar (e.g. attnlab train mqar)"))
+                   needs="a run trained on data.source=mqar (e.g. attnlab train mqar)", floor=floor))

@@ -24,7 +24,7 @@ import torch
 from ..errors import ConfigError, UserError
 from ..typed import check_choices
 from .examples import TEST_SEED_OFFSET, VAL_SEED_OFFSET, FixedExamples, check_counts
-from .tasks import Task, register_task, trained_on_text
+from .tasks import Floor, Task, register_task, trained_on_text
 from .texts import python_docs_text, source_text
 from .tokenizer import CharTokenizer
 
@@ -287,6 +287,12 @@ def evaluate_run(run, options: NIAHEval) -> None:
         print(f"S-NIAH {kind} at {length} tokens, accuracy by depth  {cells}")
 
 
+def floor(cfg: NIAHConfig, key: str) -> Floor | None:
+    """Multikey: answering with one of the haystack's needles at random is right 1 time in `keys`; the other kinds
+    ask for the one needle there is, so that guessing its digits is the floor (10^-7 and less): none above 0."""
+    return Floor(1 / cfg.keys, f"answering one of the {cfg.keys} needles") if cfg.kind == "multikey" else None
+
+
 register_task(Task("niah", load, NIAHConfig, evaluate=evaluate_run, eval_options=NIAHEval,
                    fits=lambda run: trained_on_text(run) or run.config.data.source == "niah",
-                   needs="a run trained on text or on data.source=niah"))
+                   needs="a run trained on text or on data.source=niah", floor=floor))

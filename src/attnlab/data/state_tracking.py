@@ -27,7 +27,7 @@ import torch
 
 from ..errors import ConfigError
 from .examples import TEST_SEED_OFFSET, VAL_SEED_OFFSET, FixedExamples, check_counts
-from .tasks import Task, register_task
+from .tasks import Floor, Task, register_task
 from .tokenizer import IdTokenizer
 
 
@@ -176,6 +176,11 @@ class WordProblem(FixedExamples):
                 f"{self.vocab_size}" + (f", tested also at {longer} the length" if longer else ""))
 
 
+def floor(cfg, key: str) -> Floor:
+    """Guessing an element of the group at every position: right 1 time in |G| (parity: 1 in 2), at any length."""
+    return Floor(1 / cfg.order(), f"guessing one of the group's {cfg.order()} elements")
+
+
 for _options in (ParityConfig, ModularConfig, S5Config, A5Config):
     register_task(Task(_options.task, WordProblem, _options, vocab_size=lambda cfg: cfg.order(),
-                       needs=f"a run trained on data.source={_options.task}"))
+                       needs=f"a run trained on data.source={_options.task}", floor=floor))

@@ -5,7 +5,7 @@ Each task's module registers it (`register_task`), as a module kept outside attn
 how its data loads for a sequence length, the dataclass of its settings (`data.task_options.<name>.<field>`,
 typed as a mixer's `model.mixer_options` are), its vocabulary before any data loads (for the model's shapes), and
 how `attnlab eval --task` measures a run with it (with the settings of the dataclass `eval_options`, which the
-command's flags fill) and which runs it fits.
+command's flags fill), which runs it fits, and the accuracy a model reaches without learning it (its chance floor).
 """
 
 from __future__ import annotations
@@ -44,13 +44,30 @@ def test_accuracy(run, options) -> None:
 
 
 @dataclass(frozen=True)
+class Floor:
+    """The accuracy of a test that a model reaches without learning the task, and the strategy that reaches it."""
+
+    value: float  # a fraction, as the accuracies are
+    how: str  # "copying a value from the context"
+
+    def __str__(self) -> str:
+        return f"{100 * self.value:.3g}% ({self.how})"
+
+
+def no_floor(options, key: str) -> Floor | None:
+    """A task that declares no chance floor: its accuracies start at 0."""
+    return None
+
+
+@dataclass(frozen=True)
 class Task:
     """load(options, seq_len) -> the data source (see `attnlab.data`), options being an `options` instance (the
     typed data.task_options.<name>); vocab_size(options) -> its vocabulary before the data loads, exact or a
     bound; evaluate(run, eval_options) prints `attnlab eval --task <name>`'s measurement, eval_options being an
     `eval_options` instance made from the command's flags (the run's own settings are run.config.data's
     task_config()); fits(run) says whether a run can be measured by it (by default: trained on it), and needs
-    what a run that cannot lacks."""
+    what a run that cannot lacks; floor(options, key) is the chance floor (Floor) of the accuracy its tests record
+    under key (a slice's or the pooled one), None where it has none above 0."""
 
     name: str
     load: Callable
@@ -60,6 +77,7 @@ class Task:
     eval_options: type = NoOptions
     fits: Callable | None = None
     needs: str = ""
+    floor: Callable = no_floor
 
     def fits_run(self, run) -> bool:
         return self.fits(run) if self.fits else run.config.data.source == self.name

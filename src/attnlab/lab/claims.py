@@ -51,17 +51,22 @@ The unconverted number is shown only as the paper's.
   baseline to calibrate has no run;
 - *untestable here* if the paper's effect cannot occur on the metric given the baseline: an accuracy that would have
   to pass 100% (or fall below 0%), or a growth ratio that would have to fall below 1 (flatter than flat); or if the
-  arm and its baseline both score within the paper's effect (an equal claim: its margin) of one bound of the metric:
-  both at chance or at 0%, where neither learned what would separate them, or both at 100%, where they agree
-  whatever their mechanisms;
+  arm and its baseline both score no more than the bar above the task's chance floor, or both within the bar of
+  100%. The bar is the paper's effect (an equal claim: its margin), or where the paper gives none the smallest
+  effect these seeds detect (Power, below). The chance floor is what a model scores without learning the task,
+  declared by the task for each test: on MQAR, copying a value from the context (1/P with P pairs, and pooled over
+  slices as the accuracy pools them: 3/7 over 1, 2 and 4 pairs), on a word problem guessing an element of the group
+  (parity 50%), on multikey S-NIAH answering one of its needles; 0% where a task declares none. At the floor
+  neither arm learned what would separate them; at 100% they agree whatever their mechanisms. The row names the
+  floor;
 - *inconclusive* if the claim checks engagement (below) and the arm has not been measured with its component
-  removed: whether the trained model uses its mechanism is unknown;
+  removed, with or without a paper's effect: whether the trained model uses its mechanism is unknown;
 - *mechanism not engaged* if removing the mechanism's own component at evaluation (its couplings, its step, its
   correction, its query path) moves the metric by less than the paper's effect (an equal claim: less than its
   margin, so the arm without the component would be at parity too) in the median seed: the trained model does not
   use it enough to show it (one seed's large move does not make it engaged while the others' are small). Not
-  where the arm scores so near the metric's floor (an accuracy near 0) that no removal could lower it that far: a
-  model that has not learned the task cannot show how it uses the component;
+  where the arm scores so near the task's chance floor (or an accuracy's 0) that no removal could lower it that far:
+  a model that has not learned the task cannot show how it uses the component;
 - *inconclusive* if the experiment's control arm (softmax attention on recall) did not learn the task, or if Δ is the
   same in every seed (no spread to judge it by).
 

@@ -24,6 +24,7 @@ from typing import Literal
 import torch
 
 from ..config import RunConfig, TrainConfig
+from ..data import TASKS, Floor
 from ..errors import UserError
 from ..model import Decoder
 from .claims import anchors_of, failed_calibrations
@@ -88,6 +89,14 @@ class Plan:
         """How an arm's seeds train (steps, stopping), from its first seed's config."""
         return next(job.cfg.train for job in self.jobs if (job.key.experiment, job.key.arm) == (experiment, arm)
                     and not job.key.sweep)
+
+    def floor(self, experiment: str, key: str) -> Floor | None:
+        """The chance floor of an experiment's accuracy under key (Task.floor of the task its runs train on);
+        None for a text corpus, a task without one, or an experiment not in the plan."""
+        data = next((job.cfg.data for job in self.jobs if job.key.experiment == experiment), None)
+        if data is None or data.source not in TASKS:
+            return None
+        return TASKS[data.source].floor(data.task_config(), key)
 
 
 def plan(suite: Suite, experiments: list[Experiment], results: Results, settings: Settings,

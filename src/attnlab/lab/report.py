@@ -12,7 +12,7 @@ from .metrics import get_metric
 from .plan import Plan
 from .seeds_needed import settle_lines
 from .spec import Experiment, Suite, ablated
-from .state_size import ruler_grid, state_section
+from .state_size import ruler_grid, state_section, unlearned
 from .stats import mean_std, paired_difference
 from .store import Results, RunKey, describe_setting
 from .training_notes import SAMPLES, caveats, training_table
@@ -69,10 +69,12 @@ def describe_run(suite: Suite, results: Results, plan: Plan) -> str:
             f"{seconds / 60:.1f} minutes of training and evaluation")
 
 
-def experiment_table(experiment: Experiment, results: Results, columns: str = "all") -> list[str]:
+def experiment_table(experiment: Experiment, results: Results, columns: str = "all", floored: dict | None = None
+                     ) -> list[str]:
     """Markdown table: one row per arm; columns='all' shows every measured quantity, the paper and the
-    parameter count, 'main' only the first quantity and its difference to the baseline."""
-    keys = _keys(results, experiment)
+    parameter count, 'main' only the first quantity and its difference to the baseline. floored: the arms at their
+    task's chance floor (state_size.unlearned), shown as not learned rather than by their accuracies."""
+    keys, floored = _keys(results, experiment), floored or {}
     scale, unit = _scale(experiment)
     shown = keys if columns == "all" else keys[:1]
     compared = len(experiment.arms) > 1  # a one-arm experiment has nothing to take a difference to
@@ -81,12 +83,15 @@ def experiment_table(experiment: Experiment, results: Results, columns: str = "a
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
 
     for arm in experiment.arms:
+        floor = floored.get(arm.label)
         cells = [arm.label]
         for key in shown:
             values = [v if v is None else scale * v for v in _values(results, experiment, arm.label, key)]
             cells.append(_cell(values, unit) if values else "–")
+        if floor is not None and shown:  # its accuracies are no recall figures
+            cells[1:] = [f"*not learned*: at or under the chance floor, {floor}", *["–"] * (len(shown) - 1)]
         first, base = _paired(results, experiment, arm.label, keys[0]) if keys else ([], [])
-        if first and arm.label != experiment.baseline:
+        if first and floor is None and experiment.baseline not in floored and arm.label != experiment.baseline:
             diff, half = (scale * x for x in paired_difference(first, base))
             interval = "" if half != half else f" [{diff - half:+.3g}, {diff + half:+.3g}]"
             cells.append(f"{diff:+.4g}{interval}{' pp' if unit else ''}")  # a difference of % is in points
@@ -167,7 +172,7 @@ def write_report(suite: Suite, results: Results, plan: Plan, out_dir: str | Path
                   "under the paper's protocol; a claim whose baseline does not is *not calibrated*, and once the "
                   "baseline has all its seeds, the experiment's other arms are not trained.", "",
                   *calibration, ""]
-    engagement = engagement_lines(suite.claims, results)
+    engagement = engagement_lines(suite.claims, results, plan.floor)
     components = [e for e in suite.experiments if e.component]
     if engagement or components:
         sizes = " Below it, the learned component's size, seed by seed, as the paper shows it." if components else ""
@@ -178,12 +183,12 @@ def write_report(suite: Suite, results: Results, plan: Plan, out_dir: str | Path
         for experiment in components:
             lines += experiment_section(suite, experiment, results, plan, out, "###")
     if suite.claims:
-        judged = evaluate(suite.claims, results)
+        judged = evaluate(suite.claims, results, plan.floor)
         figure = plot_claims(judged, out / "claims.png")
         table = verdict_table(judged, planned_seeds(suite, plan), caveats(suite, results, plan))
         lines += ["## Verdicts", "", *table, "", f"![the claims]({figure.name})", "",
                   *settle_lines(suite, judged, results, plan), RULES, ""]
-    lines += state_section(suite, results, out)
+    lines += state_section(suite, results, out, plan.floor)
     for experiment in suite.experiments:
         lines += [] if experiment.component else experiment_section(suite, experiment, results, plan, out, "##")
     path = out / "report.md"
@@ -197,13 +202,14 @@ def experiment_section(suite: Suite, experiment: Experiment, results: Results, p
     lines = [f"{heading} {experiment.title}", ""]
     if experiment.note:
         lines += [experiment.note, ""]
-    lines += experiment_table(experiment, results)
+    floored = unlearned(experiment, results, plan.floor)
+    lines += experiment_table(experiment, results, floored=floored)
     lines += seed_table(experiment, results) if experiment.component else []
     lines += scoring_lines(experiment, results)
     keys = _keys(results, experiment)
     lines += ruler_grid(experiment, results)
     if keys:
-        figure = _plot(experiment, results, keys, out)
+        figure = _plot(experiment, results, keys, out, floored)
         lines += ["", f"![{experiment.title}]({figure.name})"]
     return [*lines, "", *training_table(suite, experiment, results, plan), ""]
 
@@ -224,8 +230,10 @@ def _command(suite: Suite, results: Results) -> str:
     return f"attnlab reproduce {suite.name}" + ("" if suite.tier == "default" else f" --tier {suite.tier}") + flags
 
 
-def _plot(experiment: Experiment, results: Results, keys: list[str], out: Path) -> Path:
-    labels = [arm.label for arm in experiment.arms]
+def _plot(experiment: Experiment, results: Results, keys: list[str], out: Path, floored: dict) -> Path:
+    """The experiment's figure: each arm's curve over lengths, or its paired difference to the baseline; an arm at
+    its chance floor (floored) is named as not learned instead of drawn."""
+    labels = [arm.label for arm in experiment.arms if arm.label not in floored]
     fig, ax = new_figure(figsize=(8.5 if len(labels) > 10 else 6.5, 3.8))
     scale, _ = _scale(experiment)
     curve = get_metric(experiment.metric).curve
@@ -241,16 +249,20 @@ def _plot(experiment: Experiment, results: Results, keys: list[str], out: Path) 
         ax.set(xlabel=curve.xlabel, ylabel=curve.ylabel, **({"xscale": "log"} if curve.log_x else {}))
         ax.legend(fontsize=7 if many else 8, **({"loc": "center left", "bbox_to_anchor": (1.01, 0.5)} if many else {}))
     else:
-        _plot_differences(ax, experiment, results, keys[0])
+        _plot_differences(ax, experiment, results, keys[0], floored)
+    if floored:
+        ax.text(0.01, 0.01, f"not learned (at or under the chance floor, {next(iter(floored.values()))}): "
+                + ", ".join(floored), transform=ax.transAxes, fontsize=6)
     ax.set_title(experiment.title, fontsize=9)
     return save_figure(fig, out / f"{experiment.name}.png", dpi=110)
 
 
-def _plot_differences(ax, experiment: Experiment, results: Results, key: str) -> None:
+def _plot_differences(ax, experiment: Experiment, results: Results, key: str, floored: dict) -> None:
     """Each arm's paired difference to the baseline with its 95% interval (one seed: a hollow point), so that
-    a difference of 1% is as visible as one of 50%."""
+    a difference of 1% is as visible as one of 50%; none where the arm or the baseline did not learn the task."""
     scale, unit = _scale(experiment)
-    arms = [arm.label for arm in experiment.arms if arm.label != experiment.baseline]
+    arms = [arm.label for arm in experiment.arms if arm.label != experiment.baseline and arm.label not in floored]
+    arms = [] if experiment.baseline in floored else arms
     for row, label in enumerate(arms):
         values, base = _paired(results, experiment, label, key)
         if not values:
@@ -278,11 +290,12 @@ def summary_section(folder: Path, suite: Suite, results: Results, plan: Plan) ->
              f"`{_command(suite, results)}`: {describe_run(suite, results, plan)}. Full report: [{report}]({report}).",
              "", *left_out]
     if suite.claims:
-        judged = evaluate(suite.claims, results)
+        judged = evaluate(suite.claims, results, plan.floor)
         table = verdict_table(judged, planned_seeds(suite, plan), caveats(suite, results, plan))
         return [*lines, *table, ""]
     for experiment in suite.experiments:
-        lines += [f"**{experiment.title}**", "", *experiment_table(experiment, results, columns="main"), ""]
+        floored = unlearned(experiment, results, plan.floor)
+        lines += [f"**{experiment.title}**", "", *experiment_table(experiment, results, "main", floored), ""]
     return lines
 
 

@@ -6,8 +6,10 @@ hold (metrics.NIAH_DEPTHS, metrics.STATE_BYTES).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
+from ..data import Floor
 from ..plots import new_figure, save_figure
 from .metrics import NIAH_DEPTHS, STATE_BYTES
 from .spec import Experiment, Suite
@@ -58,40 +60,69 @@ def accuracy_key(experiment: Experiment, results: Results) -> str | None:
     return keys[0] if keys else None
 
 
-def state_section(suite: Suite, results: Results, out: Path) -> list[str]:
+Floors = Callable[[str, str], "Floor | None"]  # (experiment, results key) -> its accuracy's chance floor (Plan.floor)
+
+
+def unlearned(experiment: Experiment, results: Results, floors: Floors) -> dict[str, Floor]:
+    """The arms whose mean accuracy at the training length is at or under the task's chance floor, with the floor:
+    they did not learn the task, so no accuracy of theirs is shown as what they recall."""
+    key = accuracy_key(experiment, results)
+    floor = floors(experiment.name, key) if key else None
+    if floor is None:
+        return {}
+    means = {arm.label: [v for v in results.by_seed(experiment.name, arm.label, key).values() if v is not None]
+             for arm in experiment.arms}
+    return {label: floor for label, values in means.items() if values and mean_std(values)[0] <= floor.value}
+
+
+def state_section(suite: Suite, results: Results, out: Path, floors: Floors) -> list[str]:
     """Markdown and one figure (state.png): for each experiment whose records hold their state size, each arm's
-    accuracy at the training length against its state in bytes; [] where none do."""
+    accuracy at the training length against its state in bytes (an arm at its chance floor: "not learned"); []
+    where none do."""
     keys = {e.name: key for e in suite.experiments if (key := accuracy_key(e, results))}
     panels = [(e, state_points(e, results, keys[e.name])) for e in suite.experiments if e.name in keys]
-    panels = [(e, points) for e, points in panels if points]
+    panels = [(e, points, unlearned(e, results, floors)) for e, points in panels if points]
     if not panels:
         return []
     fig, axes = new_figure(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
     lines = ["## Accuracy against state size", "", "Each arm's accuracy at the training length against the state a "
-             "sequence holds there (bytes: a KV cache grows with the length, a recurrent state does not).", "",
+             "sequence holds there (bytes: a KV cache grows with the length, a recurrent state does not); an arm at "
+             "or under the task's chance floor is *not learned*, and shown without a point.", "",
              "| experiment | " + " | ".join(f"{label}" for label in _labels(panels)) + " |",
              "|---|" + "---|" * len(_labels(panels))]
-    for ax, (experiment, points) in zip(axes[0], panels, strict=True):
-        for label, (size, value) in points.items():
-            ax.plot(size, 100 * value, "o")
-            ax.annotate(label, (size, 100 * value), fontsize=7, xytext=(3, 3), textcoords="offset points")
-        ax.set(xscale="log", xlabel="state per sequence (bytes)", ylabel=f"{keys[experiment.name]} (%)")
-        ax.set_title(experiment.title, fontsize=8)
-        cells = [_size_cell(points.get(label)) for label in _labels(panels)]
+    for ax, (experiment, points, floored) in zip(axes[0], panels, strict=True):
+        _state_panel(ax, experiment, points, floored)
+        ax.set_ylabel(f"{keys[experiment.name]} (%)")
+        cells = [_size_cell(points.get(label), label in floored) for label in _labels(panels)]
         lines.append(f"| {experiment.name} | " + " | ".join(cells) + " |")
     figure = save_figure(fig, out / "state.png", dpi=110)
     return [*lines, "", f"![accuracy against state size]({figure.name})", ""]
 
 
+def _state_panel(ax, experiment: Experiment, points: dict, floored: dict[str, Floor]) -> None:
+    """One experiment's points, its chance floor as a dashed line, and the arms that did not learn named below."""
+    for label, (size, value) in points.items():
+        if label not in floored:
+            ax.plot(size, 100 * value, "o")
+            ax.annotate(label, (size, 100 * value), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    if floored:
+        floor = next(iter(floored.values()))
+        ax.axhline(100 * floor.value, color="gray", lw=0.8, ls="--")
+        ax.text(0.02, 0.02, "not learned (at or under the dashed chance floor): " + ", ".join(floored),
+                transform=ax.transAxes, fontsize=6, wrap=True)
+    ax.set(xscale="log", xlabel="state per sequence (bytes)")
+    ax.set_title(experiment.title, fontsize=8)
+
+
 def _labels(panels: list) -> list[str]:
-    return list(dict.fromkeys(label for _, points in panels for label in points))
+    return list(dict.fromkeys(label for _, points, _ in panels for label in points))
 
 
-def _size_cell(point: tuple[int, float] | None) -> str:
+def _size_cell(point: tuple[int, float] | None, floored: bool = False) -> str:
     if point is None:
         return ""
     size, value = point
-    return f"{100 * value:.1f}% at {_bytes(size)}"
+    return f"not learned, at {_bytes(size)}" if floored else f"{100 * value:.1f}% at {_bytes(size)}"
 
 
 def _bytes(size: int) -> str:

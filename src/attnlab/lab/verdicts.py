@@ -7,10 +7,14 @@ paired bootstrap of blocks) and the size of the arm's model."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 
+from ..data import Floor
 from .claims import (
     MIN_SEEDS,
     SAME_FRACTION,
@@ -27,30 +31,40 @@ from .claims import (
 )
 from .store import Results, RunKey
 
+Floors = Callable[[str, str], "Floor | None"]  # (experiment, results key) -> its accuracy's chance floor
 
-def evaluate(claims: list[Claim], results: Results) -> list[tuple[Claim, Verdict]]:
+
+def no_floors(experiment: str, key: str) -> Floor | None:
+    """Accuracies whose floor is their metric's least value (hand-built results without a plan)."""
+    return None
+
+
+def evaluate(claims: list[Claim], results: Results, floors: Floors = no_floors) -> list[tuple[Claim, Verdict]]:
     """Each claim's verdict: the checks RULES lists before judging, then the rule on its interval, in our units
-    (the same nats per character), with the verdict under the other transfer assumption beside it."""
+    (the same nats per character), with the verdict under the other transfer assumption beside it. floors:
+    (experiment, results key) -> the chance floor of that accuracy (Plan.floor), None where it has none."""
     judged = []
     for claim in claims:
-        verdict = _verdict(claim.in_our_units(), results)
+        floor = floors(claim.experiment, claim.metric) if isinstance(claim.metric, str) else None
+        verdict = _verdict(claim.in_our_units(), results, floor)
         if claim.chars_per_token is not None and (exponent := claim.exponent(SAME_FRACTION, results)) is not None:
             other = claim.in_our_units(exponent)
-            verdict = replace(verdict, other=(_verdict(other, results).verdict, _bar(other)))
+            verdict = replace(verdict, other=(_verdict(other, results, floor).verdict, _bar(other)))
         tokens = token_interval(claim, results) if verdict.n >= MIN_SEEDS else None
         params = results.params(claim.experiment, claim.arm, sweeps=True)
         judged.append((claim, replace(verdict, tokens=tokens, params=params)))
     return judged
 
 
-def _verdict(claim: Claim, results: Results) -> Verdict:
+def _verdict(claim: Claim, results: Results, floor: Floor | None) -> Verdict:
     """The verdict of a claim in our units."""
     verdict = judge(paired_deltas(claim, results), claim)
     if (reason := not_calibrated(claim, results)) is not None:  # whatever the claim's own seeds
         return replace(verdict, verdict="not calibrated", reason=reason)
     if verdict.n >= MIN_SEEDS:
-        for check, word in ((uncalibrated, "inconclusive"), (untestable, "untestable here"),
-                            (unmeasured, "inconclusive"), (not_engaged, "mechanism not engaged"),
+        for check, word in ((uncalibrated, "inconclusive"),
+                            (partial(untestable, floor=floor, detectable=verdict.detectable), "untestable here"),
+                            (unmeasured, "inconclusive"), (partial(not_engaged, floor=floor), "mechanism not engaged"),
                             (not_learned, "inconclusive")):
             if (reason := check(claim, results)) is not None:
                 return replace(verdict, verdict=word, reason=reason)
@@ -69,46 +83,66 @@ def uncalibrated(claim: Claim, results: Results) -> str | None:
     return f"the calibration is not measured yet: {'; '.join(lines)}" if lines else None
 
 
-def untestable(claim: Claim, results: Results) -> str | None:
-    """Why the metric cannot show the claim (None if it can): the arm and its baseline both sit at one of its
-    bounds, within the paper's effect (an equal claim: the margin) of it, so that neither learned what separates
-    them (both at chance, both at 0%) or both are at the ceiling, where they agree whatever their mechanisms; or
-    the paper's effect would carry the arm past a bound from where the baseline is."""
-    limits, bar = claim.limits, _bar(claim)
-    if limits is None or bar is None or claim.baseline is None or claim.contrast or claim.relative:
+def untestable(claim: Claim, results: Results, floor: Floor | None = None, detectable: float = math.nan
+               ) -> str | None:
+    """Why the metric cannot show the claim (None if it can): the paper's effect would carry the arm past a bound
+    from where the baseline is; or the arm and its baseline both lie within the bar (the paper's effect, an equal
+    claim's margin, or without either the detectable effect) of one end: at or under the task's chance floor
+    (`floor`; 0 where it has none), where neither learned what separates them, or at the ceiling, where they
+    agree whatever their mechanisms."""
+    limits = claim.limits
+    if limits is None or claim.baseline is None or claim.contrast or claim.relative:
         return None
     base = arm_mean(results, claim.experiment, claim.baseline, claim.metric)
     arm = arm_mean(results, claim.experiment, claim.arm, claim.metric)
     if base is None or arm is None:
         return None
-    target = claim.target
-    if claim.direction != "equal":  # (an equal claim's margin lies on both sides: there is room)
+    if (target := claim.target) is not None and claim.direction != "equal":  # an equal claim's margin has room
         room = claim.scale * ((limits[1] if target > 0 else limits[0]) - base)  # the most Δ can be on that side
         if abs(room) < abs(target):
             return (f"{claim.baseline} scores {claim.scale * base:.4g} and the metric stops at "
                     f"{claim.scale * limits[1 if target > 0 else 0]:g}, so no arm can show the paper's "
                     f"{claim.signed(target)}")
-    for bound, name in zip(limits, ("floor", "ceiling"), strict=True):
-        if all(abs(claim.scale * (value - bound)) <= abs(bar) for value in (arm, base)):
-            size = claim.signed(abs(bar)).lstrip("+")
-            shown = f"parity within ±{size}" if claim.direction == "equal" else f"the paper's {claim.signed(bar)}"
-            edge = "starts" if name == "floor" else "stops"
-            return (f"{claim.arm} and {claim.baseline} both score within {size} of the metric's {name} "
-                    f"({claim.scale * arm:.4g} and {claim.scale * base:.4g}; it {edge} at {claim.scale * bound:g}), "
-                    f"so it cannot show {shown}")
+    return _at_an_end(claim, arm, base, floor, detectable)
+
+
+def _at_an_end(claim: Claim, arm: float, base: float, floor: Floor | None, detectable: float) -> str | None:
+    """Why the arm and baseline both sit at an end of the metric (None if they do not): no more than the bar above
+    the chance floor (at or under it, whatever the bar), or within the bar of the ceiling. Without a paper's effect
+    or margin the bar is the detectable effect, while it is under half the metric's span (more: these seeds cannot
+    place the arms at either end)."""
+    limits, paper = claim.limits, _bar(claim)
+    low = limits[0] if floor is None else floor.value
+    bar = paper if paper is not None else detectable if detectable < claim.scale * (limits[1] - low) / 2 else 0.0
+    size = claim.signed(abs(bar)).lstrip("+")
+    shown = (f"parity within ±{size}" if claim.direction == "equal" else f"the paper's {claim.signed(paper)}"
+             if paper is not None else f"an effect these seeds detect (≥ {size})")
+    scores = f"{claim.scale * arm:.4g} and {claim.scale * base:.4g}"
+    if all(claim.scale * (value - low) <= abs(bar) for value in (arm, base)):
+        if floor is None:
+            where = f"within {size} of the metric's floor ({scores}; it starts at {claim.scale * low:g})"
+        elif all(value <= low for value in (arm, base)):
+            return (f"{claim.arm} and {claim.baseline} both score at or under the task's chance floor, {floor}: "
+                    f"{scores}, so neither has learned what the claim compares")
+        else:
+            where = f"no more than {size} above the task's chance floor, {floor}: {scores}"
+        return f"{claim.arm} and {claim.baseline} both score {where}, so it cannot show {shown}"
+    if bar and all(claim.scale * abs(limits[1] - value) <= abs(bar) for value in (arm, base)):
+        return (f"{claim.arm} and {claim.baseline} both score within {size} of the metric's ceiling ({scores}; it "
+                f"stops at {claim.scale * limits[1]:g}), so it cannot show {shown}")
     return None
 
 
 def unmeasured(claim: Claim, results: Results) -> str | None:
     """Why it is unknown whether the arm uses its mechanism: the claim checks engagement and no seed has been
     measured with the component removed (None otherwise). `attnlab reproduce` measures it."""
-    if claim.ablation is None or _bar(claim) is None or _ablation_moves(claim, results):
+    if claim.ablation is None or _ablation_moves(claim, results):
         return None
     return (f"{claim.arm} has not been measured with its own component removed, so whether it uses the mechanism "
             f"is unknown (`attnlab reproduce` measures it)")
 
 
-def not_engaged(claim: Claim, results: Results) -> str | None:
+def not_engaged(claim: Claim, results: Results, floor: Floor | None = None) -> str | None:
     """Why the trained arm does not use its mechanism enough to show the paper's effect: removing the component
     at evaluation moves the metric by less than that effect (None if it moves it more, or was not measured). For
     an equal claim the bar is its margin: a component that moves the metric less would leave the arm without it
@@ -117,7 +151,7 @@ def not_engaged(claim: Claim, results: Results) -> str | None:
     if claim.ablation is None or bar is None:
         return None
     moves = _ablation_moves(claim, results)
-    if not moves or _near_floor(claim, results, bar):
+    if not moves or _near_floor(claim, results, bar, floor):
         return None
     # seed by seed: one seed's large move does not make a mechanism the other seeds leave unused engaged
     median = statistics.median(abs(move) for move in moves)
@@ -149,12 +183,13 @@ def _bar(claim: Claim) -> float | None:
     return claim.threshold if claim.direction == "equal" else claim.target
 
 
-def _near_floor(claim: Claim, results: Results, bar: float) -> bool:
-    """Whether the arm's mean lies nearer its bounded metric's least value than `bar` (in the claim's units)."""
+def _near_floor(claim: Claim, results: Results, bar: float, floor: Floor | None = None) -> bool:
+    """Whether the arm's mean lies less than `bar` (in the claim's units) above its bounded metric's least value,
+    or above the task's chance floor where it has one: a model that has not learned the task."""
     mean = arm_mean(results, claim.experiment, claim.arm, claim.metric)
     if claim.limits is None or claim.relative or mean is None:
         return False
-    return claim.scale * (mean - claim.limits[0]) < abs(bar)
+    return claim.scale * (mean - (claim.limits[0] if floor is None else floor.value)) < abs(bar)
 
 
 def not_learned(claim: Claim, results: Results) -> str | None:
@@ -185,7 +220,7 @@ def calibration_lines(claims: list[Claim], results: Results, planned=None) -> li
     return lines
 
 
-def engagement_lines(claims: list[Claim], results: Results) -> list[str]:
+def engagement_lines(claims: list[Claim], results: Results, floors: Floors = no_floors) -> list[str]:
     """Markdown bullets, one per arm whose claims check engagement: how much removing its mechanism's own
     component at evaluation moves the metric, seed by seed, against the least the paper's effect needs."""
     lines, checked = [], {}
@@ -205,12 +240,14 @@ def engagement_lines(claims: list[Claim], results: Results) -> list[str]:
             lines.append(f"- {where}: {why}")
             continue
         per_seed = ", ".join(f"{claim.signed(move)} (seed {seed})" for seed, move in moves)
-        floor = ""
-        if (bar := _bar(claim)) is not None and _near_floor(claim, results, bar):
+        near = ""
+        chance = floors(claim.experiment, claim.metric) if isinstance(claim.metric, str) else None
+        if (bar := _bar(claim)) is not None and _near_floor(claim, results, bar, chance):
             mean = arm_mean(results, claim.experiment, claim.arm, claim.metric)
-            floor = (f" (it scores {claim.scale * mean:.3g}, too near 0 to fall by "
-                     f"{abs(bar):g}: this cannot show whether it uses the component)")
-        lines.append(f"- {where}: removing its own component at evaluation moves {claim.metric} by {per_seed}{floor}")
+            low = "0" if chance is None else f"its chance floor {claim.scale * chance.value:.3g}"
+            near = (f" (it scores {claim.scale * mean:.3g}, too near {low} to fall by "
+                    f"{abs(bar):g}: this cannot show whether it uses the component)")
+        lines.append(f"- {where}: removing its own component at evaluation moves {claim.metric} by {per_seed}{near}")
     return lines
 
 
