@@ -13,8 +13,8 @@ from .corpus import TokenCorpus, load_corpus
 from .tasks import TASKS, Floor, NoOptions, Task, register_task
 from .tokenizer import ByteTokenizer, CharTokenizer, tokenizer_from_dict
 
-__all__ = ["TASKS", "ByteTokenizer", "CharTokenizer", "Floor", "NoOptions", "Task", "TokenCorpus", "load_corpus", "load_data",
-           "register_task", "tokenizer_from_dict"]
+__all__ = ["TASKS", "ByteTokenizer", "CharTokenizer", "Floor", "NoOptions", "Task", "TokenCorpus", "load_corpus",
+           "load_data", "register_task", "tokenizer_from_dict"]
 
 
 def load_data(cfg, seq_len: int, tokenizer=None):
