@@ -32,7 +32,7 @@ from attnlab.lab.spec import (
 )
 from attnlab.lab.stats import mean_std, paired_difference
 from attnlab.lab.store import Record, Results, RunKey
-from attnlab.lab.sweeps import shared_rate, sweep_rates
+from attnlab.lab.sweeps import SharedRate, pair_rates, sweep_rates
 from attnlab.lab.training_notes import training_table
 from attnlab.lab.verdicts import evaluate
 from attnlab.papers import SUITES, get_suite
@@ -208,7 +208,7 @@ def test_a_learning_rate_sweep_trains_every_seed_at_the_rate_with_the_lowest_val
     assert runs["mqar/softmax/0"]["run"] == runs[str(RunKey("mqar", "softmax", lr=best))]["run"]  # trained once
     assert f"-lr{best:g}-s1" in runs["mqar/softmax/1"]["run"] and runs["mqar/softmax/1"]["steps"] == 6
     saved = json.loads((tmp_path / "suite" / "results.json").read_text())["shared_rates"]
-    assert saved["mqar"]["lr"] == best  # one arm shares with no other: its own best, recorded once decided
+    assert saved["mqar"]["rates"] == {}  # one arm is compared with no other: its own best, recorded once decided
     one = Suite("s", "s", [sweep])
     report = write_report(one, results, plan_of(one, results), tmp_path / "suite").read_text()
     assert "| softmax |" in report
@@ -263,12 +263,39 @@ def test_the_plan_trains_the_rates_a_sweep_adds_and_chooses_among_all():
     assert (str(seed.key), seed.status, seed.lr) == ("lm/softmax/0", "measure", 8e-3)  # the sweep's model
 
 
-def test_shared_rate_is_one_that_no_arm_s_sweep_can_tell_from_its_best():
+def test_a_shared_rate_is_one_that_neither_compared_arm_s_sweep_can_tell_from_its_best():
     losses = {"gla": {1e-3: 1.500, 3e-3: 1.503, 1e-2: 1.60}, "gdn": {1e-3: 1.52, 3e-3: 1.50, 1e-2: 1.501}}
-    assert shared_rate(losses, {"gla": 0.005, "gdn": 0.005}) == 3e-3  # tied for both
-    assert shared_rate(losses, {"gla": 0.001, "gdn": 0.005}) is None  # gla separates 3e-3 from its best
-    assert shared_rate(losses, {"gla": 0.2, "gdn": 0.05}) == 3e-3  # all three tied: the least above the bests
-    assert shared_rate({"gla": losses["gla"]}, {"gla": 0.2}) == 1e-3  # alone, an arm keeps its best
+    pair = [("gdn", "gla")]
+    assert pair_rates(losses, {"gla": 0.005, "gdn": 0.005}, pair) == {"gla": 3e-3, "gdn": 3e-3}  # tied for both
+    assert pair_rates(losses, {"gla": 0.001, "gdn": 0.005}, pair) == {}  # gla separates 3e-3 from its best
+    assert pair_rates(losses, {"gla": 0.2, "gdn": 0.05}, pair) == {"gla": 3e-3, "gdn": 3e-3}  # the least above
+    assert pair_rates(losses, {"gla": 0.2, "gdn": 0.05}, []) == {}  # compared with no arm, an arm keeps its best
+
+
+def test_rates_are_shared_per_compared_pair_where_the_experiment_wide_intersection_is_empty():
+    """CCQ's extrapolation: GLA ties 0.002 and 0.004, CCQ-GLA only 0.002, GDN and CCQ-GDN only 0.004. No rate is
+    tied for all four, yet each compared pair has one."""
+    losses = {"gla": {0.001: 1.60, 0.002: 1.501, 0.004: 1.500}, "ccq-gla": {0.001: 1.60, 0.002: 1.50, 0.004: 1.55},
+              "gdn": {0.001: 1.60, 0.002: 1.55, 0.004: 1.50}, "ccq-gdn": {0.001: 1.60, 0.002: 1.56, 0.004: 1.50}}
+    spreads = dict.fromkeys(losses, 0.01)
+    pairs = [("ccq-gla", "gla"), ("ccq-gdn", "gdn")]
+    assert pair_rates(losses, spreads, pairs) == {"ccq-gla": 0.002, "gla": 0.002, "ccq-gdn": 0.004, "gdn": 0.004}
+    together = [("ccq-gla", "gla"), ("gdn", "gla")]  # gla shares 0.002 first; gdn cannot tie it: each its own
+    assert pair_rates(losses, spreads, together) == {"ccq-gla": 0.002, "gla": 0.002}
+    recorded = SharedRate.from_json({"lr": 0.003, "spreads": spreads, "sweep": {}})  # one rate for every arm
+    assert recorded.rates == dict.fromkeys(losses, 0.003)
+    assert SharedRate.from_json(SharedRate(recorded.rates, spreads, {}).to_json()) == recorded
+
+
+def test_a_suite_compares_the_pairs_its_claims_name_and_without_claims_each_arm_with_the_baseline():
+    from attnlab.lab.plan import compared_pairs
+    from attnlab.papers import get_suite
+
+    ccq = get_suite("ccq", "converged")
+    extrapolation = next(e for e in ccq.experiments if e.name == "extrapolation")
+    assert compared_pairs(ccq, extrapolation) == [("ccq-gla", "gla"), ("ccq-gdn", "gdn")]
+    bare = Suite("s", "s", [extrapolation])
+    assert compared_pairs(bare, extrapolation) == [("ccq-gla", "gla"), ("gdn", "gla"), ("ccq-gdn", "gla")]
 
 
 def test_arms_share_a_rate_where_the_sweep_cannot_separate_rates_and_the_decision_stands_once_made(tmp_path):
@@ -296,14 +323,14 @@ def test_arms_share_a_rate_where_the_sweep_cannot_separate_rates_and_the_decisio
         "softmax": 1e-3, "sigmoid": 2e-3}
     shared = plan(suite, [sweep], results, settings)
     decision = shared.decided["lm"]
-    assert decision.lr == 2e-3 and decision.spreads == pytest.approx({"softmax": 0.00707, "sigmoid": 7.07e-5},
-                                                                           rel=0.01)
+    assert decision.rates == {"sigmoid": 2e-3, "softmax": 2e-3}
+    assert decision.spreads == pytest.approx({"softmax": 0.00707, "sigmoid": 7.07e-5}, rel=0.01)
     softmax = [job for job in shared.jobs if job.key.arm == "softmax" and not job.key.sweep]
     assert [(job.lr, job.status) for job in softmax] == [(2e-3, "measure"), (2e-3, "train")]  # seed 0: the sweep's
     assert plan_of(suite, results).superseded == {RunKey("lm", "softmax", seed=0), RunKey("lm", "softmax", seed=1)}
     lines = "\n".join(training_lines(suite, sweep, results))
     assert "softmax: lr 0.001 best, lr 0.002 (+0.001 against a spread of 0.0071)" in lines
-    assert "**Shared rate:** every arm trains at lr 0.002" in lines
+    assert "**Shared rates:** sigmoid and softmax at lr 0.002" in lines
     path = tmp_path / "results.json"
     results.save_shared_rates(path, shared.decided)
     assert Results.load(path).shared_rates == shared.decided

@@ -33,7 +33,7 @@ from .metrics import get_metric
 from .spec import Arm, Experiment, Suite, arm_seeds, seed_count, sweep_source
 from .stats import mean_std
 from .store import Record, Results, RunKey
-from .sweeps import SharedRate, Sweep, Waiting, as_read, shared_rate, sweep_loss, sweep_rates
+from .sweeps import SharedRate, Sweep, Waiting, as_read, pair_rates, sweep_loss, sweep_rates
 
 Status = Literal["done", "train", "measure", "waiting", "blocked"]
 Stage = Literal["calibration", "sweep", "seed"]  # an anchored baseline's seed, a point of a sweep, a seed
@@ -68,7 +68,7 @@ class Plan:
     jobs: list[Job]
     settings: Settings
     sweeps: dict[tuple[str, str], Sweep]  # (sweeping experiment, arm) -> its sweep as the results know it
-    shared_rates: dict[str, SharedRate]  # sweeping experiment -> whether its arms share a rate, once decided
+    shared_rates: dict[str, SharedRate]  # sweeping experiment -> which compared arms share a rate, once decided
     superseded: frozenset[RunKey]  # records of another config than their run now has (trained again)
     decided: dict[str, SharedRate]  # the shared-rate decisions made by this plan, for the driver to record
 
@@ -174,7 +174,8 @@ class Decisions:
     def shared_rate(self, source: Experiment) -> SharedRate | None:
         """Whether the arms of a sweep share a rate (shared_decision), decided once per plan."""
         if source.name not in self._decisions:
-            self._decisions[source.name] = shared_decision(source, self.results, self.settings)
+            pairs = compared_pairs(self.suite, source)
+            self._decisions[source.name] = shared_decision(source, self.results, self.settings, pairs)
         return self._decisions[source.name]
 
     def rate(self, experiment: Experiment, arm: Arm) -> float | Waiting | None:
@@ -207,16 +208,16 @@ class Decisions:
         return list(jobs.values())
 
     def share_rate(self, experiment: Experiment) -> None:
-        """Where the experiment's sweep has decided that its arms share a rate, every arm's seeds train at it."""
+        """Where the experiment's sweep has decided that compared arms share a rate, their seeds train at it."""
         source = sweep_source(self.suite, experiment)
         if source is None:
             return
         decision = self.shared[source.name] = self.shared_rate(source)
-        if decision is None or decision.lr is None:
+        if decision is None:
             return
         for arm in experiment.arms:
-            if isinstance(self.rates.get((source.name, arm.label)), float):
-                self.rates[source.name, arm.label] = decision.lr
+            if arm.label in decision.rates and isinstance(self.rates.get((source.name, arm.label)), float):
+                self.rates[source.name, arm.label] = decision.rates[arm.label]
 
     def calibration(self, experiment: Experiment) -> bool | str | None:
         """True where the experiment's anchored baselines match the paper, else why not (the paper's number they
@@ -232,24 +233,36 @@ class Decisions:
         return f"the baseline is not the paper's ({failed[experiment.name]})"
 
 
-def shared_decision(source: Experiment, results: Results, settings: Settings) -> SharedRate | None:
-    """Whether the arms of a sweep share a rate (sweeps.shared_rate): as the results record it, else decided from
-    every arm's sweep and its seeds at its own best rate (their spread); None until those are all measured. The
-    driver records a decision once made, so that seeds trained again at the shared rate, whose spread differs,
-    cannot undo it; a sweep trained again (its losses are not those the decision read) decides again."""
+def compared_pairs(suite: Suite, source: Experiment) -> list[tuple[str, str]]:
+    """The pairs of arms whose rates a sweep decides together: the (arm, baseline) of each claim on the sweeping
+    experiment or on one that takes its rates, in the suite's order; without such claims, each arm with the
+    experiment's baseline."""
+    names = {e.name for e in suite.experiments if (s := sweep_source(suite, e)) is not None and s.name == source.name}
+    labels = {arm.label for arm in source.arms}
+    pairs = [(c.arm, c.baseline) for c in suite.claims
+             if c.baseline is not None and {c.experiment, c.contrast} & names and {c.arm, c.baseline} <= labels]
+    return list(dict.fromkeys(pairs)) or [(a.label, source.baseline) for a in source.arms if a.label != source.baseline]
+
+
+def shared_decision(source: Experiment, results: Results, settings: Settings, pairs: list[tuple[str, str]]
+                    ) -> SharedRate | None:
+    """Which compared arms of a sweep share a rate (sweeps.pair_rates), decided from every arm's sweep and its seeds
+    at its own best rate (their spread); None until those are all measured. The driver records a decision once
+    made, so that seeds trained again at a shared rate, whose spread differs, cannot undo it: a recorded decision's
+    spreads are read, not measured again, while the sweep is the one it read (a sweep trained again decides again)."""
     losses = _every_sweep(source, results, settings)
     if any(None in by_lr.values() for by_lr in losses.values()):
         return None
     recorded = results.shared_rates.get(source.name)
-    if recorded is not None and recorded.read == as_read(losses):  # a sweep trained again decides again
-        return recorded
+    if recorded is not None and recorded.read == as_read(losses):
+        return SharedRate(pair_rates(losses, recorded.spreads, pairs), recorded.spreads, recorded.read)
     spreads = {}
     for arm in source.arms:
         values = _seed_losses(source, arm, min(losses[arm.label], key=losses[arm.label].get), results, settings)
         if values is None:
             return None
         spreads[arm.label] = mean_std(values)[1] if len(values) > 1 else 0.0
-    return SharedRate(shared_rate(losses, spreads), spreads, as_read(losses))
+    return SharedRate(pair_rates(losses, spreads, pairs), spreads, as_read(losses))
 
 
 def _seed_losses(source: Experiment, arm: Arm, lr: float, results: Results, settings: Settings
@@ -282,13 +295,12 @@ def _every_sweep(source: Experiment, results: Results, settings: Settings) -> di
 
 def arm_rates(source: Experiment, results: Results, settings: Settings, decision: SharedRate | None
               ) -> dict[str, float]:
-    """The rate each arm of a sweep trains at once its sweep is complete: the shared one where the arms share a
-    rate (decision), else its own best."""
+    """The rate each arm of a sweep trains at once its sweep is complete: the one it shares with the arm it is
+    compared with (decision), else its own best."""
     losses = _every_sweep(source, results, settings)
     own = {label: min(by_lr, key=by_lr.get) for label, by_lr in losses.items() if None not in by_lr.values()}
-    if decision is None or decision.lr is None:
-        return own
-    return dict.fromkeys(own, decision.lr)
+    shared = {} if decision is None else decision.rates
+    return {label: shared.get(label, lr) for label, lr in own.items()}
 
 
 def superseded(suite: Suite, results: Results, settings: Settings, shared) -> set[RunKey]:

@@ -1,6 +1,7 @@
 """Learning-rate sweeps: which rates an arm tries, which one it keeps, and when arms share one.
 
-The policy over losses only: the planner reads the results and hands the losses in; its decisions come back as
+The policy over losses only: the planner reads the results and hands the losses in (and the pairs of arms an
+experiment compares, which share a rate where their sweeps cannot separate rates); its decisions come back as
 the types below, which the plan carries and the report reads (`Sweep`, `SharedRate`, `Waiting`).
 """
 
@@ -49,23 +50,27 @@ class Sweep:
 
 @dataclass(frozen=True)
 class SharedRate:
-    """Whether the arms of a sweep share a rate, decided once every arm's seeds at its best rate are measured.
+    """Which compared arms of a sweep share a rate, decided once every arm's seeds at its best rate are measured.
 
-    lr: the rate every arm trains at, None where each keeps its own best; spreads: arm -> the standard deviation
-    of its seeds' losses at its best rate; read: the sweep's losses the decision read (arm -> "rate" -> loss),
-    so that a sweep trained again decides again.
+    rates: arm -> the rate it shares with the arm it is compared with (pair_rates; an arm absent keeps its own
+    best); spreads: arm -> the standard deviation of its seeds' losses at its best rate; read: the sweep's losses
+    the decision read (arm -> "rate" -> loss), so that a sweep trained again decides again.
     """
 
-    lr: float | None
+    rates: dict[str, float]
     spreads: dict[str, float]
     read: dict[str, dict[str, float]]
 
     def to_json(self) -> dict:
-        return {"lr": self.lr, "spreads": self.spreads, "sweep": self.read}
+        return {"rates": self.rates, "spreads": self.spreads, "sweep": self.read}
 
     @classmethod
     def from_json(cls, data: dict) -> SharedRate:
-        return cls(data["lr"], data["spreads"], data["sweep"])
+        """A recorded decision; one recorded as a single rate for every arm ({"lr": ...}, the rule before rates
+        were shared per compared pair) reads as that rate for each arm it measured."""
+        rates = data["rates"] if "rates" in data else (
+            {} if data["lr"] is None else dict.fromkeys(data["spreads"], data["lr"]))
+        return cls(rates, data["spreads"], data["sweep"])
 
 
 def as_read(losses: dict[str, dict[float, float]]) -> dict[str, dict[str, float]]:
@@ -100,19 +105,27 @@ def tied_rates(losses: dict[float, float], spread: float) -> set[float]:
     return {lr for lr, loss in losses.items() if loss - best < spread or loss == best}
 
 
-def shared_rate(losses: dict[str, dict[float, float]], spreads: dict[str, float]) -> float | None:
-    """The rate every arm trains at where the sweep cannot separate rates; None: each keeps its own best.
+def pair_rates(losses: dict[str, dict[float, float]], spreads: dict[str, float], pairs: list[tuple[str, str]]
+               ) -> dict[str, float]:
+    """The rate each compared arm shares with the arm it is compared with, where their sweeps cannot separate rates.
 
-    A shared rate is one that each arm's sweep cannot tell from its own best (tied_rates), so that no arm gains
-    from a choice that is chance; of several, the one whose losses lie least above the arms' bests in all.
-    losses: arm -> rate -> its sweep's loss; spreads: arm -> its spread.
+    For each pair in turn, a rate that both arms' sweeps cannot tell from their bests (tied_rates), so that neither
+    gains from a choice that is chance; of several, the one whose losses lie least above the pair's bests. An arm
+    trains at one rate: once it shares one with an earlier pair, a later pair shares that rate or none. Only the
+    compared pair counts, so that a third arm's sweep cannot stop two arms from sharing.
+    losses: arm -> rate -> its sweep's loss; spreads: arm -> its spread; pairs: (arm, baseline) in the order decided.
     """
-    common = set.intersection(*(tied_rates(by_lr, spreads[arm]) for arm, by_lr in losses.items()))
-
-    def excess(lr: float) -> float:
-        return sum(by_lr[lr] - min(by_lr.values()) for by_lr in losses.values())
-
-    return min(sorted(common), key=excess) if common else None
+    rates: dict[str, float] = {}
+    for pair in pairs:
+        common = set.intersection(*(tied_rates(losses[arm], spreads[arm]) for arm in pair))
+        fixed = {rates[arm] for arm in pair if arm in rates}
+        if len(fixed) > 1:
+            continue  # each already shares a different rate with another arm
+        common &= fixed or common
+        if common:
+            lr = min(sorted(common), key=lambda lr: sum(losses[arm][lr] - min(losses[arm].values()) for arm in pair))
+            rates.update(dict.fromkeys(pair, lr))
+    return rates
 
 
 def sweep_loss(record) -> float:

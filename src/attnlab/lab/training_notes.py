@@ -118,18 +118,23 @@ def _unseparated(experiment: Experiment, results: Results, sweeps: dict[str, Swe
 
 
 def _sharing(decision: SharedRate | None, sweeps: dict[str, Sweep], unseparated: bool) -> list[str]:
-    """What the sweep decided about a shared rate, where it is not the arms' own bests."""
+    """What the sweep decided about shared rates, where they are not the arms' own bests."""
     if decision is None:
-        return ["", "Whether the arms share a rate is decided once every arm's seeds at its best rate are "
+        return ["", "Whether compared arms share a rate is decided once every arm's seeds at its best rate are "
                     "measured."] if unseparated else []
-    if decision.lr is None:
-        return ["", "No rate lies within every arm's spread of its best, so each arm trains at its own best."
-                ] if unseparated else []
-    if {sweep.best for sweep in sweeps.values()} == {decision.lr}:
-        return []  # every arm's own best
-    return ["", f"**Shared rate:** every arm trains at lr {decision.lr:g}, a rate that no arm's sweep can tell "
-                "from its best (of such rates, the one whose losses lie least above the arms' bests), so that no "
-                "arm's rate is a chance in its favour; the seeds trained at an arm's own best rate are superseded."]
+    moved = {label: lr for label, lr in decision.rates.items() if label in sweeps and sweeps[label].best != lr}
+    if not moved:
+        return ["", "No rate lies within both compared arms' spreads of their bests, so each arm trains at its own "
+                    "best."] if unseparated and not decision.rates else []
+    groups = {}
+    for label, lr in decision.rates.items():
+        groups.setdefault(lr, []).append(label)
+    shared = "; ".join(f"{', '.join(labels[:-1])} and {labels[-1]} at lr {lr:g}" for lr, labels in groups.items()
+                       if set(labels) & set(moved))
+    return ["", f"**Shared rates:** {shared}: each a rate that neither compared arm's sweep can tell from its best "
+                "(of such rates, the one whose losses lie least above the pair's bests), so that no arm's rate is a "
+                "chance in its favour against the arm it is compared with; the seeds trained at an arm's own best "
+                "rate are superseded."]
 
 
 def _not_converged(experiment: Experiment, results: Results, plan: Plan) -> list[str]:
