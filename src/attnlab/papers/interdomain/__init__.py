@@ -2,15 +2,17 @@
 The ablation cube is set against S4D and softmax.
 
 Tiers:
-- `default`: character Shakespeare in miniature, 300 steps a model, 3 seeds: about 40 minutes on 2 CPU cores.
-- `converged`: MQAR at zoology's protocol (recall.py) and the cube's interdomain / s4d / softmax arms trained with
-  early stopping, at most 4,000 steps, their extrapolation measured on the same models. A training step took about
-  0.8 / 0.5 / 0.35 s (LM, 16 x 128 characters) and 0.43 / 0.25 / 0.08 s (MQAR) for interdomain / s4d / softmax on
-  one core shared with another job; the default tier's runs suggest 0.57 / 0.24 / 0.16 s for the LM on a quiet
-  machine. On 2 cores that is roughly 3-6 hours for the LM and up to 8-17 for MQAR if every run reaches its cap (a
-  rough upper bound; early stopping ends runs sooner). Softmax's MQAR models are shared with the other suites'
-  converged tiers. `cube-patient` trains the same arms to a cap of 10,000 steps, which their patience can
-  reach, at the rates the cube's sweep chose: a GPU's protocol (scripts/gpu-science.sh).
+- `default`: character Shakespeare in miniature, 300 steps a model (MQAR 500), 3 seeds: sized for about 40 minutes
+  on 2 CPU cores; the committed run's records sum to 64.9 minutes of training and evaluation (one thread each,
+  finished 2026-12-04).
+- `converged`: MQAR after zoology's protocol at a CPU's scale (recall.py) and the cube's interdomain / s4d / softmax
+  arms trained with early stopping, at most 4,000 steps, their extrapolation measured on the same models. A training
+  step took about 0.8 / 0.5 / 0.35 s (LM, 16 x 128 characters) and 0.43 / 0.25 / 0.08 s (MQAR) for interdomain / s4d /
+  softmax on one core shared with another job; the default tier's runs suggest 0.57 / 0.24 / 0.16 s for the LM on a
+  quiet machine. On 2 cores that is roughly 3-6 hours for the LM and up to 8-17 for MQAR if every run reaches its cap
+  (a rough upper bound; early stopping ends runs sooner). Softmax's MQAR models are shared with the other suites'
+  converged tiers. `cube-patient` trains the same arms to a cap of 10,000 steps, which their patience can reach, at
+  the rates the cube's sweep chose: a GPU's protocol (scripts/gpu-science.sh).
 - `paper`: the paper's protocol on GPUs (FineWeb-Edu, a locally trained 32K BPE in place of Llama-2's, 4K
   context, about 20 tokens per parameter), one seed as the paper: the cube at 125M, IA / S4D-only / softmax at
   350M, 760M and 1.3B, and extrapolation to 3.5x at 1.3B. About 630 GPU-hours by estimate.estimate (1,900 with
@@ -123,8 +125,8 @@ def default() -> Suite:
 
 
 def converged() -> Suite:
-    """MQAR at zoology's protocol, and the cube's main comparison trained with early stopping (at most 4,000
-    steps), its extrapolation measured on the same models."""
+    """MQAR after zoology's protocol at a CPU's scale, and the cube's main comparison trained with early stopping (at
+    most 4,000 steps), its extrapolation measured on the same models."""
     # at most 4,000 steps (8M characters, about 2 passes over the plays and 10 per parameter)
     early_stopping = CONVERGED_LM
     arms = [Arm(label, "interdomain-char", mixer | early_stopping) for label, mixer in MIXERS]
