@@ -386,7 +386,7 @@ def test_every_arm_of_every_suite_loads():
 
 def test_min_lr_above_lr_is_refused_naming_both(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    message = ("train.min_lr=0.01 is above train.lr=0.001; the cosine schedule decays from lr to min_lr: lower "
+    message = ("train.min_lr=0.01 is above train.lr=0.001; the schedule decays from lr to min_lr: lower "
                "train.min_lr or raise train.lr")
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_config("demo", ["train.lr=1e-3", "train.min_lr=1e-2"])

@@ -124,6 +124,34 @@ def test_lr_schedule_warms_up_then_decays_to_min():
     assert lr_multiplier(100, cfg) == pytest.approx(0.1)
 
 
+def test_wsd_warms_up_holds_the_peak_then_decays_linearly_to_min_lr_over_its_last_decay_steps():
+    cfg = TrainConfig(steps=20, warmup_steps=4, lr=1e-3, min_lr=1e-4, schedule="wsd", decay_steps=5)
+    values = [lr_multiplier(s, cfg) for s in range(22)]
+    assert values[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0])  # the warmup
+    assert values[4:15] == [1.0] * 11  # stable until the decay's first step, 20 - 5
+    assert values[15:20] == pytest.approx([0.82, 0.64, 0.46, 0.28, 0.1])  # linear, at min_lr / lr on the last step
+    assert values[20:] == pytest.approx([0.1, 0.1])  # the floor
+    early = [lr_multiplier(s, cfg, decay_start=8) for s in range(22)]  # where patience started the decay
+    assert early[:8] == values[:8] and early[8:13] == pytest.approx([0.82, 0.64, 0.46, 0.28, 0.1])
+    assert early[13:] == pytest.approx([0.1] * 9)
+    assert TrainConfig(steps=2000, schedule="wsd").decay_length == 400  # by default one fifth of train.steps
+    cosine = TrainConfig(steps=20, warmup_steps=4)
+    assert [lr_multiplier(s, cosine, decay_start=8) for s in range(20)] == [lr_multiplier(s, cosine) for s in range(20)]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["train.schedule=linear"], "unknown train.schedule 'linear'. Known: cosine, wsd"),
+    (["train.schedule=wsd", "train.decay_steps=-1"], "train.decay_steps=-1 must be >= 0 (0: one fifth of train.steps)"),
+    (["train.decay_steps=100"], "train.decay_steps=100 applies to train.schedule=wsd only; set train.schedule=wsd or "
+                                "leave train.decay_steps out"),
+    (["train.schedule=wsd", "train.steps=50", "train.decay_steps=60"],
+     "train.decay_steps=60 is more than train.steps=50; lower it (0: one fifth of train.steps)")])
+def test_a_bad_schedule_or_decay_length_is_refused_in_one_line(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        load_config("demo", overrides)
+    assert str(err.value) == message
+
+
 def final_weights(run_dir, step):
     return load_file(run_dir / checkpoint.step_dir_name(step) / "model.safetensors")
 
@@ -307,6 +335,70 @@ def test_a_run_resumed_without_early_stopping_is_measured_at_its_newest_checkpoi
     cfg.train.steps, cfg.train.patience = 10, 0
     train(cfg, resume="auto", progress=False, log=lambda *_: None)
     assert not (run_dir / "best.json").exists() and load_run(run_dir).folder.name == "step-00000010"
+
+
+# validation losses by step: steps 6 and 8 bring nothing below step 4's, so a patience of 2 runs out at step 8; the
+# decay of 5 steps ends at step 13, which the run evaluates although it is not a multiple of eval_every
+WSD_SCRIPT = {2: 3.0, 4: 2.0, 6: 2.5, 8: 2.1, 10: 1.9, 12: 1.8, 13: 1.7}
+
+
+def wsd_config(text_file, tmp_path, name="run", **train):
+    settings = dict(steps=100, eval_every=2, ckpt_every=2, patience=2, schedule="wsd", decay_steps=5) | train
+    return tiny_config(text_file, tmp_path, name, **settings)
+
+
+def test_with_wsd_patience_starts_the_decay_and_the_run_stops_when_it_ends(text_file, tmp_path, monkeypatch):
+    from attnlab.inference import load_run
+
+    scripted_validation(monkeypatch, WSD_SCRIPT.values())
+    cfg, lines = wsd_config(text_file, tmp_path), []
+    summary = train(cfg, progress=False, log=lines.append)
+    run_dir, t = tmp_path / "runs" / "run", cfg.train
+    # the decay takes the 5 steps after step 8, the last at min_lr, and the run stops after them, at step 13
+    assert summary["steps"] == 13 and summary["best_step"] == 13 and summary["val_loss"] == 1.7
+    decayed = [t.lr - (t.lr - t.min_lr) * k / 5 for k in range(1, 6)]
+    assert logged(run_dir, "lr") == pytest.approx([t.lr / 2] + [t.lr] * 7 + decayed, rel=1e-12)
+    assert [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "best_step" in r] \
+        == [{"step": 8, "decay": "patience", "best_step": 4}, {"step": 13, "stopped": "patience", "best_step": 13}]
+    assert "step 8: no significant gain in validation loss in 2 evaluations; decaying the learning rate to " \
+           "train.min_lr over 5 steps, then stopping at step 13" in lines
+    assert load_run(run_dir).folder.name == "step-00000013"  # the best checkpoint, as with the cosine schedule
+    again = train(cfg, resume="auto", progress=False, log=lambda *_: None)  # a stopped run stays stopped
+    assert again["steps"] == 13 and again["best_step"] == 13
+
+
+def test_with_wsd_patience_running_out_during_the_schedule_s_own_decay_changes_nothing(text_file, tmp_path,
+                                                                                     monkeypatch):
+    # the decay takes steps 16 to 20; patience runs out at step 18, and the run ends at its cap
+    scripted_validation(monkeypatch, [3.0, 2.0, 1.9, 1.8, 1.7, 1.6, 1.5, 1.6, 1.6, 1.4])
+    summary = train(wsd_config(text_file, tmp_path, steps=20), progress=False, log=lambda *_: None)
+    assert summary["steps"] == 20 and summary["best_step"] == 20
+    assert logged(tmp_path / "runs" / "run", "best_step") == []  # neither a decay nor a stop of patience's
+
+
+@pytest.mark.parametrize("crash_at", [6, 10])
+def test_a_wsd_run_resumed_around_the_decay_patience_started_is_bitwise_the_uninterrupted_run(text_file, tmp_path,
+                                                                                            monkeypatch, crash_at):
+    # resumed from step 6, patience runs out again at step 8; from step 10, where a new low has reset patience's
+    # count, only the checkpoint can say that the decay began at step 8
+    scripted_validation(monkeypatch, WSD_SCRIPT.values())
+    train(wsd_config(text_file, tmp_path, "straight"), progress=False, log=lambda *_: None)
+    stopped = wsd_config(text_file, tmp_path, "stopped")
+    scripted_validation(monkeypatch, WSD_SCRIPT.values())
+    recover = crash_after_checkpoint(monkeypatch, crash_at)
+    with pytest.raises(Crash):
+        train(stopped, progress=False, log=lambda *_: None)
+    recover()
+    scripted_validation(monkeypatch, [loss for step, loss in WSD_SCRIPT.items() if step > crash_at])
+    train(stopped, resume="auto", progress=False, log=lambda *_: None)
+
+    def records(name):  # all but the throughput, which is measured
+        lines = (tmp_path / "runs" / name / "metrics.jsonl").read_text().splitlines()
+        return [{k: v for k, v in json.loads(line).items() if k != "tokens_per_s"} for line in lines]
+
+    assert records("stopped") == records("straight") and records("straight")[-1]["step"] == 13
+    a, b = final_weights(tmp_path / "runs" / "straight", 13), final_weights(tmp_path / "runs" / "stopped", 13)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def interrupt_during_step(monkeypatch, step):

@@ -306,8 +306,13 @@ class TrainConfig:
     seq_len: int = 128
     grad_accum: int = 1
     lr: float = 1e-3
-    min_lr: float = 1e-4  # the cosine schedule ends here
+    min_lr: float = 1e-4  # the schedule decays to this
     warmup_steps: int = 100
+    # after the linear warmup, cosine decays to min_lr over the rest of train.steps; wsd (warmup-stable-decay)
+    # holds lr, then decays linearly to min_lr over decay_steps steps: the last of train.steps or, with patience,
+    # those after the evaluation where patience runs out if that comes first, the run then stopping when they end
+    schedule: Literal["cosine", "wsd"] = "cosine"
+    decay_steps: int = 0  # wsd: the decay's length in steps (0: one fifth of train.steps)
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.99
@@ -316,8 +321,8 @@ class TrainConfig:
     eval_every: int = 250
     eval_batches: int = 20  # validation batches of batch_size random windows (or examples); 0: the whole split once
     # early stopping: stop once this many evaluations in a row bring no validation loss lower than the best
-    # by more than min_delta (0: train all train.steps, which is the cap otherwise); the best checkpoint is
-    # kept and loaded
+    # by more than min_delta (0: train all train.steps, which is the cap otherwise; under the wsd schedule, start
+    # its decay and stop when that ends); the best checkpoint is kept and loaded
     patience: int = 0
     min_delta: float = 0.0
     log_every: int = 10
@@ -355,19 +360,36 @@ class TrainConfig:
         if self.lr <= 0:
             raise ConfigError(f"train.lr={self.lr} must be above 0, e.g. 1e-3")
         if self.min_lr < 0:
-            raise ConfigError(f"train.min_lr={self.min_lr} must be >= 0 (0: the cosine schedule decays to nothing)")
+            raise ConfigError(f"train.min_lr={self.min_lr} must be >= 0 (0: the schedule decays to nothing)")
         if self.min_lr > self.lr:  # the schedule would rise from lr to min_lr instead of decaying
-            raise ConfigError(f"train.min_lr={self.min_lr} is above train.lr={self.lr}; the cosine schedule decays "
+            raise ConfigError(f"train.min_lr={self.min_lr} is above train.lr={self.lr}; the schedule decays "
                               "from lr to min_lr: lower train.min_lr or raise train.lr")
         for name in ("eval_batches", "warmup_steps", "weight_decay", "grad_clip", "keep_last", "skip_non_finite",
                      "patience", "min_delta"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"train.{name}={getattr(self, name)} must be >= 0")
+        self._check_decay_steps()
         if self.device != "auto" and self.device.split(":")[0] not in ("cpu", "cuda"):
             raise ConfigError(f"train.device={self.device} is not one of auto, cpu, cuda, cuda:N")
         for sink in self.log_to:
             if self.log_to.count(sink) > 1:
                 raise ConfigError(f"train.log_to lists {sink} twice; list each sink once")
+
+    def _check_decay_steps(self) -> None:
+        """train.decay_steps is a length within the run, and one that only the wsd schedule reads."""
+        if self.decay_steps < 0:
+            raise ConfigError(f"train.decay_steps={self.decay_steps} must be >= 0 (0: one fifth of train.steps)")
+        if self.decay_steps and self.schedule != "wsd":  # cosine's decay spans the run after the warmup
+            raise ConfigError(f"train.decay_steps={self.decay_steps} applies to train.schedule=wsd only; set "
+                              "train.schedule=wsd or leave train.decay_steps out")
+        if self.decay_steps > self.steps:
+            raise ConfigError(f"train.decay_steps={self.decay_steps} is more than train.steps={self.steps}; lower it "
+                              "(0: one fifth of train.steps)")
+
+    @property
+    def decay_length(self) -> int:
+        """The wsd schedule's decay in steps: train.decay_steps, or one fifth of train.steps (at least 1)."""
+        return self.decay_steps or max(1, self.steps // 5)
 
     def with_capped_warmup(self) -> TrainConfig:
         """A preset's warmup would fill a run shortened with train.steps: this config with it capped, said in a

@@ -1,7 +1,7 @@
-"""The training loop: AdamW with parameter groups, warmup + cosine, clipping, accumulation, evaluation, metrics and
-resumable checkpoints. Evaluation is periodic, with optional early stopping; the metrics go to a JSONL log, and
-checkpoints resume bit for bit. Before the first step the run folder is locked and checked to be writable, and a
-step too large for the memory is refused."""
+"""The training loop: AdamW with parameter groups, a learning-rate schedule, clipping, accumulation, evaluation,
+metrics and resumable checkpoints. Evaluation is periodic, with optional early stopping; the metrics go to a JSONL
+log, and checkpoints resume bit for bit. Before the first step the run folder is locked and checked to be writable,
+and a step too large for the memory is refused."""
 
 from __future__ import annotations
 
@@ -61,13 +61,27 @@ def param_groups(model: nn.Module, cfg: TrainConfig) -> list[dict]:
     return [{"params": ps, "peak_lr": lr, "weight_decay": wd} for (lr, wd), ps in groups.items()]
 
 
-def lr_multiplier(step: int, cfg: TrainConfig) -> float:
-    """Linear warmup to 1, then cosine decay to min_lr / lr at the last step."""
+def lr_multiplier(step: int, cfg: TrainConfig, decay_start: int | None = None) -> float:
+    """The learning rate of step `step` (from 0) over train.lr. cosine: linear warmup to 1, then cosine decay to
+    min_lr / lr at the last step. wsd: see ``_wsd_multiplier``, whose decay starts at decay_start (where patience
+    started it) or else train.steps - decay_length."""
+    if cfg.schedule == "wsd":
+        return _wsd_multiplier(step, cfg, cfg.steps - cfg.decay_length if decay_start is None else decay_start)
     if step < cfg.warmup_steps:
         return (step + 1) / cfg.warmup_steps
     floor = cfg.min_lr / cfg.lr
     progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def _wsd_multiplier(step: int, cfg: TrainConfig, start: int) -> float:
+    """Warmup-stable-decay: linear warmup to 1, then 1, then from step `start` a linear decay that reaches
+    floor = min_lr / lr at the decay's last step, start + D - 1 (D = decay_length), and stays there:
+    m = 1 - (1 - floor) * clamp((step + 1 - start) / D, 0, 1). A decay that begins before the warmup ends (a
+    short run, or patience running out during the warmup) takes the lower of the two."""
+    warm = min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else 1.0
+    floor = cfg.min_lr / cfg.lr
+    return min(warm, 1 - (1 - floor) * min(1.0, max(0, step + 1 - start) / cfg.decay_length))
 
 
 class MetricsLog:
@@ -222,6 +236,7 @@ class Run:
     data_rng: torch.Generator  # draws the training batches
     stopping: EarlyStopping
     step: int = 0  # steps done: the checkpoint's on resume
+    decay_start: int | None = None  # wsd: the step where patience started the decay (None: the schedule's own)
     skipped: int = 0  # steps skipped for a non-finite loss or gradient
     metrics: MetricsLog | None = None  # rank 0 alone writes the log
     summary: dict = field(default_factory=dict)
@@ -232,19 +247,26 @@ class Run:
     window_tokens: int = 0  # ... and this count of tokens
 
     @property
+    def last_step(self) -> int:
+        """The step the run ends at unless patience stops it: train.steps, or under wsd the end of the decay
+        that patience started (at most train.steps, which a resumed run may have lowered)."""
+        t = self.cfg.train
+        return t.steps if self.decay_start is None else min(t.steps, self.decay_start + t.decay_length)
+
+    @property
     def logging(self) -> Cadence:
         """When the training loss and tokens/s are logged (train.log_every)."""
-        return Cadence(self.cfg.train.log_every, self.cfg.train.steps)
+        return Cadence(self.cfg.train.log_every, self.last_step)
 
     @property
     def evaluation(self) -> Cadence:
         """When the validation loss is measured and early stopping counts it (train.eval_every)."""
-        return Cadence(self.cfg.train.eval_every, self.cfg.train.steps)
+        return Cadence(self.cfg.train.eval_every, self.last_step)
 
     @property
     def checkpoints(self) -> Cadence:
         """When a checkpoint is written, besides the best one and the last before a stop (train.ckpt_every)."""
-        return Cadence(self.cfg.train.ckpt_every, self.cfg.train.steps)
+        return Cadence(self.cfg.train.ckpt_every, self.last_step)
 
     @property
     def micro_batch(self) -> int:
@@ -283,10 +305,12 @@ def _train(cfg: RunConfig, resume: str | None, overrides: list[str] | None, prog
             if run.logging.due(run.step) and run.ranks.main:
                 _log_progress(run, loss, grad_norm)
             best = run.evaluation.due(run.step) and _evaluate(run)
-            ending = run.stopping.stop or interrupted
+            _decay_if_patience_ran_out(run)
+            finished = _stops_early(run)
+            ending = finished or interrupted
             if best or ending or run.checkpoints.due(run.step):
                 _save_checkpoint(run, best)
-            if run.stopping.stop:
+            if finished:
                 _report_early_stop(run)
             if ending:
                 break
@@ -441,7 +465,7 @@ def _adamw(groups: list[dict], t: TrainConfig, device: torch.device) -> torch.op
 
 
 def _restore(run: Run, ckpt: Path) -> None:
-    """The optimizer, step, random streams and early-stopping count of the checkpoint resumed from."""
+    """The optimizer, step, random streams, early-stopping count and wsd decay start of the checkpoint resumed from."""
     t = run.cfg.train
     optimizer_state = checkpoint.load_state(ckpt / "optimizer.pt", run.device)
     distributed.load_optimizer(run.model, run.optimizer, optimizer_state, run.ranks, run.plain_copy)
@@ -450,6 +474,7 @@ def _restore(run: Run, ckpt: Path) -> None:
     run.data_rng.set_state(state["data_rng"])
     torch.set_rng_state(state["torch_rng"])
     run.stopping = EarlyStopping(t.patience, t.min_delta, state.get("early_stopping"))
+    run.decay_start = state.get("decay_start")  # checkpoints written before wsd have none: the schedule's own
     run.earlier_seconds = state.get("train_seconds", 0.0)  # checkpoints written before it counted time: unknown
     _reconcile_best(run.run_dir, run.stopping if t.patience > 0 else None)
     if run.device.type == "cuda" and state.get("cuda_rng") is not None and run.ranks.world == 1:
@@ -476,7 +501,7 @@ def _start(run: Run, resumed: bool) -> None:
         run.metrics = MetricsLog(run.run_dir / "metrics.jsonl", resume_step, sinks)
     run.summary = {"run_dir": str(run.run_dir), "params": run.model.num_params(), "model": run.model}
     run.trained.train()
-    last = run.step if run.stopping.stop else cfg.train.steps  # a run that stopped early stays stopped
+    last = run.step if _stops_early(run) else run.last_step  # a run that stopped early stays stopped
     run.bar = tqdm(range(run.step, last), initial=run.step, total=cfg.train.steps,
                    disable=not (run.progress and ranks.main), desc=cfg.name, dynamic_ncols=True)
     run.started = run.clock = time.perf_counter()
@@ -490,7 +515,7 @@ def _train_step(run: Run, step: int, stop: StopSignals) -> tuple[float, float, b
     """One optimizer step over train.grad_accum micro-batches. Returns the batch's mean loss, the gradient
     norm before clipping, and whether a signal at any rank asked training to stop."""
     t = run.cfg.train
-    multiplier = lr_multiplier(step, t)
+    multiplier = lr_multiplier(step, t, run.decay_start)
     for group in run.optimizer.param_groups:
         group["lr"] = group["peak_lr"] * multiplier
     loss_share = _accumulate_gradients(run)
@@ -616,6 +641,7 @@ def _save_checkpoint(run: Run, best: bool) -> None:
         "torch_rng": torch.get_rng_state(),
         "cuda_rng": torch.cuda.get_rng_state_all() if run.device.type == "cuda" else None,
         "early_stopping": run.stopping.state(),
+        "decay_start": run.decay_start,
         "train_seconds": run.earlier_seconds + time.perf_counter() - run.started,
     }
     full_model, full_optimizer = distributed.full_state(run.model, run.optimizer, run.ranks, run.plain_copy)
@@ -627,11 +653,36 @@ def _save_checkpoint(run: Run, best: bool) -> None:
         checkpoint.prune_checkpoints(run.run_dir, run.cfg.train.keep_last)
 
 
+def _decay_if_patience_ran_out(run: Run) -> None:
+    """Under wsd, patience running out before the schedule's own decay starts the decay at this step instead of
+    stopping the run, which stops when the decay ends (before the cap: it starts before train.steps - D)."""
+    t = run.cfg.train
+    if t.schedule != "wsd" or run.decay_start is not None or not run.stopping.stop:
+        return
+    if run.step >= t.steps - t.decay_length:  # the schedule's own decay is under way and ends at the cap
+        return
+    run.decay_start = run.step
+    if run.ranks.main:
+        run.metrics.write(step=run.step, decay="patience", best_step=run.stopping.best_step)
+        run.say(f"step {run.step}: no significant gain in validation loss in {t.patience} evaluations; decaying "
+                f"the learning rate to train.min_lr over {t.decay_length} steps, then stopping at step {run.last_step}")
+
+
+def _stops_early(run: Run) -> bool:
+    """Whether early stopping ends the run at this step: patience ran out (cosine), or the decay it started has
+    ended (wsd)."""
+    if run.cfg.train.schedule == "wsd":
+        return run.decay_start is not None and run.step >= run.last_step
+    return run.stopping.stop
+
+
 def _report_early_stop(run: Run) -> None:
     if run.ranks.main:
-        run.metrics.write(step=run.step, stopped="patience", best_step=run.stopping.best_step)
-        run.say(f"step {run.step}: no significant gain in validation loss in {run.cfg.train.patience} evaluations; "
-                f"stopping (the best checkpoint is step {run.stopping.best_step})")
+        t, best = run.cfg.train, run.stopping.best_step
+        run.metrics.write(step=run.step, stopped="patience", best_step=best)
+        why = (f"the learning rate's decay, started at step {run.decay_start} when patience ran out, has ended"
+               if t.schedule == "wsd" else f"no significant gain in validation loss in {t.patience} evaluations")
+        run.say(f"step {run.step}: {why}; stopping (the best checkpoint is step {best})")
 
 
 def _summarize(run: Run) -> dict:

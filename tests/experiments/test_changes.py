@@ -4,7 +4,7 @@ import pytest
 
 from attnlab.config import load_config
 from attnlab.errors import ConfigError
-from attnlab.lab.spec import Arm, Changes
+from attnlab.lab.spec import PATIENT_LM, QUICK, Arm, Changes
 
 
 def test_changes_apply_in_order_by_section_and_leave_the_rest_of_the_preset():
@@ -32,3 +32,10 @@ def test_a_field_that_does_not_exist_or_a_wrong_type_is_refused_with_its_key():
         Changes.section("optim", lr=1e-3)
     with pytest.raises(TypeError, match="Changes.train"):
         Arm("softmax", "demo", ["train.steps=3"])
+
+
+def test_the_patient_protocol_decays_over_a_fifth_of_its_cap_which_a_smoke_run_shortens_with_it():
+    patient = load_config("demo", PATIENT_LM).train
+    assert (patient.schedule, patient.patience, patient.steps, patient.decay_length) == ("wsd", 4, 8000, 1600)
+    quick = load_config("demo", PATIENT_LM | QUICK).train  # a decay of its own length would be refused here
+    assert (quick.steps, quick.decay_length) == (20, 4)

@@ -683,9 +683,17 @@ def test_a_metric_registered_outside_attnlab_measures_and_reports_like_the_built
         run_suite(unknown, tmp_path / "other", seeds=1, extra=TINY, log=lambda *_: None)
 
 
-def test_runs_that_stop_early_but_end_at_their_cap_are_flagged_as_not_converged():
-    arms = [Arm("softmax", "demo", Changes.train(steps=300, patience=3)),
-            Arm("fixed", "demo", Changes.train(steps=300))]
+# runs with early stopping that end at their cap: under cosine the schedule ends there; under wsd patience would
+# have started the decay and ended them sooner
+AT_CAP = {"cosine": ("Stopped at the cap", ", where their cosine schedule ends"),
+          "wsd": ("Not converged", " before it stopped them")}
+
+
+@pytest.mark.parametrize("schedule", AT_CAP)
+def test_runs_that_stop_early_but_end_at_their_cap_are_flagged_by_their_schedule(schedule):
+    title, where = AT_CAP[schedule]
+    arms = [Arm("softmax", "demo", Changes.train(steps=300, patience=3, schedule=schedule)),
+            Arm("fixed", "demo", Changes.train(steps=300, schedule=schedule))]
     experiment = Experiment("lm", "lm", "val_ppl", arms, "softmax")
     toy = Suite("toy", "Toy", [experiment])
     runs = {"lm/softmax/0": {"steps": 300, "stopped_early": False, "seconds": 1.0},
@@ -694,31 +702,37 @@ def test_runs_that_stop_early_but_end_at_their_cap_are_flagged_as_not_converged(
 
     def flagged(**setting) -> list[str]:
         lines = training_lines(toy, experiment, Results({"suite": "toy", "runs": runs, **setting}))
-        return [line for line in lines if "Not converged" in line]
+        return [line for line in lines if "at the cap" in line or "converged:" in line]
 
-    assert len(flagged()) == 1 and "1 of 2 runs with early stopping reached their cap of 300 steps" in flagged()[0]
+    assert len(flagged()) == 1 and flagged()[0].startswith(f"**{title}:** 1 of 2 runs with early stopping reached "
+                                                           f"their cap of 300 steps{where}")
     assert flagged(quick=True) == []  # a smoke run's steps say nothing of convergence
     runs["lm/softmax/0"] |= {"steps": 250, "stopped_early": True}
     assert flagged() == []
 
 
-def test_a_verdict_on_runs_that_ended_at_their_cap_is_marked_not_converged():
+def test_a_verdict_on_runs_that_ended_at_their_cap_is_marked_by_their_schedule():
     arms = [Arm("softmax", "demo", Changes.train(steps=300, patience=3)),
             Arm("hJ", "demo", Changes.train(steps=300, patience=3))]
-    suite = Suite("toy", "Toy", [Experiment("lm", "lm", "val_ppl", arms, "softmax")])
     claim = Claim("h+J beats softmax", "lm", "val_ppl", "hJ", "softmax", "lower", paper=-1.0)
     results = two_arms(-1.0, 0.05, n=3)
     for key, record in results.items():
         results.records[key] = record.replace(extent={"steps": 200, "stopped_early": True})
 
-    def row() -> str:
+    def row(arms) -> str:
+        suite = Suite("toy", "Toy", [Experiment("lm", "lm", "val_ppl", arms, "softmax")])
         caveats = report.caveats(suite, results, plan_of(suite, results))
         return verdict_table.verdict_table(evaluate([claim], results), caveats=caveats)[2]
 
-    assert "**agrees**: " in row()  # every run stopped early
-    key = RunKey("lm", "hJ", seed=1)
-    results.records[key] = results.get(key).replace(extent={"steps": 300, "stopped_early": False})
-    assert "**agrees** (*not converged*, 1 of 6 runs at their cap of 300 steps): " in row()
+    assert "**agrees**: " in row(arms)  # every run stopped early
+    for label in ("hJ", "softmax"):
+        key = RunKey("lm", label, seed=1)
+        results.records[key] = results.get(key).replace(extent={"steps": 300, "stopped_early": False})
+    assert ("**agrees** (*stopped at the cap*, 2 of 6 runs at their cap of 300 steps, where their cosine schedule "
+            "ends): ") in row(arms)
+    wsd = Arm("hJ", "demo", Changes.train(steps=300, patience=3, schedule="wsd"))  # the schedule each arm's config has
+    assert ("**agrees** (*stopped at the cap*, 1 of 3 runs at their cap of 300 steps, where their cosine schedule "
+            "ends) (*not converged*, 1 of 3 runs at their cap of 300 steps): ") in row([arms[0], wsd])
 
 
 def test_a_sweep_not_run_yet_says_the_seeds_had_the_presets_rate():

@@ -87,11 +87,14 @@ control: its claim compares the baseline with it, and no result of the mechanism
 seeds*: the tier fixes its seed count before the runs, and a verdict read as they come in may still change (adding
 seeds until an interval leaves 0 would overstate it).
 
-**Not converged; sweep going on.** A verdict whose runs (the claim's arm and baseline) stop early, but of which some
-ended at their step cap instead, is marked *not converged, k of n runs at their cap*: those models were still
-improving, and a longer cap may change the verdict. One whose arm or baseline trains at the best rate so far of a
-sweep still under way (its best rate lay at an edge, and the rate beyond it has not run yet) is marked *sweep going
-on*.
+**Stopped at the cap, not converged; sweep going on.** A verdict whose runs (the claim's arm and baseline) stop
+early, but of which some ended at their step cap instead, is marked *stopped at the cap, k of n runs at their cap,
+where their cosine schedule ends* for runs under the cosine schedule, whose rate falls until the cap, and the loss
+with it, so that patience seldom runs out first: those models were trained to the cap, not shown to be converged,
+and a longer cap may change the verdict. Under the wsd schedule, where patience starts the decay and ends a run
+before its cap, such runs are marked *not converged, k of n runs at their cap*: they were still improving. One
+whose arm or baseline trains at the best rate so far of a sweep still under way (its best rate lay at an edge, and
+the rate beyond it has not run yet) is marked *sweep going on*.
 
 **Multiplicity and fragility.** Each headline claim's row gives the p-value of the test behind its interval (that
 Δ = 0; for an equal claim, that |Δ| exceeds the margin, by two one-sided tests) and the same p-value after Holm's

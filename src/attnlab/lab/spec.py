@@ -72,6 +72,16 @@ QUICK = Changes.train(steps=20, eval_every=20, eval_batches=2, ckpt_every=20)
 # every 250 and stopped after 4 evaluations without a gain of 0.001 nats; compiled where the mixer compiles
 # (about 1.2x faster per step for a character LM on one CPU thread, after some 20 s of compilation)
 CONVERGED_LM = Changes.train(steps=4000, eval_every=250, patience=4, min_delta=0.001, ckpt_every=4000, compile=True)
+# the protocol for patient and converged language-model experiments added from now on: CONVERGED_LM's evaluation
+# and patience under the wsd schedule (train.schedule), whose rate holds at its peak and decays to min_lr over a
+# fifth of train.steps (the default that --quick's 20 steps shorten with it), so that patience can end a run: where
+# it runs out, the decay starts and the run stops when it ends, measured at its best checkpoint. Under cosine the
+# rate reaches min_lr only at the cap, so the loss falls until the last steps and patience cannot run out first:
+# every CONVERGED_LM language model ended at its cap. The cap, twice CONVERGED_LM's, is a bound that patience
+# should reach first. The committed tiers keep CONVERGED_LM's cosine schedule: a run's fingerprint hashes its
+# schedule, so changing theirs would invalidate their committed runs (some 100) instead of adding new ones
+PATIENT_LM = Changes.train(steps=8000, eval_every=250, patience=4, min_delta=0.001, ckpt_every=8000, compile=True,
+                           schedule="wsd")
 
 
 def sweep_around(preset: str) -> list[float]:

@@ -43,7 +43,7 @@ def training_table(suite: Suite, experiment: Experiment, results: Results, plan:
                   "early stopping keeps and which is measured; [resumed at] the checkpoint a run continued from after "
                   "an interrupt):", ""]
         lines += [f"- {label}: " + ", ".join(_extent(r) for r in runs) for label, runs in stops.items() if runs]
-        lines += _not_converged(experiment, results, plan)
+        lines += _at_cap(experiment, results, plan)
     return lines
 
 
@@ -137,21 +137,30 @@ def _sharing(decision: SharedRate | None, sweeps: dict[str, Sweep], unseparated:
                 "rate are superseded."]
 
 
-def _not_converged(experiment: Experiment, results: Results, plan: Plan) -> list[str]:
-    """A line when runs that stop early ended at their step cap instead: validation loss was still improving
-    within the patience, so the values are those of models not trained to convergence."""
-    summary = _cap_summary(_capped(experiment, results, plan).values())
-    if summary is None:
-        return []
-    capped, counted, caps = summary
-    return ["", f"**Not converged:** {capped} of {counted} runs with early stopping reached their cap of {caps} "
-                "steps before it stopped them (validation loss was still improving within the patience): these are "
-                "values of models not trained to convergence, and a longer cap may change them."]
+# what a verdict's mark and the training notes call runs with early stopping that ended at their cap, by their
+# schedule: under cosine the rate reaches min_lr only at the cap, so the loss falls until the last steps and patience
+# seldom runs out first; under wsd patience starts the decay, which ends a run before its cap
+CAP_MARKS = {"cosine": ("stopped at the cap", ", where their cosine schedule ends"), "wsd": ("not converged", "")}
+CAP_LINES = {
+    "cosine": "**Stopped at the cap:** {} of {} runs with early stopping reached their cap of {} steps, where their "
+              "cosine schedule ends: its rate falls until the cap, and the loss with it, so patience seldom runs out "
+              "before it. These are values of models trained to the cap, not shown to be converged; a longer cap (the "
+              "schedule stretched with it) may change them.",
+    "wsd": "**Not converged:** {} of {} runs with early stopping reached their cap of {} steps before it stopped them "
+           "(validation loss was still improving within the patience): these are values of models not trained to "
+           "convergence, and a longer cap may change them."}
 
 
-def _capped(experiment: Experiment, results: Results, plan: Plan) -> dict[str, tuple[int, int, int]]:
-    """Arm label -> (its runs that ended at their step cap, its runs, that cap), for the arms whose runs stop
-    early (none for a smoke run, or for arms trained for a fixed number of steps)."""
+def _at_cap(experiment: Experiment, results: Results, plan: Plan) -> list[str]:
+    """A line per schedule whose runs that stop early ended at their step cap instead (CAP_LINES)."""
+    counts = _capped(experiment, results, plan).values()
+    return [line for schedule, words in CAP_LINES.items() if (summary := _cap_summary(counts, schedule))
+            for line in ("", words.format(*summary))]
+
+
+def _capped(experiment: Experiment, results: Results, plan: Plan) -> dict[str, tuple[int, int, int, str]]:
+    """Arm label -> (its runs that ended at their step cap, its runs, that cap, their schedule), for the arms whose
+    runs stop early (none for a smoke run, or for arms trained for a fixed number of steps)."""
     if results.setting["quick"]:
         return {}
     counts = {}
@@ -160,13 +169,14 @@ def _capped(experiment: Experiment, results: Results, plan: Plan) -> dict[str, t
         runs = [r for r in _runs(results, experiment, arm.label) if "steps" in r.extent]
         if train.patience and runs:
             ended = sum(not r.extent.get("stopped_early") and r.extent["steps"] >= train.steps for r in runs)
-            counts[arm.label] = (ended, len(runs), train.steps)
+            counts[arm.label] = (ended, len(runs), train.steps, train.schedule)
     return counts
 
 
-def _cap_summary(counts) -> tuple[int, int, str] | None:
-    """(runs at their cap, runs, the caps written out) over _capped's counts; None if no run ended at its cap."""
-    counts = list(counts)
+def _cap_summary(counts, schedule: str) -> tuple[int, int, str] | None:
+    """(runs at their cap, runs, the caps written out) over _capped's counts of the arms on this schedule; None if
+    none of their runs ended at its cap."""
+    counts = [count[:3] for count in counts if count[3] == schedule]
     capped = sum(ended for ended, _, _ in counts)
     if not capped:
         return None
@@ -188,9 +198,8 @@ def caveats(suite: Suite, results: Results, plan: Plan):
             counts += [capped[experiment.name][label] for label in labels if label in capped[experiment.name]]
             if (source := sweep_source(suite, experiment)) is not None:
                 going_on |= {label for label in labels if (source.name, label) in unfinished}
-        summary = _cap_summary(counts)
-        marks = [f"*not converged*, {summary[0]} of {summary[1]} runs at their cap of {summary[2]} steps"] \
-            if summary else []
+        marks = [f"*{mark}*, {summary[0]} of {summary[1]} runs at their cap of {summary[2]} steps{where}"
+                 for schedule, (mark, where) in CAP_MARKS.items() if (summary := _cap_summary(counts, schedule))]
         compared = [e for e in map(experiments.get, (claim.experiment, claim.contrast)) if e is not None]
         if runs := sum(sampled(e, labels, results) for e in compared):
             marks.append(f"*scored on a sample*: {runs} runs on {SAMPLES[compared[0].metric][1]}")

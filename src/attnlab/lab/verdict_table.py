@@ -12,7 +12,7 @@ def verdict_table(judged: list[tuple[Claim, Verdict]], planned_seeds=lambda clai
                   caveats=lambda claim: []) -> list[str]:
     """Markdown lines: one row per claim with the paper's effect (and in our units), ours with its 95% interval,
     the verdict by RULES (interim while fewer seeds have values than `planned_seeds(claim)`, with `caveats(claim)`
-    about the runs behind it: "*not converged*, ...") and the power of this run. Headline claims are in bold.
+    about the runs behind it: "*stopped at the cap*, ...") and the power of this run. Headline claims are in bold.
     judged: each claim with its verdict (verdicts.evaluate)."""
     lines = ["| claim | paper | ours (Δ, 95% interval) | verdict | power |", "|---|---|---|---|---|"]
     corrected = holm_corrected(judged)
