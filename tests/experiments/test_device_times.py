@@ -101,6 +101,8 @@ def test_runs_sharing_the_gpu_slow_only_their_steps_and_across_groups():
     shared = lambda n: float(n)  # noqa: E731  (the GPU's time split evenly: the steps one after another)
     assert packed_wall([([(0, 10), (0, 10)], 2)], shared) == pytest.approx(20)
     assert packed_wall([([(5, 10), (5, 10)], 2)], shared) == pytest.approx(25)  # both warm up on the CPU at once
+    # one steps alone while the other warms up (5 s), they share the GPU (10 s), the second ends alone (5 s)
+    assert packed_wall([([(0, 10)], 1), ([(5, 10)], 1)], shared) == pytest.approx(20)
     # a group of one 10 s job beside one of two 4 s jobs: 18 s of steps, shared throughout
     assert packed_wall([([(0, 10)], 1), ([(0, 4), (0, 4)], 1)], shared) == pytest.approx(18)
     assert packed_wall([([(0, 10)], 1), ([(0, 4), (0, 4)], 1)], lambda n: 1.0) == pytest.approx(10)
