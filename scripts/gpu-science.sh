@@ -1,30 +1,37 @@
 #!/usr/bin/env bash
-# On one GPU, in about 8 minutes, the runs that would settle the open headlines at convergence, side by side:
-# - interdomain: the cube's IA / S4D-only / softmax x 3 seeds with a cap their patience can reach (cube-patient,
-#   and its extrapolation on the same models), at the rates the CPU's sweep chose;
-# - coupled-qk: 7 more paired seeds of softmax and coupled-euler on the language model (10 in all);
-# - ccq: S-NIAH pass-key trained at 256 tokens, tested to 4x, for softmax (the control), GLA and CCQ-GLA.
-# Each starts from the committed records of its tier (the sweeps, the CPU's seeds), copied into the output folder,
-# and writes its own results there: <out>/<suite>-converged/, with MACHINE.txt naming the device. Every record
-# finished by the deadline is kept; a second call continues from the checkpoints.
+# On one GPU, three suites' plans side by side, each continuing the committed records of its converged tier:
+# - interdomain: the cube's IA / S4D-only / softmax x 3 seeds to early stopping or 10,000 steps (cube-patient), and
+#   their extrapolation measured on the same models (extrapolation-patient), at the rates the CPU's sweep chose;
+# - ccq: S-NIAH pass-key trained at 256 tokens and tested to 4x (niah-256), for softmax (the control), GLA, CCQ-GLA;
+# - coupled-qk: 7 more paired seeds of softmax and coupled-euler on the language model (lm: 10 in all).
+# What that settles: of the converged tiers' headline rows, only coupled-qk's (coupling lowers perplexity vs softmax)
+# gains seeds, and its new runs keep the 4,000-step cap at which all 6 runs so far ended, so that row stays marked
+# not converged. The rows of cube-patient and niah-256 are not headlines: they ask the headline claims of cube and
+# niah again with a longer cap and at 256 tokens, beside those rows, which gain nothing. --dry-run lists every row.
+# Each suite writes <out>/<suite>-converged/, with MACHINE.txt naming the device and plan.txt the prediction. Every
+# record finished by the deadline is kept; another call continues from the checkpoints. The deadline is sized from
+# the plans' prediction on DOCTOR's GPU (scripts/side_by_side.py), at most 480 s, since a device call runs at most
+# 10 minutes; the prediction says how many calls the plans need.
 # Usage: scripts/gpu-science.sh [--dry-run] [output folder, default runs/gpu-science]
-#   --dry-run: prints each suite's plan with its times predicted on the H200 of results/doctor/doctor.json, and
-#   fails where one would take longer than the deadline. PYTHON (default python3) runs attnlab; DEADLINE (default
-#   480) is in seconds.
+#   --dry-run (on any machine, a CPU too): prints each plan (its jobs, each predicted alone on DOCTOR's GPU, and the
+#   claims' rows they carry, headline or not), then all of them side by side: from start to end with what it assumes
+#   (compile warm-up and packing, measured or not), the deadline and the device calls needed.
+#   PYTHON (default python3) runs attnlab; DOCTOR (default results/doctor/doctor.json) is the GPU's doctor report;
+#   DEADLINE (seconds) replaces the sized deadline.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dry=()
-if [[ ${1:-} == --dry-run ]]; then dry=(--dry-run --predict-on results/doctor/doctor.json); shift; fi
+dry=
+if [[ ${1:-} == --dry-run ]]; then dry=1; shift; fi
 out=${1:-runs/gpu-science}
-deadline=${DEADLINE:-480}
 python=${PYTHON:-python3}
-if (( ${#dry[@]} )); then
+doctor=${DOCTOR:-results/doctor/doctor.json}
+if [[ -n $dry ]]; then
     export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 else
-    NO_FLA=1 source scripts/gpu-site.sh
+    NO_FLA=1 source scripts/gpu-site.sh  # fla's first use compiles for minutes; the doctor timed the torch forms
 fi
 mkdir -p "$out"
-# suite, workers (runs at once on the GPU), then the reproduce options
+# suite, workers (its runs at once on the GPU), then the reproduce options that select its plan
 plans=(
     "interdomain 7 --only cube-patient extrapolation-patient"
     "ccq 7 --only niah-256 --arms softmax gla ccq-gla"
@@ -35,29 +42,21 @@ for plan in "${plans[@]}"; do
     mkdir -p "$out/$suite-converged"
     [[ -e $out/$suite-converged/results.json ]] || cp "results/$suite-converged/results.json" "$out/$suite-converged/"
 done
-run() {  # suite workers options...: one suite's plan on the GPU (or, dry, printed)
+planner=("$python" scripts/side_by_side.py --predict-on "$doctor" --out "$out" ${DEADLINE:+--deadline "$DEADLINE"}
+         "${plans[@]}")
+if [[ -n $dry ]]; then
+    exec "${planner[@]}"
+fi
+"${planner[@]}" > "$out/plan.txt"
+deadline=$(sed -n 's/^deadline: \([0-9]*\) s a call.*/\1/p' "$out/plan.txt")
+grep -e '^side by side' -e '^deadline: ' "$out/plan.txt"
+run() {  # suite workers options...: one suite's plan on the GPU
     local suite=$1 workers=$2
     shift 2
-    local command=("$python" -m attnlab.cli reproduce "$suite" --tier converged --out "$out" --jobs "$workers" "$@")
-    if (( ${#dry[@]} )); then
-        "${command[@]}" "${dry[@]}"
-    else
-        timeout --signal=INT --kill-after=60 "$deadline" "${command[@]}" --runs-per-gpu "$workers" \
-            --runs-dir "$out/runs" > "$out/$suite.log" 2>&1 || echo "$suite: stopped ($?); see $out/$suite.log"
-    fi
+    timeout --signal=INT --kill-after=60 "$deadline" "$python" -m attnlab.cli reproduce "$suite" --tier converged \
+        --out "$out" --jobs "$workers" --runs-per-gpu "$workers" --runs-dir "$out/runs" "$@" > "$out/$suite.log" 2>&1 ||
+        echo "$suite: stopped ($?); see $out/$suite.log, and call again to continue"
 }
-if (( ${#dry[@]} )); then
-    printed=$(for plan in "${plans[@]}"; do run $plan; done)
-    echo "$printed"
-    longest=$(grep -o 'from start to end: about [^(]*(\([0-9]*\) s' <<< "$printed" | grep -o '[0-9]* s$' | sort -n |
-              tail -1 | tr -dc 0-9)
-    workers=0
-    for plan in "${plans[@]}"; do read -r _ n _ <<< "$plan"; workers=$((workers + n)); done
-    echo "the longest suite: about ${longest:-?} s of a ${deadline} s deadline, the suites side by side: $workers runs" \
-         "at once on the GPU (the H200 machine has 16 CPU cores)"
-    [[ -n $longest && $longest -le $deadline ]]
-    exit
-fi
 { date -u +%FT%TZ; git rev-parse HEAD 2>/dev/null || true; nvidia-smi --query-gpu=name,driver_version,memory.total \
   --format=csv,noheader || true; "$python" -c 'import torch; print("torch", torch.__version__)'; } > "$out/MACHINE.txt"
 for plan in "${plans[@]}"; do run $plan & done

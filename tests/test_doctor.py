@@ -202,3 +202,48 @@ def test_packing_trains_the_demo_model_in_several_processes_at_once_and_sums_the
 def test_a_copy_that_fails_ends_the_packing_section_at_once_with_its_error(two_mixers):
     with pytest.raises(RuntimeError, match="train.device=meta is not one of"):
         doctor.pack_demo(torch.device("meta"), (2,), steps=4, log=lambda *a: None)
+
+
+def test_compile_warm_up_is_the_compiled_runs_time_besides_its_steps_beyond_the_eager_runs():
+    step_tokens = 16 * 128  # the demo's batch of 16 x 128 characters
+    eager = {"steps": 200, "seconds": 2.5, "tokens_per_s": step_tokens / 0.01}  # 2 s of steps, 0.5 s besides
+    compiled = {"steps": 200, "seconds": 40.0, "tokens_per_s": step_tokens / 0.005}  # 1 s of steps, 39 s besides
+    assert doctor.warmup_seconds(eager, compiled) == pytest.approx(38.5)
+    assert doctor.warmup_seconds(eager, {**compiled, "seconds": 1.2}) == 0  # compiling cost nothing to see
+
+
+def test_on_a_gpu_the_doctor_compiles_the_demo_and_packs_it_and_a_failure_is_the_finding(monkeypatch, tmp_path):
+    """The GPU's training sections on the CPU, their training replaced: the compile section's record and warm-up,
+    then packing; a compile that fails is written as its error, and packing still runs."""
+    def fake_train(device, steps, log=print, compile=False):
+        return {"steps": steps, "seconds": 30.0 if compile else 2.0, "tokens_per_s": 16 * 128 / 0.005, "val_loss": 2.0}
+
+    monkeypatch.setattr(doctor, "train_demo", fake_train)
+    monkeypatch.setattr(doctor, "pack_demo", lambda device, copies, steps, log: {"1": {"tokens_per_s": 1.0,
+                                                                                      "x_one": 1.0}})
+    report, saved = {}, []
+    doctor._train_sections(report, torch.device("cpu"), 200, (1, 4, 16), lambda *a: None, lambda: saved.append(1))
+    assert report["compile"]["warmup_s"] == pytest.approx(28.0) and report["packing"]["1"]["x_one"] == 1.0
+    assert len(saved) == 3  # after each section
+
+    def no_compiler(device, steps, log=print, compile=False):
+        if compile:
+            raise RuntimeError("InductorError: no C++ compiler")
+        return fake_train(device, steps)
+
+    monkeypatch.setattr(doctor, "train_demo", no_compiler)
+    doctor._train_sections(report, torch.device("cpu"), 200, (1, 4, 16), lambda *a: None, lambda: None)
+    assert report["compile"] == {"error": "RuntimeError: InductorError: no C++ compiler"} and "packing" in report
+    report.pop("compile")
+    doctor._train_sections(report, torch.device("cpu"), 200, (), lambda *a: None, lambda: None)
+    assert "compile" not in report  # without a GPU (nor a dry run): the demo model alone
+
+
+def test_the_readme_says_what_compiling_the_demo_cost():
+    row = {p: {"forward": 1e-7, "gradient": 1e-7, "decode": 1e-7} for p in ("fp32", "bf16")}
+    report = {"environment": {"device": "cuda", "gpu": "NVIDIA H200", "torch": "2.11.0", "cuda_version": "13.0",
+                              "triton": "3.6.0", "fla": "0.6.0"}, "failed": [], "mixers": {"softmax": row},
+              "train": {"steps": 200, "seconds": 2.5, "tokens_per_s": 2e5, "val_loss": 2.1},
+              "compile": {"steps": 200, "seconds": 40.0, "tokens_per_s": 4e5, "val_loss": 2.1, "warmup_s": 38.5}}
+    assert "compiled (train.compile) at 400K tokens/s after 38 s of compile warm-up" in \
+        doctor_readme.readme_section(report)

@@ -118,9 +118,10 @@ def main(args) -> None:
         options = dict(seeds=args.seeds, quick=args.quick, scale=args.scale, only=args.only or (), arms=args.arms or (),
                        runs_dir=args.runs_dir and Path(args.runs_dir) / out.name, again=tuple(args.remeasure or ()))
         if args.dry_run:
+            from ..lab.carried import recorded
             from ..lab.costs import describe_plan
 
-            print(describe_plan(suite, dry_run(suite, out, **options), device, args.jobs))
+            print(describe_plan(suite, dry_run(suite, out, **options), device, args.jobs, recorded(out)))
             continue
         results = run_suite(suite, out, executor=runner, **options)
         from ..lab.plan import plan_of

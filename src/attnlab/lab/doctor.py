@@ -6,7 +6,8 @@
    GPU with the fla and Triton installed here).
 3. Every mixer's forward+backward time against SDPA softmax, and each fused backend (fla, Triton,
    FlexAttention) against the torch form (outputs compared, then timed side by side).
-4. The demo model trained for a few hundred steps on the device.
+4. The demo model trained for a few hundred steps on the device; on a GPU, also compiled (what compiling costs a
+   run before its steps), and in 1, 4 and 16 processes at once (how runs packed on one GPU share it).
 Without a CUDA GPU it says so and runs the checks on the CPU, which keeps the command itself testable.
 The results are printed as tables and written to doctor.json, section by section, so a run cut short
 keeps what it measured; doctor_readme.py turns that file into the results README's account.
@@ -32,6 +33,7 @@ from ..mixers import build_mixer, list_mixers, mixer_class
 from ..mixers.backends import auto_backend
 from ..ops import fla
 from ..timing import round_robin
+from .device_times import DEMO_BATCH, DEMO_LENGTH
 from .doctor_readme import value_text
 
 # relative error limits against fp64: fp32 kernels differ in summation order only; bf16 rounds the
@@ -269,15 +271,15 @@ def compare_backends(device: torch.device, batch: int, seq_len: int, d_model: in
     return results
 
 
-def train_demo(device: torch.device, steps: int, log=print) -> dict:
-    """The demo preset (a softmax decoder on character-level Shakespeare) trained for `steps` steps; its
-    checkpoints go to a temporary folder."""
+def train_demo(device: torch.device, steps: int, log=print, compile: bool = False) -> dict:
+    """The demo preset (a softmax decoder on character-level Shakespeare) trained for `steps` steps, its blocks
+    compiled with `compile`; its checkpoints go to a temporary folder."""
     from ..train import train
 
-    log(f"\nthe demo model on {device}: {steps} steps")
+    log(f"\nthe demo model on {device}{' under train.compile' if compile else ''}: {steps} steps")
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as runs:
-        cfg = _demo_config(device, steps, runs)
+        cfg = _demo_config(device, steps, runs, compile)
         summary = train(cfg, resume=None, progress=False, log=log)
     result = {"steps": summary["steps"], "train_loss": summary.get("train_loss"), "val_loss": summary["val_loss"],
               "tokens_per_s": summary.get("tokens_per_s"), "seconds": time.perf_counter() - start}
@@ -286,13 +288,37 @@ def train_demo(device: torch.device, steps: int, log=print) -> dict:
     return result
 
 
-def _demo_config(device: torch.device, steps: int, runs: str):
+def _demo_config(device: torch.device, steps: int, runs: str, compile: bool = False):
     """The demo preset for `steps` steps on `device`, its checkpoints in `runs`, validated once at the end."""
     from ..config import load_config
 
     return load_config("demo", [f"train.steps={steps}", f"train.device={device}", f"out_dir={runs}",
                                 "name=doctor-demo", f"train.eval_every={steps}", f"train.ckpt_every={steps}",
-                                f"train.warmup_steps={max(1, steps // 10)}"])
+                                f"train.warmup_steps={max(1, steps // 10)}", f"train.compile={str(compile).lower()}"])
+
+
+def compile_demo(device: torch.device, steps: int, eager: dict, log=print) -> dict:
+    """The demo model trained again with its blocks compiled, as the converged tiers train theirs: its record,
+    with its compile warm-up against `eager`, the same model's record uncompiled (warmup_seconds)."""
+    compiled = train_demo(device, steps, log, compile=True)
+    compiled["warmup_s"] = warmup_seconds(eager, compiled)
+    log(f"compile warm-up: {compiled['warmup_s']:.1f} s; a steady step {_step_ms(compiled):.2f} ms compiled, "
+        f"{_step_ms(eager):.2f} ms eager")
+    return compiled
+
+
+def warmup_seconds(eager: dict, compiled: dict) -> float:
+    """What compiling cost a run before its steps: the compiled run's seconds besides its steps (at the speed of
+    its last logged ones), less the same of the eager run (the set-up and evaluation both pay)."""
+    def besides_steps(record: dict) -> float:
+        return record["seconds"] - record["steps"] * _step_ms(record) / 1e3
+
+    return max(0.0, besides_steps(compiled) - besides_steps(eager))
+
+
+def _step_ms(record: dict) -> float:
+    """A demo training record's steady step, from the tokens/s of its last logged steps."""
+    return 1e3 * DEMO_BATCH * DEMO_LENGTH / record["tokens_per_s"]
 
 
 def pack_demo(device: torch.device, copies: tuple[int, ...], steps: int, log=print) -> dict:
@@ -397,16 +423,26 @@ def run_doctor(out: str | Path = "runs/doctor", train_steps: int = 200, dry_run:
 
 
 def _train_sections(report: dict, device: torch.device, steps: int, copies: tuple[int, ...], log, save) -> None:
-    """The demo model trained alone, then (for each count in `copies`) in that many processes at once."""
+    """The demo model trained alone; where `copies` are given (a GPU, a dry run), compiled, and in each count of
+    `copies` of processes at once."""
     report["train"] = train_demo(device, steps, log)
     save()
     if copies:
-        try:
-            report["packing"] = pack_demo(device, copies, steps, log)
-        except (RuntimeError, OSError, queue.Empty) as err:  # a failure to pack is the finding, not a crash
-            report["packing"] = {"error": f"{type(err).__name__}: {err}"}
-            log(f"packing FAILED: {report['packing']['error'][:200]}")
-        save()
+        # Dynamo and Inductor raise errors of their own: any is what compiling does on this machine, the finding
+        _section(report, "compile", lambda: compile_demo(device, steps, report["train"], log), Exception, log, save)
+        _section(report, "packing", lambda: pack_demo(device, copies, steps, log),
+                 (RuntimeError, OSError, queue.Empty), log, save)
+
+
+def _section(report: dict, name: str, measure, errors, log, save) -> None:
+    """report[name] = measure(), or its error where it raises one of `errors`: a failure is the finding, not a
+    crash of the doctor."""
+    try:
+        report[name] = measure()
+    except errors as err:
+        report[name] = {"error": f"{type(err).__name__}: {err}"}
+        log(f"{name} FAILED: {report[name]['error'][:200]}")
+    save()
 
 
 def _timed_sections(report: dict, device: torch.device, sizes: dict, log, save) -> None:

@@ -36,6 +36,10 @@ def _summary(report: dict, speed: dict) -> str:
         train = report["train"]
         text += (f", the demo model at {train['tokens_per_s'] / 1e3:.0f}K tokens/s ({train['steps']} steps in "
                  f"{train['seconds']:.0f} s, validation loss {train['val_loss']:.2f})")
+    compiled = report.get("compile", {})
+    if compiled and "error" not in compiled:
+        text += (f", compiled (train.compile) at {compiled['tokens_per_s'] / 1e3:.0f}K tokens/s after "
+                 f"{compiled['warmup_s']:.0f} s of compile warm-up")
     packing = report.get("packing", {})
     if packing and "error" not in packing:
         text += (", and " + ", ".join(f"{k} at once {row['tokens_per_s'] / 1e3:.0f}K tokens/s in all "
