@@ -516,6 +516,7 @@ def test_every_verdict_word_is_produced_and_drawn(tmp_path):
     for delta, sd in [(-1.0, 0.05), (1.0, 0.05), (0.0, 0.02), (-0.5, 2.0), (-0.4, 0.05), (-3.0, 0.05)]:
         produced.add(judge(paired_deltas(lower(paper=-1.0), two_arms(delta, sd)), lower(paper=-1.0)).verdict)
     produced |= {"untestable here", "not calibrated", "mechanism not engaged"}  # each shown above
+    produced.add(evaluate([lower(paper=-1.0)], toy_results())[0][1].verdict)
     assert produced == set(VERDICTS) == set(COLOURS)
 
 
@@ -587,7 +588,7 @@ def test_the_p_value_matches_the_interval_on_both_kinds_of_claim():
     assert t_test_p(mean, sd, 4) == pytest.approx(2 * t.sf(abs(mean) / (sd / 2), 3))
 
 
-def test_a_headline_claim_shows_its_holm_corrected_p_value_and_fails_it_where_the_family_does():
+def test_a_claim_shows_its_holm_corrected_p_value_over_the_suites_tested_claims_and_fails_it_where_they_do():
     results = two_arms(-1.0, 0.6, n=5)  # alone it clears 0 at 5% (p = 0.019)
     results.records.update(two_arms(-1.0, 0.05, experiment="other").records)  # p far below 0.01
     weak = lower(paper=-1.0, headline=True)
@@ -595,13 +596,16 @@ def test_a_headline_claim_shows_its_holm_corrected_p_value_and_fails_it_where_th
     judged = evaluate([weak, strong], results)
     assert judged[0][1].verdict == "agrees" and 0.01 < judged[0][1].p < 0.025
     rows = table([weak, strong], results)[2:]
-    assert f"p = {judged[0][1].p:.2g}, Holm over 2 headlines: {judged[0][1].p:.2g}" in rows[0]  # the larger: x 1
+    assert f"p = {judged[0][1].p:.2g}, Holm over 2 tested claims: {judged[0][1].p:.2g}" in rows[0]  # the larger: x 1
     assert "not significant after Holm" not in rows[0]
-    three = [weak, replace(weak, statement="again"), replace(weak, statement="and again")]  # 3 x 0.019 > 0.05
+    # 3 x 0.019 > 0.05: headlines or not, every tested claim of the suite is in the family
+    three = [weak, replace(weak, statement="again", headline=False), replace(weak, statement="and again")]
     rows = table(three, results)[2:]
-    assert all("*not significant after Holm's correction* over the 3 headline claims: adjusted p = 0.057" in row
+    assert all("*not significant after Holm's correction* over the 3 tested claims: adjusted p = 0.057" in row
                for row in rows)
-    assert "Holm" not in table([replace(weak, headline=False)], results)[2]
+    assert "Holm over 1 tested claim: " in table([replace(weak, headline=False)], results)[2]
+    untested = table([weak, replace(weak, statement="no seeds", experiment="none")], results)[2:]
+    assert "Holm over 1 tested claim: " in untested[0] and "Holm" not in untested[1]
 
 
 def test_an_interval_that_barely_clears_zero_is_fragile():
@@ -718,3 +722,31 @@ def test_an_unmeasured_ablation_blocks_a_claim_without_a_papers_effect():
     assert v.verdict == "inconclusive" and "not been measured with its own component removed" in v.reason
     add_runs(results, "kv16", "ccq-gla", [0.5, 0.5, 0.5], "ablated_accuracy")
     assert evaluate([claim], results)[0][1].verdict == "agrees"
+
+
+def test_a_claim_whose_experiment_has_not_run_reads_not_run_yet():
+    claim = lower(paper=-1.0)
+    v = evaluate([claim], toy_results())[0][1]
+    assert v.verdict == "not run yet" and v.reason == "no run of hJ or softmax on lm yet"
+    assert "**not run yet**: no run of hJ or softmax on lm yet" in table([claim], toy_results())[2]
+    started = add_runs(toy_results(), "lm", "softmax", [10.0])  # one arm has run: no values yet, not "not run"
+    assert evaluate([claim], started)[0][1].verdict == "inconclusive"
+
+
+# the correction over a suite's claims and the sign-flip test
+
+
+def test_a_headline_shows_its_exact_sign_flip_p_and_few_seeds_where_none_could_reach_the_level():
+    from attnlab.lab.stats import fewest_seeds, sign_flip_p
+
+    assert sign_flip_p([1.0, 2.0, 3.0]) == 0.25 and sign_flip_p([1.0, -1.0, 0.5]) == 1.0  # 2 of 8; all 8
+    assert sign_flip_p([0.5, 1.0, 1.5, 2.0, 0.1, 3.0]) == pytest.approx(2 / 64)  # itself and all flipped
+    assert sign_flip_p([0.5, 1.0, 1.5, 2.0, -0.1, 3.0]) == pytest.approx(4 / 64)  # flipping -0.1 goes further
+    assert fewest_seeds(0.05) == 6  # 2 / 2^5 = 0.0625, 2 / 2^6 = 0.031
+    headline = replace(lower(), headline=True)
+    [row] = table([headline], two_arms(-1.0, 0.05, n=3))[2:]
+    assert "; sign-flip p = 0.25" in row and "*few seeds*: with 3, the sign-flip test cannot go below p = 0.25" in row
+    [row] = table([headline], two_arms(-1.0, 0.05, n=6))[2:]
+    assert "; sign-flip p = 0.031" in row and "few seeds" not in row
+    [row] = table([lower()], two_arms(-1.0, 0.05, n=3))[2:]
+    assert "sign-flip" not in row and "few seeds" not in row  # beside headlines only

@@ -13,7 +13,7 @@ COLOURS = {"agrees": "tab:green", "agrees in sign; smaller than the paper's": "y
            "agrees in sign; larger than the paper's": "darkgreen", "opposite": "tab:red",
            "smaller than the paper's": "tab:orange",
            "inconclusive": "tab:gray", "untestable here": "tab:purple", "not calibrated": "tab:brown",
-           "mechanism not engaged": "tab:olive"}
+           "mechanism not engaged": "tab:olive", "not run yet": "lightgray"}
 
 
 def _plot_row(ax, claim: Claim, v: Verdict) -> None:

@@ -8,14 +8,23 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from .stats import detectable_effect, holm, mean_interval, mean_std, seeds_needed, t_test_p
+from .stats import (
+    detectable_effect,
+    fewest_seeds,
+    holm,
+    mean_interval,
+    mean_std,
+    seeds_needed,
+    sign_flip_p,
+    t_test_p,
+)
 from .store import Results, RunKey
 
 DIRECTIONS = ("lower", "higher", "equal")
 
 MIN_SEEDS = 3  # a directional verdict needs this many seeds: with 2 the spread has one degree of freedom
 FRAGILE = 0.2  # an interval that clears 0 by less than this fraction of its half-width is marked fragile
-ALPHA = 0.05  # the level of the tests behind the 95% intervals, and of Holm's correction over the headlines
+ALPHA = 0.05  # the level of the tests behind the 95% intervals, and of Holm's correction over a suite's claims
 # the words that say an interval cleared 0 (or lay within an equal claim's margin)
 CLEARED = ("agrees", "agrees in sign; smaller than the paper's", "agrees in sign; larger than the paper's", "opposite")
 # characters per token of English under GPT-2-style byte-level BPE, the common rule of thumb (4 to 4.5 is what
@@ -96,11 +105,15 @@ before its cap, such runs are marked *not converged, k of n runs at their cap*: 
 whose arm or baseline trains at the best rate so far of a sweep still under way (its best rate lay at an edge, and
 the rate beyond it has not run yet) is marked *sweep going on*.
 
-**Multiplicity and fragility.** Each headline claim's row gives the p-value of the test behind its interval (that
-Δ = 0; for an equal claim, that |Δ| exceeds the margin, by two one-sided tests) and the same p-value after Holm's
-correction over the suite's headline claims that have one; a verdict that cleared 0 (or the margin) is marked *not
-significant after Holm's correction* where the adjusted p-value is {ALPHA:g} or more. An interval that clears 0 by
-less than {FRAGILE:g} of its half-width is marked *fragile*: a seed more or less could move it across.
+**Multiplicity and fragility.** Each row with a test gives the p-value behind its interval (that Δ = 0; for an
+equal claim, that |Δ| exceeds the margin, by two one-sided tests) and the same p-value after Holm's correction over
+every claim of the suite that has one (from {MIN_SEEDS} seeds, with a spread); a verdict that cleared 0 (or the
+margin) is marked *not significant after Holm's correction* where the adjusted p-value is {ALPHA:g} or more. Beside
+a directional headline's t-interval, the exact sign-flip p-value (the share of the 2^n ways of flipping the seeds'
+Δs whose mean is as far from 0), which assumes no normality: with n seeds it cannot go below 2 / 2^n, so a row
+with fewer than {fewest_seeds(ALPHA)} seeds is marked *few seeds*, since no result of theirs could reach {ALPHA:g} by
+it. An interval that clears 0 by less than {FRAGILE:g} of its half-width is marked *fragile*: a seed more or less
+could move it across.
 
 **Power.** "Detects ≥ d" is the smallest |effect| that a paired t-test on these seeds finds with 80% power at
 two-sided α = 0.05, from the observed standard deviation s of the Δs (exact, from the noncentral t distribution
@@ -111,7 +124,8 @@ at most the paper's |effect| (the margin for equal claims).
 """
 
 VERDICTS = ("agrees", "agrees in sign; smaller than the paper's", "agrees in sign; larger than the paper's", "opposite",
-            "smaller than the paper's", "inconclusive", "untestable here", "not calibrated", "mechanism not engaged")
+            "smaller than the paper's", "inconclusive", "untestable here", "not calibrated", "mechanism not engaged",
+            "not run yet")
 
 
 SAME_NATS, SAME_FRACTION = "the same nats per character", "the same fraction of the loss"  # the two transfers
@@ -324,6 +338,9 @@ class Verdict:
     # per-token claims: the verdict under the transfer "the same fraction of the loss", and the paper's effect (an
     # equal claim: its margin) per character under it; None where it does not apply or is not known yet
     other: tuple[str, float] | None = None
+    # a directional claim's exact sign-flip p-value that Δ = 0 (no normality assumed; nan: an equal claim, under 2
+    # seeds): with n seeds it cannot go below 2 / 2^n, so under stats.fewest_seeds(ALPHA) seeds it cannot reach ALPHA
+    sign_flip: float = float("nan")
     tokens: TokenInterval | None = None  # a relative perplexity claim's interval over the validation tokens alone
     params: int | None = None  # the size of the claim's arm here, beside the paper's (Claim.paper_scale)
 
@@ -449,7 +466,8 @@ def judge(deltas: list[float], claim: Claim) -> Verdict:
     else:
         p = t_test_p(delta, sd, n)
     return Verdict(n, delta, delta - half, delta + half, verdict, reason,
-                   detectable_effect(sd, n, equivalence=equivalence), needed, p)
+                   detectable_effect(sd, n, equivalence=equivalence), needed, p,
+                   sign_flip=float("nan") if equivalence else sign_flip_p(deltas))
 
 
 def noted(claims: list[Claim], note: str) -> list[Claim]:
@@ -459,8 +477,8 @@ def noted(claims: list[Claim], note: str) -> list[Claim]:
 
 
 def holm_corrected(judged: list[tuple[Claim, Verdict]]) -> dict[int, float]:
-    """Index in `judged` -> the Holm-adjusted p-value, over the headline claims that have a test (a verdict from
-    MIN_SEEDS seeds with a spread): judged one at a time, some headline of a suite would clear 0 by chance more
-    often than 1 in 20."""
-    tested = [i for i, (claim, v) in enumerate(judged) if claim.headline and v.n >= MIN_SEEDS and not math.isnan(v.p)]
+    """Index in `judged` -> the Holm-adjusted p-value, over every claim of the suite that has a test (a verdict from
+    MIN_SEEDS seeds with a spread): judged one at a time, some claim of a suite would clear 0 by chance more often
+    than 1 in 20."""
+    tested = [i for i, (_, v) in enumerate(judged) if v.n >= MIN_SEEDS and not math.isnan(v.p)]
     return dict(zip(tested, holm([judged[i][1].p for i in tested]), strict=True))

@@ -93,6 +93,29 @@ def t_test_p(mean: float, sd: float, n: int, null: float = 0.0, side: int = 0) -
     return float(student_t.sf(side * t, n - 1))
 
 
+SIGN_FLIP_MOST = 20  # seeds up to which the sign-flip test enumerates every one of its 2^n assignments
+
+
+def sign_flip_p(deltas: list[float]) -> float:
+    """The exact two-sided sign-flip (paired permutation) p-value that the mean Δ is 0: the share of the 2^n ways
+    of flipping the Δs' signs whose |mean| is at least the observed one. It assumes no normality, and cannot go
+    below 2 / 2^n (fewest_seeds says how many seeds reach a level); nan under 2 values or past SIGN_FLIP_MOST."""
+    n = len(deltas)
+    if n < 2 or n > SIGN_FLIP_MOST:
+        return float("nan")
+    import numpy as np  # when a test is computed: importing the report stays light
+
+    signs = 1 - 2 * ((np.arange(2**n)[:, None] >> np.arange(n)) & 1)  # [2^n, n]: every assignment of ±1
+    means = np.abs(signs @ np.asarray(deltas, dtype=float)) / n
+    observed = abs(sum(deltas)) / n
+    return float(np.mean(means >= observed - 1e-12 * max(1.0, observed)))
+
+
+def fewest_seeds(alpha: float) -> int:
+    """The fewest seeds whose sign-flip test can give p < alpha: its least p is 2 / 2^n."""
+    return next(n for n in range(2, 64) if 2.0 / 2**n < alpha)
+
+
 def holm(p_values: list[float]) -> list[float]:
     """Holm's step-down adjustment of m p-values, in their order: the i-th smallest is multiplied by m - i + 1,
     capped at 1 and never below the adjusted p-value before it. A family rejected where adjusted p < α keeps the

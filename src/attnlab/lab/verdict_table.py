@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from .claims import ALPHA, CLEARED, MIN_SEEDS, SAME_FRACTION, SAME_NATS, Claim, Verdict, holm_corrected
-from .stats import MAX_SEEDS
+from .stats import MAX_SEEDS, fewest_seeds
 
 
 def verdict_table(judged: list[tuple[Claim, Verdict]], planned_seeds=lambda claim: None,
@@ -16,29 +16,31 @@ def verdict_table(judged: list[tuple[Claim, Verdict]], planned_seeds=lambda clai
     judged: each claim with its verdict (verdicts.evaluate)."""
     lines = ["| claim | paper | ours (Δ, 95% interval) | verdict | power |", "|---|---|---|---|---|"]
     corrected = holm_corrected(judged)
-    family = f"{len(corrected)} headline{'s' if len(corrected) > 1 else ''}"
+    family = f"{len(corrected)} tested claim{'s' if len(corrected) > 1 else ''}"
     for i, (claim, v) in enumerate(judged):
         statement = f"**{claim.statement}**" if claim.headline else claim.statement
         adjusted = corrected.get(i)
-        marks = _marks(claim, v, planned_seeds(claim), caveats, adjusted, len(corrected))
+        marks = _marks(claim, v, planned_seeds(claim), caveats, adjusted, family)
         holm_p = "" if adjusted is None else f"; p = {v.p:.2g}, Holm over {family}: {adjusted:.2g}"
-        ours = _ours_cell(claim, v) + holm_p + _tokens_cell(claim, v)
+        ours = _ours_cell(claim, v) + holm_p + _sign_flip_cell(claim, v) + _tokens_cell(claim, v)
         cells = [f"{statement}{_scale_note(claim, v)} ({_what(claim)})", _paper_cell(claim, v), ours,
                  f"**{v.verdict}**{''.join(f' ({m})' for m in marks)}: {v.reason}", _power_cell(claim, v)]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
-def _marks(claim: Claim, v: Verdict, planned: int | None, caveats, adjusted: float | None, headlines: int) -> list[str]:
+def _marks(claim: Claim, v: Verdict, planned: int | None, caveats, adjusted: float | None, family: str) -> list[str]:
     """What the verdict word needs beside it: interim, the runs' caveats, Holm's correction (the claim's adjusted
-    p-value among `headlines` headline claims), fragility, the other transfer assumption, a control arm."""
+    p-value over the suite's `family` of tested claims), too few seeds for the sign-flip test, fragility, the other
+    transfer assumption, a control arm."""
     # a missed calibration is the baseline's, whose seeds the calibration lines give: nothing left to come
     judged = v.n > 0 and v.verdict != "not calibrated"
     marks = [f"*interim*, {v.n} of {planned} planned seeds"] if judged and planned and v.n < planned else []
     marks += caveats(claim) if judged else []
     if judged and v.verdict in CLEARED and adjusted is not None and adjusted >= ALPHA:
-        marks.append(f"*not significant after Holm's correction* over the {headlines} headline claims: "
-                     f"adjusted p = {adjusted:.2g}")
+        marks.append(f"*not significant after Holm's correction* over the {family}: adjusted p = {adjusted:.2g}")
+    if judged and claim.headline and not math.isnan(v.sign_flip) and v.n < fewest_seeds(ALPHA):
+        marks.append(f"*few seeds*: with {v.n}, the sign-flip test cannot go below p = {2 / 2**v.n:.2g}")
     if judged and v.verdict in CLEARED and claim.direction != "equal" and v.fragile:
         marks.append(f"*fragile*: the interval clears 0 by {min(abs(v.low), abs(v.high)):.2g}, under a fifth of "
                      f"its half-width {(v.high - v.low) / 2:.2g}")
@@ -96,6 +98,11 @@ def _ours_cell(claim: Claim, v: Verdict) -> str:
         return f"{x:+,.{decimals}f}{claim.units}"
 
     return f"{num(v.delta)} [{num(v.low)}, {num(v.high)}]"
+
+
+def _sign_flip_cell(claim: Claim, v: Verdict) -> str:
+    """A directional headline's exact sign-flip p-value, beside its t-interval."""
+    return "" if not claim.headline or math.isnan(v.sign_flip) else f"; sign-flip p = {v.sign_flip:.2g}"
 
 
 def _tokens_cell(claim: Claim, v: Verdict) -> str:

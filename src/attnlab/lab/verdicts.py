@@ -59,6 +59,8 @@ def evaluate(claims: list[Claim], results: Results, floors: Floors = no_floors) 
 def _verdict(claim: Claim, results: Results, floor: Floor | None) -> Verdict:
     """The verdict of a claim in our units."""
     verdict = judge(paired_deltas(claim, results), claim)
+    if verdict.n == 0 and (reason := not_run(claim, results)) is not None:
+        return replace(verdict, verdict="not run yet", reason=reason)
     if (reason := not_calibrated(claim, results)) is not None:  # whatever the claim's own seeds
         return replace(verdict, verdict="not calibrated", reason=reason)
     if verdict.n >= MIN_SEEDS:
@@ -69,6 +71,15 @@ def _verdict(claim: Claim, results: Results, floor: Floor | None) -> Verdict:
             if (reason := check(claim, results)) is not None:
                 return replace(verdict, verdict=word, reason=reason)
     return verdict
+
+
+def not_run(claim: Claim, results: Results) -> str | None:
+    """Why a claim has no values: none of its arms has a record of its experiments yet (None if one has)."""
+    experiments = [e for e in (claim.experiment, claim.contrast) if e]
+    arms = [a for a in (claim.arm, claim.baseline) if a]
+    if any(results.of(experiment, arm, sweeps=True) for experiment in experiments for arm in arms):
+        return None
+    return f"no run of {' or '.join(arms)} on {' or '.join(experiments)} yet"
 
 
 def not_calibrated(claim: Claim, results: Results) -> str | None:
