@@ -750,3 +750,39 @@ def test_a_headline_shows_its_exact_sign_flip_p_and_few_seeds_where_none_could_r
     assert "; sign-flip p = 0.031" in row and "few seeds" not in row
     [row] = table([lower()], two_arms(-1.0, 0.05, n=3))[2:]
     assert "sign-flip" not in row and "few seeds" not in row  # beside headlines only
+
+
+# the same claim under another protocol, and readings checked against one number
+
+
+def test_a_claim_rerun_under_another_protocol_shows_both_and_says_where_the_protocol_decides():
+    results = two_arms(-1.0, 0.05)
+    results.records.update(two_arms(-3.0, 0.05, experiment="lm-patient").records)
+    claim = lower(paper=-1.0, rerun="lm-patient")
+    [row] = table([claim], results)[2:]
+    assert "**agrees**" in row and "*the protocol decides*: on lm-patient, -3.000 [" in row
+    assert "**agrees in sign; larger than the paper's**" in row
+    same = two_arms(-1.0, 0.05)
+    same.records.update(two_arms(-1.0, 0.05, seed=7, experiment="lm-patient").records)
+    [row] = table([claim], same)[2:]
+    assert "on lm-patient, -1.0" in row and "protocol decides" not in row
+    anchored = replace(claim, calibration=(Anchor("lm", "softmax", "val_ppl", 10.0, 0.3),))
+    moved = two_arms(-1.0, 0.05)
+    moved.records.update(add_runs(toy_results(), "lm-patient", "softmax", [12.0] * 5).records)
+    add_runs(moved, "lm-patient", "hJ", [11.0, 11.1, 10.9, 11.0, 11.05])
+    [row] = table([anchored], moved)[2:]  # the anchor moves with the claim: its softmax misses 10 there
+    assert "**not calibrated**: the baseline is not the paper's: softmax on lm-patient: ours 12" in row
+
+
+def test_readings_of_an_experiment_conclude_whether_any_reproduces_the_papers_number():
+    from attnlab.lab.verdicts import reading_lines
+
+    anchors = [Anchor("h-only", label, "val_ppl", 6.03, 0.25) for label in ("summed", "unnormalised")]
+    results = add_runs(toy_results(), "h-only", "summed", [5.62, 5.6, 5.64])
+    assert reading_lines(anchors, results)[-1].startswith("- not yet run: unnormalised")  # no conclusion yet
+    add_runs(results, "h-only", "unnormalised", [5.63, 5.64, 5.65])
+    assert reading_lines(anchors, results)[-1] == ("- **h-only: no reading reproduces the paper's 6.03**: under "
+                                                   "each of the 2 readings tried, ours lies outside the tolerance")
+    add_runs(results, "h-only", "unnormalised", [6.0, 6.1, 6.05])
+    assert reading_lines(anchors, results)[-1] == ("- **h-only: the paper's 6.03 is reproduced under unnormalised**, "
+                                                   "of 2 readings tried")

@@ -92,6 +92,10 @@ The unconverted number is shown only as the paper's.
 **A control.** An arm with no component of its own (J-only, which as specified attends uniformly) is named as a
 control: its claim compares the baseline with it, and no result of the mechanism's can fail it.
 
+**Another protocol.** A claim whose arms a second experiment trains under another protocol (a longer patience) is
+judged there too, by the same rules and anchors; the row gives both intervals and words, and marks *the protocol
+decides* where the words differ.
+
 **Interim.** A verdict read while fewer seeds have values than the tier plans is marked *interim, n of N planned
 seeds*: the tier fixes its seed count before the runs, and a verdict read as they come in may still change (adding
 seeds until an interval leaves 0 would overstate it).
@@ -239,6 +243,9 @@ class Claim:
     # why the arm has no learned component of its own ("as specified, it attends uniformly"): it is a control, and
     # its claim tests the baseline against it, not a mechanism (no result of the mechanism's can fail it)
     control_arm: str | None = None
+    # an experiment that trains the same arms under another protocol (a longer patience): the row shows the claim's
+    # verdict there too, calibrated by the same anchors moved to it, and says where the two words differ
+    rerun: str | None = None
 
     def __post_init__(self):
         _check_metric(self.metric, repr(self.statement))
@@ -343,6 +350,7 @@ class Verdict:
     sign_flip: float = float("nan")
     tokens: TokenInterval | None = None  # a relative perplexity claim's interval over the validation tokens alone
     params: int | None = None  # the size of the claim's arm here, beside the paper's (Claim.paper_scale)
+    rerun: Verdict | None = None  # the claim's verdict on its rerun experiment (Claim.rerun)
 
     @property
     def fragile(self) -> bool:
@@ -468,6 +476,13 @@ def judge(deltas: list[float], claim: Claim) -> Verdict:
     return Verdict(n, delta, delta - half, delta + half, verdict, reason,
                    detectable_effect(sd, n, equivalence=equivalence), needed, p,
                    sign_flip=float("nan") if equivalence else sign_flip_p(deltas))
+
+
+def rerun_of(claim: Claim) -> Claim:
+    """The claim on its rerun experiment: its anchors on the claim's experiment moved there with it."""
+    moved = tuple(replace(a, experiment=claim.rerun) if a.experiment == claim.experiment else a
+                  for a in claim.calibration)
+    return replace(claim, experiment=claim.rerun, rerun=None, calibration=moved)
 
 
 def noted(claims: list[Claim], note: str) -> list[Claim]:

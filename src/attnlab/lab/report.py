@@ -17,7 +17,7 @@ from .stats import mean_std, paired_difference
 from .store import Results, RunKey, describe_setting
 from .training_notes import SAMPLES, caveats, training_table
 from .verdict_table import verdict_table
-from .verdicts import calibration_lines, engagement_lines, evaluate
+from .verdicts import calibration_lines, engagement_lines, evaluate, reading_lines
 
 
 def _values(results: Results, experiment: Experiment, label: str, key: str) -> list[float | None]:
@@ -166,7 +166,7 @@ def write_report(suite: Suite, results: Results, plan: Plan, out_dir: str | Path
     if suite.provenance:
         lines += ["**Provenance of the equations.** " + " ".join(f"*{name}*: {text}" for name, text in
                                                                 suite.provenance.items()), ""]
-    calibration = calibration_lines(suite.claims, results, plan.seeds)
+    calibration = calibration_lines(suite.claims, results, plan.seeds) + reading_lines(suite.anchors, results)
     if calibration:
         lines += ["## Calibration", "", "Before any comparison, the baseline must reproduce the paper's own number "
                   "under the paper's protocol; a claim whose baseline does not is *not calibrated*, and once the "

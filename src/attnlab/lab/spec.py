@@ -163,6 +163,9 @@ class Suite:
     # ([P]), reconstructed ([E]) or inferred ([I]), and from what
     provenance: dict[str, str] = field(default_factory=dict)
     ablation: str = ""  # what Mixer.ablated removes from the suite's mechanism at evaluation, for the report
+    # numbers of the paper's that no claim compares with but the report checks (claims.Anchor): one per reading of
+    # an experiment that tries several readings of what the paper leaves unstated, against its one number
+    anchors: list = field(default_factory=list)
 
 
 def sensitivity(name: str, title: str, protocol: Experiment, arm: str, change: Changes) -> Experiment:

@@ -47,6 +47,10 @@ def _marks(claim: Claim, v: Verdict, planned: int | None, caveats, adjusted: flo
     if judged and v.other is not None:
         marks.append(f"*the transfer assumptions differ*: under {SAME_FRACTION}, **{v.other[0]}**"
                      if v.other[0] != v.verdict else "the same under both transfer assumptions")
+    if judged and v.rerun is not None:
+        again = v.rerun
+        marks.append(("*the protocol decides*: " if again.verdict != v.verdict else "")
+                     + f"on {claim.rerun}, {_ours_cell(claim, again)}, **{again.verdict}**: {again.reason}")
     if claim.control_arm is not None:
         marks.append(f"{claim.arm} is a control: {claim.control_arm}, so it has no component of its own and "
                      f"no result of the mechanism's can fail this claim")

@@ -18,6 +18,7 @@ from ..data import Floor
 from .claims import (
     MIN_SEEDS,
     SAME_FRACTION,
+    Anchor,
     Claim,
     TokenInterval,
     Verdict,
@@ -26,6 +27,7 @@ from .claims import (
     failed_calibrations,
     judge,
     paired_deltas,
+    rerun_of,
     seeds_of,
     value_of,
 )
@@ -52,7 +54,8 @@ def evaluate(claims: list[Claim], results: Results, floors: Floors = no_floors) 
             verdict = replace(verdict, other=(_verdict(other, results, floor).verdict, _bar(other)))
         tokens = token_interval(claim, results) if verdict.n >= MIN_SEEDS else None
         params = results.params(claim.experiment, claim.arm, sweeps=True)
-        judged.append((claim, replace(verdict, tokens=tokens, params=params)))
+        rerun = evaluate([rerun_of(claim)], results, floors)[0][1] if claim.rerun else None
+        judged.append((claim, replace(verdict, tokens=tokens, params=params, rerun=rerun)))
     return judged
 
 
@@ -223,12 +226,35 @@ def calibration_lines(claims: list[Claim], results: Results, planned=None) -> li
     lines = []
     for anchor in anchors_of(claims):
         held, line = anchor.check(results)
-        word = {True: "calibrated", False: "**not calibrated**", None: "not yet run"}[held]
+        word = _CHECKED[held]
         others = {key.arm for key in results.of(anchor.experiment, sweeps=True)} - {anchor.arm}
         after = "" if anchor.experiment not in failed else (
             "; the other arms trained before are shown, not judged" if others else "; its other arms are not trained")
         lines.append(f"- {word}: {line}{after}")
     return lines
+
+
+def reading_lines(anchors: list[Anchor], results: Results) -> list[str]:
+    """Markdown bullets for the paper's numbers that readings of an experiment are checked against (Suite.anchors):
+    each reading's line, then, once every reading is measured, what they conclude: which reproduce the number, or
+    that none does."""
+    lines, by_experiment = [], {}
+    for anchor in anchors:
+        by_experiment.setdefault((anchor.experiment, anchor.paper), []).append(anchor)
+    for (experiment, paper), group in by_experiment.items():
+        checks = [(anchor.arm, *anchor.check(results)) for anchor in group]
+        lines += [f"- {_CHECKED[held]}: {line}" for _, held, line in checks]
+        if any(held is None for _, held, _ in checks):
+            continue
+        held = [arm for arm, ok, _ in checks if ok]
+        lines.append(f"- **{experiment}: no reading reproduces the paper's {paper:g}**: under each of the "
+                     f"{len(checks)} readings tried, ours lies outside the tolerance" if not held else
+                     f"- **{experiment}: the paper's {paper:g} is reproduced under {', '.join(held)}**, of "
+                     f"{len(checks)} readings tried")
+    return lines
+
+
+_CHECKED = {True: "calibrated", False: "**not calibrated**", None: "not yet run"}
 
 
 def engagement_lines(claims: list[Claim], results: Results, floors: Floors = no_floors) -> list[str]:
