@@ -786,3 +786,10 @@ def test_readings_of_an_experiment_conclude_whether_any_reproduces_the_papers_nu
     add_runs(results, "h-only", "unnormalised", [6.0, 6.1, 6.05])
     assert reading_lines(anchors, results)[-1] == ("- **h-only: the paper's 6.03 is reproduced under unnormalised**, "
                                                    "of 2 readings tried")
+
+
+def test_a_claim_of_an_experiment_only_a_gpu_runs_names_its_plan_until_it_has_runs():
+    claim = lower(paper=-1.0)
+    v = evaluate([claim], toy_results(), gpu={"lm": "scripts/gpu-science.sh"})[0][1]
+    assert v.verdict == "not run yet" and v.reason.endswith(": GPU tier, run by scripts/gpu-science.sh")
+    assert evaluate([claim], two_arms(-1.0, 0.05), gpu={"lm": "scripts/gpu-science.sh"})[0][1].verdict == "agrees"

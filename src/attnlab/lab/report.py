@@ -183,7 +183,7 @@ def write_report(suite: Suite, results: Results, plan: Plan, out_dir: str | Path
         for experiment in components:
             lines += experiment_section(suite, experiment, results, plan, out, "###")
     if suite.claims:
-        judged = evaluate(suite.claims, results, plan.floor)
+        judged = evaluate(suite.claims, results, plan.floor, gpu_plans(suite))
         figure = plot_claims(judged, out / "claims.png")
         table = verdict_table(judged, planned_seeds(suite, plan), caveats(suite, results, plan))
         lines += ["## Verdicts", "", *table, "", f"![the claims]({figure.name})", "",
@@ -290,13 +290,18 @@ def summary_section(folder: Path, suite: Suite, results: Results, plan: Plan) ->
              f"`{_command(suite, results)}`: {describe_run(suite, results, plan)}. Full report: [{report}]({report}).",
              "", *left_out]
     if suite.claims:
-        judged = evaluate(suite.claims, results, plan.floor)
+        judged = evaluate(suite.claims, results, plan.floor, gpu_plans(suite))
         table = verdict_table(judged, planned_seeds(suite, plan), caveats(suite, results, plan))
         return [*lines, *table, ""]
     for experiment in suite.experiments:
         floored = unlearned(experiment, results, plan.floor)
         lines += [f"**{experiment.title}**", "", *experiment_table(experiment, results, "main", floored), ""]
     return lines
+
+
+def gpu_plans(suite: Suite) -> dict[str, str]:
+    """Experiment -> the plan that runs it on a GPU, for the experiments that name one (Experiment.gpu)."""
+    return {e.name: e.gpu for e in suite.experiments if e.gpu}
 
 
 def planned_seeds(suite: Suite, plan: Plan):

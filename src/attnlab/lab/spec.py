@@ -146,6 +146,9 @@ class Experiment:
     # it measures the size of a mechanism's own learned component (a profile): the report shows it, with every
     # seed's values, beside the ablations at evaluation under "Is the mechanism used?"
     component: bool = False
+    # the plan that runs it where a CPU cannot ("scripts/gpu-science.sh"): until it has runs, its claims' rows say
+    # "GPU tier" and name that plan
+    gpu: str = ""
 
 
 @dataclass

@@ -41,14 +41,18 @@ def no_floors(experiment: str, key: str) -> Floor | None:
     return None
 
 
-def evaluate(claims: list[Claim], results: Results, floors: Floors = no_floors) -> list[tuple[Claim, Verdict]]:
+def evaluate(claims: list[Claim], results: Results, floors: Floors = no_floors, gpu: dict[str, str] | None = None
+             ) -> list[tuple[Claim, Verdict]]:
     """Each claim's verdict: the checks RULES lists before judging, then the rule on its interval, in our units
     (the same nats per character), with the verdict under the other transfer assumption beside it. floors:
-    (experiment, results key) -> the chance floor of that accuracy (Plan.floor), None where it has none."""
+    (experiment, results key) -> the chance floor of that accuracy (Plan.floor), None where it has none; gpu:
+    experiment -> the plan that runs it on a GPU (Experiment.gpu), which a claim not run yet names."""
     judged = []
     for claim in claims:
         floor = floors(claim.experiment, claim.metric) if isinstance(claim.metric, str) else None
         verdict = _verdict(claim.in_our_units(), results, floor)
+        if verdict.verdict == "not run yet" and (plan := (gpu or {}).get(claim.experiment)):
+            verdict = replace(verdict, reason=f"{verdict.reason}: GPU tier, run by {plan}")
         if claim.chars_per_token is not None and (exponent := claim.exponent(SAME_FRACTION, results)) is not None:
             other = claim.in_our_units(exponent)
             verdict = replace(verdict, other=(_verdict(other, results, floor).verdict, _bar(other)))

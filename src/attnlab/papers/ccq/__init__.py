@@ -127,6 +127,7 @@ def converged_niah() -> tuple[Experiment, Experiment]:
         niah_arms(256, 12000),
         "softmax",
         lengths=[1, 2, 4],
+        gpu="scripts/gpu-science.sh",
     )
     return niah, niah_256
 

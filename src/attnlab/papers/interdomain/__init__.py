@@ -142,10 +142,10 @@ def converged() -> Suite:
                for a in arms]
     cube_patient = Experiment("cube-patient", f"The cube's main comparison, early stopping or {PATIENT_CAP:,} steps "
                               "at the rates the cube's sweep chose: validation perplexity", "val_ppl", patient,
-                              "softmax", cube.paper, sweep_of=cube.name)
+                              "softmax", cube.paper, sweep_of=cube.name, gpu="scripts/gpu-science.sh")
     extrapolation_patient = Experiment("extrapolation-patient", "Perplexity against context length (the "
                                        "cube-patient models, trained at 128)", "extrapolation", patient, "softmax",
-                                       lengths=[1, 2, 3.5], sweep_of=cube.name)
+                                       lengths=[1, 2, 3.5], sweep_of=cube.name, gpu="scripts/gpu-science.sh")
     mqar = recall.mqar(["softmax", "interdomain", "s4d"])
     claims = [
         *cube_claims("cube", corners=False),
