@@ -12,6 +12,7 @@ from attnlab.lab.claims import (
     Anchor,
     Claim,
     Ratio,
+    Verdict,
     anchors_of,
     failed_calibrations,
     judge,
@@ -793,3 +794,35 @@ def test_a_claim_of_an_experiment_only_a_gpu_runs_names_its_plan_until_it_has_ru
     v = evaluate([claim], toy_results(), gpu={"lm": "scripts/gpu-science.sh"})[0][1]
     assert v.verdict == "not run yet" and v.reason.endswith(": GPU tier, run by scripts/gpu-science.sh")
     assert evaluate([claim], two_arms(-1.0, 0.05), gpu={"lm": "scripts/gpu-science.sh"})[0][1].verdict == "agrees"
+
+
+# values that the rules read, each aimed at directly
+
+
+def test_the_same_fraction_transfer_of_a_growth_claim_reads_the_baselines_loss_at_the_training_length():
+    from attnlab.lab.claims import SAME_FRACTION
+
+    claim = Claim("IA stays flat", "x", Ratio("ppl@448", "ppl@128"), "ia", "softmax", "lower", -0.5,
+                  chars_per_token=4.0, paper_ppl=math.exp(3.0), paper_growths=(1.2, 1.5))
+    results = add_runs(toy_results(), "x", "softmax", [math.exp(1.5)] * 3, "ppl@128")
+    add_runs(results, "x", "softmax", [math.exp(2.4)] * 3, "ppl@448")  # the long length: not the loss that counts
+    assert claim.exponent(SAME_FRACTION, results) == pytest.approx(1.5 / 3.0)
+
+
+def test_fragile_measures_the_clearance_against_half_the_intervals_width():
+    def verdict(low: float, high: float) -> Verdict:
+        return Verdict(3, (low + high) / 2, low, high, "agrees", "", 0.1, None)
+
+    assert not verdict(0.15, 1.15).fragile  # clears 0 by 0.15 of a half-width of 0.5: more than a fifth (0.1)
+    assert verdict(0.05, 1.05).fragile and verdict(-1.05, -0.05).fragile
+    assert not verdict(-0.5, 0.5).fragile  # an interval across 0 clears nothing
+
+
+def test_engagement_is_the_median_size_of_the_moves_whatever_their_sign():
+    results = two_arms(-1.0, 0.05, n=3)
+    intact = list(results.by_seed("lm", "hJ", "val_ppl").values())
+    claim = lower(paper=-1.0, relative=True, ablation="ablated_ppl")
+    add_runs(results, "lm", "hJ", [v * f for v, f in zip(intact, (0.95, 0.95, 1.01), strict=True)], "ablated_ppl")
+    assert evaluate([claim], results)[0][1].verdict != "mechanism not engaged"  # moves of -5%, -5%, +1%: 5% > 1%
+    add_runs(results, "lm", "hJ", [v * f for v, f in zip(intact, (0.995, 1.05, 1.001), strict=True)], "ablated_ppl")
+    assert evaluate([claim], results)[0][1].verdict == "mechanism not engaged"  # one seed's 5% does not engage it
