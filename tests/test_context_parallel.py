@@ -1,6 +1,7 @@
-"""A sequence split across two gloo ranks gives the outputs, the final state and the gradients (of every token's
-inputs, and of the parameters summed over the ranks as data parallelism sums them) of the whole sequence on one
-process, for every recurrent op, at shard lengths that are not multiples of the chunk."""
+"""A sequence split across two and across three gloo ranks gives the outputs, the final state and the gradients (of
+every token's inputs, and of the parameters summed over the ranks as data parallelism sums them) of the whole
+sequence on one process, for every recurrent op, at shard lengths that are not multiples of the chunk. Three ranks
+tell the rank before from the first one."""
 
 from __future__ import annotations
 
@@ -12,7 +13,15 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from attnlab.context_parallel import ccq_shard, exclusive_scan, gather_prefix, linear_shard, run_shard, transition
+from attnlab.context_parallel import (
+    Context,
+    ccq_shard,
+    exclusive_scan,
+    gather_prefix,
+    linear_shard,
+    run_shard,
+    transition,
+)
 from attnlab.mixers.softmax import causal_sdpa
 from attnlab.ops.ccq import ccq_chunk, ccq_reference
 from attnlab.ops.delta_rule import delta_rule_chunk, delta_rule_reference
@@ -22,8 +31,8 @@ from attnlab.ops.s4d import s4d_fft, s4d_reference
 from attnlab.ops.sigmoid_attention import sigmoid_attention, sigmoid_attention_reference
 from helpers import on_gloo_ranks
 
-B, H, T, D_K, D_V, MODES = 2, 2, 22, 8, 6, 4  # two shards of 11 tokens: not a multiple of the chunk of 4
-WORLD = 2
+B, H, T, D_K, D_V, MODES = 2, 2, 30, 8, 6, 4  # shards of 15 or of 10 tokens: not a multiple of the chunk of 4
+WORLDS = (2, 3)
 
 
 @dataclass
@@ -117,11 +126,11 @@ def loss(outputs, weight):
     return (outputs.real * weight).sum()
 
 
-def rank_worker(rank: int, out: dict) -> None:
+def rank_worker(rank: int, out: dict, world: int) -> None:
     """One rank: every recurrent op on its shard, with what the whole sequence gives on one process to compare."""
     for name in CASES:
         case = make(name)
-        part = slice(rank * T // WORLD, (rank + 1) * T // WORLD)
+        part = slice(rank * T // world, (rank + 1) * T // world)
         tokens, params = leaves(t[:, :, part] for t in case.tokens), leaves(case.params)
         outputs, final = run_shard(case.shard(tokens, params), case.diagonal, initial_state=case.state)
         weight = torch.randn(outputs.shape, generator=torch.Generator().manual_seed(rank))
@@ -130,7 +139,7 @@ def rank_worker(rank: int, out: dict) -> None:
         whole_tokens, whole_params = leaves(case.tokens), leaves(case.params)
         whole_outputs, whole_final = case.shard(whole_tokens, whole_params)(case.state)
         whole_weight = torch.cat([torch.randn(outputs.shape, generator=torch.Generator().manual_seed(r))
-                                  for r in range(WORLD)], dim=2)  # each rank's weight on its shard
+                                  for r in range(world)], dim=2)  # each rank's weight on its shard
         loss(whole_outputs, whole_weight).backward()
         out[name, rank] = {
             "outputs": (outputs.detach(), whole_outputs.detach()[:, :, part]),
@@ -147,12 +156,12 @@ ATTENTION = {
 }
 
 
-def attention_worker(rank: int, out: dict) -> None:
+def attention_worker(rank: int, out: dict, world: int) -> None:
     """One rank: every attention on its shard of queries against the keys and values gathered up to it."""
     for name, attend in ATTENTION.items():
         torch.manual_seed(0)
         whole = [torch.randn(B, H, T, D_K) for _ in range(3)]
-        part = slice(rank * T // WORLD, (rank + 1) * T // WORLD)
+        part = slice(rank * T // world, (rank + 1) * T // world)
         q, k, v = leaves(x[:, :, part] for x in whole)
         o = attend(q, gather_prefix(k), gather_prefix(v))
         weight = torch.randn(o.shape, generator=torch.Generator().manual_seed(rank))
@@ -160,24 +169,40 @@ def attention_worker(rank: int, out: dict) -> None:
         whole_qkv = leaves(whole)
         whole_o = attend(*whole_qkv)
         loss(whole_o, torch.cat([torch.randn(o.shape, generator=torch.Generator().manual_seed(r))
-                                 for r in range(WORLD)], dim=2)).backward()
+                                 for r in range(world)], dim=2)).backward()
         out[name, rank] = {"outputs": (o.detach(), whole_o.detach()[:, :, part]),
                            "tokens": [(x.grad, w.grad[:, :, part]) for x, w in zip((q, k, v), whole_qkv, strict=True)]}
 
 
-def both_workers(rank: int, store: str, out: dict) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
+def both_workers(rank: int, store: str, out: dict, world: int) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
-        rank_worker(rank, out)
-        attention_worker(rank, out)
+        rank_worker(rank, out, world)
+        attention_worker(rank, out, world)
+        out["halo", rank] = halo(rank)
     finally:
         dist.destroy_process_group()
 
 
-@pytest.fixture(scope="module")
-def ranks_ran(tmp_path_factory) -> dict:
-    """Two gloo ranks started once for every op (starting them is most of the cost)."""
-    return on_gloo_ranks(both_workers, tmp_path_factory.mktemp("gloo"), WORLD)
+def halo(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """What a short convolution reads across the boundary: the previous rank's last 2 positions, and the last
+    rank's (the sequence's), of a shard whose every value is its rank."""
+    x = torch.full((1, 5, 1), float(rank))
+    return tuple(t.detach() for t in Context().boundary(x, 2))
+
+
+@pytest.fixture(scope="module", params=WORLDS, ids=[f"{world} ranks" for world in WORLDS])
+def ranks_ran(request, tmp_path_factory) -> tuple[int, dict]:
+    """The ranks started once for every op (starting them is most of the cost): (how many, what they found)."""
+    world = request.param
+    return world, on_gloo_ranks(functools.partial(both_workers, world=world), tmp_path_factory.mktemp("gloo"), world)
+
+
+def test_each_rank_reads_across_its_boundary_from_the_rank_before_it(ranks_ran):
+    world, ranks_ran = ranks_ran
+    for rank in range(world):
+        before, last = ranks_ran["halo", rank]
+        assert before.tolist() == [[[max(rank - 1, 0)]] * 2] and last.tolist() == [[[world - 1]] * 2]
 
 
 def close(a, b):
@@ -185,8 +210,9 @@ def close(a, b):
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_a_sequence_split_across_two_ranks_matches_one_process(name, ranks_ran):
-    for rank in range(WORLD):
+def test_a_sequence_split_across_ranks_matches_one_process(name, ranks_ran):
+    world, ranks_ran = ranks_ran
+    for rank in range(world):
         found = ranks_ran[name, rank]
         close(*found["outputs"])
         close(*found["final"])
@@ -194,12 +220,13 @@ def test_a_sequence_split_across_two_ranks_matches_one_process(name, ranks_ran):
             close(grad, whole)
     # a parameter's gradient is the sum of the ranks' (an all-reduce, as data parallelism does)
     for i, (_, whole) in enumerate(ranks_ran[name, 0]["params"]):
-        close(sum(ranks_ran[name, rank]["params"][i][0] for rank in range(WORLD)), whole)
+        close(sum(ranks_ran[name, rank]["params"][i][0] for rank in range(world)), whole)
 
 
 @pytest.mark.parametrize("name", list(ATTENTION))
-def test_attention_over_keys_gathered_across_two_ranks_matches_one_process(name, ranks_ran):
-    for rank in range(WORLD):
+def test_attention_over_keys_gathered_across_ranks_matches_one_process(name, ranks_ran):
+    world, ranks_ran = ranks_ran
+    for rank in range(world):
         close(*ranks_ran[name, rank]["outputs"])
         for grad, whole in ranks_ran[name, rank]["tokens"]:
             close(grad, whole)
