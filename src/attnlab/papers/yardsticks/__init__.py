@@ -1,6 +1,7 @@
 """The field's yardsticks: every mixer on state tracking (parity) and on RULER's single-needle retrieval. Each is
-shown with the state it holds per sequence. Not a paper's suite but the lab's own: its claims are results the field
-knows, so that its report shows whether these tasks tell the mechanisms apart at this scale.
+shown with the state it holds per sequence. Not a paper's suite but the lab's own: its claims follow published work
+(Grazzi et al. 2025; the CCQ paper) or are the lab's stated expectations, so that its report shows whether these
+tasks tell the mechanisms apart at this scale.
 
 - State tracking (Grazzi et al. 2025, "Unlocking state-tracking in linear RNNs through negative eigenvalues"):
   a diagonal or delta-rule state whose transition has eigenvalues in [0, 1] cannot count mod 2 at every length;
@@ -115,9 +116,9 @@ def default() -> Suite:
     return Suite(NAME, "The field's yardsticks: state tracking for every mixer, recall at one state budget",
                  [parity, matched], QUICK,
                  "Every mixer at its defaults on parity, with the state it holds per sequence, and on MQAR at one "
-                 "state budget. Claims (the field's, "
-                 "not a paper's): GDN with negative eigenvalues tracks parity past the training length and GDN "
-                 "without them does not; softmax attention does not carry parity past it. Retrieval is the "
+                 "state budget. Claims (after Grazzi et al. 2025 for GDN; the lab's own expectation for softmax "
+                 "attention, cited to no paper): GDN with negative eigenvalues tracks parity past the training length "
+                 "and GDN without them does not; softmax attention does not carry parity past it. Retrieval is the "
                  f"converged tier's: at {RETRIEVAL_LENGTH} characters softmax attention does not learn S-NIAH within "
                  "a CPU's budget.",
                  claims=claims)
@@ -145,9 +146,10 @@ def converged() -> Suite:
                       "ccq-gla", "gla", "higher", scale=100, control=("softmax", f"niah@{RETRIEVAL_LENGTH}", 0.95))]
     return Suite(NAME, "The field's yardsticks: retrieval, every mixer, early stopping (a GPU's protocol)", [niah],
                  QUICK, "Every mixer at its defaults on S-NIAH pass-key at RULER's shortest scale, with the state it "
-                 "holds per sequence, each with early stopping up to 12,000 steps. Claims (the field's): "
-                 "a fixed-state mixer falls behind softmax attention as the haystack grows; CCQ's correction helps "
-                 "GLA find the needle.", tier="converged", gpu=True, claims=claims)
+                 "holds per sequence, each with early stopping up to 12,000 steps. Claims: a fixed-state mixer falls "
+                 "behind softmax attention as the haystack grows (the lab's expectation, cited to no paper); CCQ's "
+                 "correction helps GLA find the needle (the CCQ paper's own claim).", tier="converged", gpu=True,
+                 claims=claims)
 
 
 PAPER = register_paper(Paper(NAME, TIERS, suite, PROVENANCE,
