@@ -188,3 +188,22 @@ def test_a_bad_backend_is_one_line(capsys, mixer, option, problem):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and f"model.mixer_options.{mixer}" in err and problem in err
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("record, said", [({"val_ppl": "abc"}, "'val_ppl' is 'abc', not a number"),
+                                          (5, "is not an object of named values (int)")])
+@pytest.mark.parametrize("argv", [["report", "res/boltzmann"], ["reproduce", "boltzmann", "--out", "res", "--dry-run"],
+                                  ["results", "--root", "res", "--print"]], ids=["report", "dry-run", "results"])
+def test_a_results_record_of_the_wrong_shape_gets_one_line_naming_the_file_and_the_record(argv, record, said, capsys,
+                                                                                         tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "res" / "boltzmann"
+    folder.mkdir(parents=True)
+    (folder / "results.json").write_text(json.dumps({"suite": "boltzmann", "runs": {"lm-T8/softmax/0": record}}))
+    before = sorted(tmp_path.rglob("*"))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "results.json: the record lm-T8/softmax/0" in err and said in err, err
+    assert err.count("\n") == 1 and sorted(tmp_path.rglob("*")) == before  # nothing written
