@@ -251,6 +251,18 @@ def scripted_validation(monkeypatch, values):
     monkeypatch.setattr("attnlab.train.split_loss", lambda *args, **kwargs: next(losses))
 
 
+def crashed_and_resumed(monkeypatch, cfg, script: dict, crash_at: int) -> dict:
+    """Train cfg under the scripted validation losses (step -> loss), crash after the checkpoint of crash_at, and
+    resume it: the resumed run's summary."""
+    scripted_validation(monkeypatch, script.values())
+    recover = crash_after_checkpoint(monkeypatch, crash_at)
+    with pytest.raises(Crash):
+        train(cfg, progress=False, log=lambda *_: None)
+    recover()
+    scripted_validation(monkeypatch, [loss for step, loss in script.items() if step > crash_at])
+    return train(cfg, resume="auto", progress=False, log=lambda *_: None)
+
+
 def test_early_stopping_stops_after_patience_evaluations_and_keeps_the_best(text_file, tmp_path, monkeypatch):
     from attnlab.inference import load_run
 
@@ -294,13 +306,7 @@ def test_early_stopping_with_min_delta_resumes_to_the_step_an_uninterrupted_run_
 
     stopped = tiny_config(text_file, tmp_path, "stopped", steps=100, eval_every=2, ckpt_every=2, patience=2,
                           min_delta=0.5)
-    scripted_validation(monkeypatch, script.values())
-    recover = crash_after_checkpoint(monkeypatch, crash_at)
-    with pytest.raises(Crash):
-        train(stopped, progress=False, log=lambda *_: None)
-    recover()
-    scripted_validation(monkeypatch, [loss for step, loss in script.items() if step > crash_at])
-    resumed = train(stopped, resume="auto", progress=False, log=lambda *_: None)
+    resumed = crashed_and_resumed(monkeypatch, stopped, script, crash_at)
     assert (resumed["steps"], resumed["best_step"], resumed["val_loss"]) == (10, 10, 2.35)
     straight_records = [r for r in losses(tmp_path / "runs" / "straight") if r[2] is not None]
     assert [r for r in losses(tmp_path / "runs" / "stopped") if r[2] is not None] == straight_records
@@ -383,14 +389,7 @@ def test_a_wsd_run_resumed_around_the_decay_patience_started_is_bitwise_the_unin
     # count, only the checkpoint can say that the decay began at step 8
     scripted_validation(monkeypatch, WSD_SCRIPT.values())
     train(wsd_config(text_file, tmp_path, "straight"), progress=False, log=lambda *_: None)
-    stopped = wsd_config(text_file, tmp_path, "stopped")
-    scripted_validation(monkeypatch, WSD_SCRIPT.values())
-    recover = crash_after_checkpoint(monkeypatch, crash_at)
-    with pytest.raises(Crash):
-        train(stopped, progress=False, log=lambda *_: None)
-    recover()
-    scripted_validation(monkeypatch, [loss for step, loss in WSD_SCRIPT.items() if step > crash_at])
-    train(stopped, resume="auto", progress=False, log=lambda *_: None)
+    crashed_and_resumed(monkeypatch, wsd_config(text_file, tmp_path, "stopped"), WSD_SCRIPT, crash_at)
 
     def records(name):  # all but the throughput, which is measured
         lines = (tmp_path / "runs" / name / "metrics.jsonl").read_text().splitlines()
