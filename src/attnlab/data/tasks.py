@@ -54,6 +54,10 @@ class Floor:
         return f"{100 * self.value:.3g}% ({self.how})"
 
 
+# how the lab asks for them: (experiment, results key) -> the chance floor of that accuracy, None where it has none
+Floors = Callable[[str, str], "Floor | None"]
+
+
 def no_floor(options, key: str) -> Floor | None:
     """A task that declares no chance floor: its accuracies start at 0."""
     return None

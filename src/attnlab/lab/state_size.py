@@ -6,10 +6,9 @@ hold (metrics.NIAH_DEPTHS, metrics.STATE_BYTES).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
-from ..data import Floor
+from ..data.tasks import Floor, Floors
 from ..plots import new_figure, save_figure
 from .metrics import NIAH_DEPTHS, STATE_BYTES
 from .spec import Experiment, Suite
@@ -58,9 +57,6 @@ def accuracy_key(experiment: Experiment, results: Results) -> str | None:
         return None
     keys = [k for r in results.of(experiment.name).values() for k in r.values if k.startswith(prefix)]
     return keys[0] if keys else None
-
-
-Floors = Callable[[str, str], "Floor | None"]  # (experiment, results key) -> its accuracy's chance floor (Plan.floor)
 
 
 def unlearned(experiment: Experiment, results: Results, floors: Floors) -> dict[str, Floor]:

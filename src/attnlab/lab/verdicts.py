@@ -10,11 +10,10 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 
-from ..data import Floor
+from ..data.tasks import Floor, Floors
 from .claims import (
     MIN_SEEDS,
     SAME_FRACTION,
@@ -32,8 +31,6 @@ from .claims import (
     value_of,
 )
 from .store import Results, RunKey
-
-Floors = Callable[[str, str], "Floor | None"]  # (experiment, results key) -> its accuracy's chance floor
 
 
 def no_floors(experiment: str, key: str) -> Floor | None:
