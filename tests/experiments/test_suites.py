@@ -881,3 +881,18 @@ def test_results_writes_the_results_folder_s_readme_with_links_from_it(tmp_path,
     assert main(["results"]) == 0 and (tmp_path / "results" / "README.md").read_text() == text
     capsys.readouterr()
     assert main(["results", "--print"]) == 0 and "](results/demo/report.md" in capsys.readouterr().out
+
+
+def test_a_record_at_no_rate_its_arms_unfinished_sweep_could_choose_is_superseded():
+    from attnlab.lab.configs import configured
+
+    arm = Arm("softmax", "demo")
+    sweep = Experiment("lm", "LM", "val_ppl", [arm], "softmax", lrs=[1e-3, 2e-3, 4e-3])
+    suite, settings = Suite("s", "s", [sweep], seeds=2), Settings(Path("runs"), seeds=2)
+    before = Arm("softmax", "demo", Changes.train(steps=7))  # the arm's protocol before: fewer steps
+    at_before = configured(sweep, before, 0, None, settings)[1]
+    at_grid = configured(sweep, arm, 1, 2e-3, settings)[1]  # a rate the sweep may yet choose
+    results = Results({"suite": "s", "runs": {}})
+    results.records[RunKey("lm", "softmax", seed=0)] = Record.from_json({"val_ppl": 5.0, "config": at_before})
+    results.records[RunKey("lm", "softmax", seed=1)] = Record.from_json({"val_ppl": 5.0, "config": at_grid})
+    assert plan(suite, [sweep], results, settings).superseded == {RunKey("lm", "softmax", seed=0)}

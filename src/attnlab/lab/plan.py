@@ -306,18 +306,23 @@ def arm_rates(source: Experiment, results: Results, settings: Settings, decision
 def superseded(suite: Suite, results: Results, settings: Settings, shared) -> set[RunKey]:
     """The keys of records trained with another config than the suite now gives their run (its presets or
     protocol changed since): `attnlab reproduce` trains them again, and until then they describe something
-    else. An arm with a learning-rate sweep is checked once its sweep is measured. shared(source): the sweep's
-    shared-rate decision."""
+    else. An arm whose sweep is measured is checked at the rate it chose; one whose sweep is still going, against
+    every rate its sweep may yet choose (a record at none of them is of another protocol). shared(source): the
+    sweep's shared-rate decision."""
     old = set()
     for experiment in suite.experiments:
         source = sweep_source(suite, experiment)
         lrs = {} if source is None else arm_rates(source, results, settings, shared(source))
-        arms = {arm.label: arm for arm in experiment.arms if source is None or arm.label in lrs}
         for key, record in results.of(experiment.name).items():
+            arm = next((a for a in experiment.arms if a.label == key.arm), None)
             # a record written by hand or by a version before fingerprints has no config to compare
-            if key.arm not in arms or record.fingerprint is None:
+            if arm is None or record.fingerprint is None:
                 continue
-            if record.fingerprint != configured(experiment, arms[key.arm], key.seed, lrs.get(key.arm), settings)[1]:
+            if source is None or key.arm in lrs:
+                rates = [lrs.get(key.arm)]
+            else:
+                rates = list(_recorded(results, source, key.arm, extend=not settings.smoke))
+            if record.fingerprint not in {configured(experiment, arm, key.seed, lr, settings)[1] for lr in rates}:
                 old.add(key)
     return old
 
