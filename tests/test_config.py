@@ -60,6 +60,15 @@ def test_bad_values_get_clear_messages(overrides, message):
     assert message in str(err.value)
 
 
+def test_a_mixers_unknown_field_lists_only_the_fields_its_entry_may_set():
+    """d_model, n_heads and layer_idx come from the model, and an entry that sets one is refused: never offered."""
+    with pytest.raises(ConfigError) as err:
+        load_config("demo", ["model.mixer_options.softmax.rop=false"])
+    known = str(err.value).split("Known: ")[1].split(", ")
+    assert known == ["model.mixer_options.softmax.output_gate", "model.mixer_options.softmax.rope",
+                     "model.mixer_options.softmax.rope_base"]
+
+
 def test_unknown_preset_suggests():
     with pytest.raises(ConfigError, match="did you mean 'demo'"):
         load_config("dem")

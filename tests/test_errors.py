@@ -17,6 +17,10 @@ BAD_INPUT = [
     (["train", "demo", "train.lr=-1"], "train.lr=-1.0 must be above 0, e.g. 1e-3"),
     (["train", "demo", "train.min_lr=-1"], "train.min_lr=-1.0 must be >= 0"),
     (["train", "demo", "train.precision=fp16"], "unknown train.precision 'fp16'; did you mean 'bf16'?"),
+    (["train", "demo", "model.mixer_options.softmax.n_heads=1"], "model.mixer_options.softmax.n_heads is set by the "
+     "decoder from model.n_heads, for every layer; remove it and set model.n_heads instead"),
+    (["train", "demo", "model.mixer_options.softmax.d_model=64"], "model.mixer_options.softmax.d_model is set by the "
+     "decoder from model.d_model, for every layer; remove it and set model.d_model instead"),
     (["train", "demo", "train.batch_size=5", "train.grad_accum=2"], "train.batch_size=5 is not divisible"),
     (["train", "demo", "train.context_parallel=2"], "train.context_parallel=2 does not divide the 1 process(es)"),
     (["train", "demo", "data.source=text", "data.path=/no/such/texts"], "data.path=/no/such/texts does not exist"),
