@@ -359,13 +359,17 @@ def test_list_params_counts_the_model_that_train_builds(text_file, tmp_path, cap
     assert out.startswith(f"demo model, vocab {trained.cfg.vocab_size} (fitted to the data")
 
 
-def test_every_mixer_has_a_description_that_is_a_whole_sentence(capsys):
+def test_every_mixer_has_a_description_that_is_one_plain_sentence(capsys):
+    """What list prints of a mixer describes it in one sentence of plain text: no reST markup, no pointer elsewhere."""
     assert main(["list"]) == 0
     lines = capsys.readouterr().out.splitlines()
     for name in list_mixers():
         (line,) = [line for line in lines if line.split(":")[0].strip() == name and not line.startswith("    ")]
         description = line.partition(": ")[2]
         assert description[:1].isupper() and description.endswith("."), f"{name}: {description!r}"
+        assert "``" not in description and "see the" not in description.lower(), f"{name}: {description!r}"
+        # a sentence ends at a full stop before a capital ("et al. 2024" and "q_i . k_j" do not end one)
+        assert not re.search(r"(?<! al)(?<! )\.\s+[A-Z]", description[:-1]), f"{name}: {description!r}"
 
 
 def test_the_suites_reproduce_offers_are_the_registered_papers(capsys):
