@@ -5,6 +5,7 @@ import string
 import subprocess
 import sys
 from importlib.metadata import EntryPoint
+from pathlib import Path
 
 import pytest
 import yaml
@@ -34,6 +35,16 @@ def test_train_eval_generate(text_file, tmp_path, capsys):
     assert main(["generate", run, "--prompt", "Line", "--tokens", "12", "--seed", "3"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("Line") and len(text.rstrip("\n")) >= 4
+
+
+def test_the_example_yaml_trains_into_a_run_named_after_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    example = str(Path(__file__).resolve().parents[1] / "examples" / "train.yaml")
+    small = [f"out_dir={tmp_path / 'runs'}", "data.max_chars=20000", "model.d_model=32", "model.n_layers=2",
+             "model.layers=[softmax,gla]", "train.steps=1", "train.batch_size=2", "train.seq_len=16",
+             "train.eval_batches=1"]
+    assert main(["train", example, *small, "--quiet"]) == 0
+    assert (tmp_path / "runs" / "train" / "step-00000001").is_dir()
 
 
 def test_user_errors_are_one_line_without_traceback(capsys):

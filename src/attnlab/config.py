@@ -404,7 +404,7 @@ class TrainConfig:
 
 @dataclass
 class RunConfig:
-    name: str = "run"  # checkpoints and logs go to <out_dir>/<name>/
+    name: str = "run"  # checkpoints and logs go to <out_dir>/<name>/; a YAML file without it: the file's stem
     out_dir: str = "runs"
     # modules or .py files to import first, which register mixers and tasks from outside attnlab (see
     # attnlab.plugins); a run saves those its mixers and task come from
@@ -509,7 +509,8 @@ def preset_values(preset_or_path: str) -> dict:
     """The values of any YAML file by path, else of a preset by name (see ``list_presets``), as plain dicts
     that overrides apply to."""
     if user_path(preset_or_path).is_file():
-        return load_yaml(preset_or_path)
+        # a file without a name names its run after itself, as a preset does: two files never share runs/run
+        return {"name": user_path(preset_or_path).stem, **load_yaml(preset_or_path)}
     plugins.import_papers()
     if preset_or_path not in presets.PRESETS:
         raise ConfigError(unknown_name("config preset or file", preset_or_path, list_presets()))
