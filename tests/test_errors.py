@@ -88,6 +88,8 @@ BAD_INPUT = [
     (["trian", "demo"], "argument command: invalid choice: 'trian'; did you mean 'train'? (choose from 'train', "),
     (["eval", "runs/x", "--split", "vall"], "argument --split: invalid choice: 'vall'; did you mean 'val'?"),
     (["train", "demo", "out_dir=/proc/attnlab-test", "--quiet"], "out_dir=/proc/attnlab-test: "),
+    (["export", "runs/x", "/proc/attnlab-test"], "the output folder /proc/attnlab-test cannot be made in /proc (No "
+                                                 "such file or directory); give a folder where you can write"),
 ]
 
 
