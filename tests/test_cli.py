@@ -187,6 +187,19 @@ def test_niah_lengths_default_to_what_the_kind_needs(tmp_path, capsys):
     assert "S-NIAH uuid at 192 tokens" in out and "S-NIAH uuid at 384 tokens" in out
 
 
+def test_niah_eval_measures_the_needles_a_niah_run_trained_on_unless_told_otherwise(tmp_path, capsys):
+    niah = [f"data.task_options.niah.{k}" for k in ("kind=multikey", "keys=2", "train_examples=4", "test_per_depth=1")]
+    overrides = ["name=mk", f"out_dir={tmp_path}", "data.source=niah", *niah, "model.d_model=16", "model.n_layers=1",
+                 "model.n_heads=2", "train.steps=1", "train.batch_size=2", "train.seq_len=256", "train.eval_batches=1"]
+    assert main(["train", "demo", *overrides, "--quiet"]) == 0
+    run = ["eval", str(tmp_path / "mk"), "--task", "niah", "--samples", "1", "--lengths", "256"]
+    for flags, measured in [([], "multikey, 2 keys"), (["--keys", "3"], "multikey, 3 keys"),
+                            (["--kind", "passkey"], "passkey")]:
+        capsys.readouterr()
+        assert main([*run, *flags]) == 0
+        assert f"S-NIAH {measured} at 256 tokens" in capsys.readouterr().out, flags
+
+
 def test_progress_bar_only_on_a_terminal(text_file, tmp_path, capsys):
     assert main(["train", "demo", *tiny_overrides(text_file, tmp_path)]) == 0  # no --quiet; stderr is no terminal
     assert "it/s" not in capsys.readouterr().err
