@@ -105,6 +105,21 @@ def test_bad_input_gets_one_clear_line(argv, message, capsys, tmp_path, monkeypa
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.parametrize("argv", [["report", "results/mypaper"], ["results", "--root", "results"]])
+def test_results_of_a_paper_nothing_registers_say_how_to_import_it(argv, capsys, tmp_path, monkeypatch):
+    """A results folder of a paper kept outside attnlab, which does not record where the paper came from."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results" / "mypaper").mkdir(parents=True)
+    (tmp_path / "results" / "mypaper" / "results.json").write_text('{"suite": "mypaper", "runs": {}}')
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: results/mypaper/results.json is of suite 'mypaper', which no imported paper "
+                          "registers; pass --import <module or file.py> (before the command) or set "
+                          "ATTNLAB_IMPORT"), err
+    assert "Traceback" not in err and err.count("\n") == 1
+    assert sorted(p.name for p in (tmp_path / "results").rglob("*")) == ["mypaper", "results.json"]
+
+
 @pytest.mark.parametrize("positions", [12, 0])  # learned positions and the window both stop at 12, or the window alone
 def test_decoding_past_a_window_is_refused_in_one_line(positions, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
