@@ -5,6 +5,7 @@ import string
 import subprocess
 import sys
 from importlib.metadata import EntryPoint
+from pathlib import Path
 
 import pytest
 import yaml
@@ -34,6 +35,16 @@ def test_train_eval_generate(text_file, tmp_path, capsys):
     assert main(["generate", run, "--prompt", "Line", "--tokens", "12", "--seed", "3"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("Line") and len(text.rstrip("\n")) >= 4
+
+
+def test_the_example_yaml_trains_into_a_run_named_after_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    example = str(Path(__file__).resolve().parents[1] / "examples" / "train.yaml")
+    small = [f"out_dir={tmp_path / 'runs'}", "data.max_chars=20000", "model.d_model=32", "model.n_layers=2",
+             "model.layers=[softmax,gla]", "train.steps=1", "train.batch_size=2", "train.seq_len=16",
+             "train.eval_batches=1"]
+    assert main(["train", example, *small, "--quiet"]) == 0
+    assert (tmp_path / "runs" / "train" / "step-00000001").is_dir()
 
 
 def test_user_errors_are_one_line_without_traceback(capsys):
@@ -174,6 +185,19 @@ def test_niah_lengths_default_to_what_the_kind_needs(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "a uuid sample needs at least 182 tokens" in out
     assert "S-NIAH uuid at 192 tokens" in out and "S-NIAH uuid at 384 tokens" in out
+
+
+def test_niah_eval_measures_the_needles_a_niah_run_trained_on_unless_told_otherwise(tmp_path, capsys):
+    niah = [f"data.task_options.niah.{k}" for k in ("kind=multikey", "keys=2", "train_examples=4", "test_per_depth=1")]
+    overrides = ["name=mk", f"out_dir={tmp_path}", "data.source=niah", *niah, "model.d_model=16", "model.n_layers=1",
+                 "model.n_heads=2", "train.steps=1", "train.batch_size=2", "train.seq_len=256", "train.eval_batches=1"]
+    assert main(["train", "demo", *overrides, "--quiet"]) == 0
+    run = ["eval", str(tmp_path / "mk"), "--task", "niah", "--samples", "1", "--lengths", "256"]
+    for flags, measured in [([], "multikey, 2 keys"), (["--keys", "3"], "multikey, 3 keys"),
+                            (["--kind", "passkey"], "passkey")]:
+        capsys.readouterr()
+        assert main([*run, *flags]) == 0
+        assert f"S-NIAH {measured} at 256 tokens" in capsys.readouterr().out, flags
 
 
 def test_progress_bar_only_on_a_terminal(text_file, tmp_path, capsys):
@@ -359,13 +383,17 @@ def test_list_params_counts_the_model_that_train_builds(text_file, tmp_path, cap
     assert out.startswith(f"demo model, vocab {trained.cfg.vocab_size} (fitted to the data")
 
 
-def test_every_mixer_has_a_description_that_is_a_whole_sentence(capsys):
+def test_every_mixer_has_a_description_that_is_one_plain_sentence(capsys):
+    """What list prints of a mixer describes it in one sentence of plain text: no reST markup, no pointer elsewhere."""
     assert main(["list"]) == 0
     lines = capsys.readouterr().out.splitlines()
     for name in list_mixers():
         (line,) = [line for line in lines if line.split(":")[0].strip() == name and not line.startswith("    ")]
         description = line.partition(": ")[2]
         assert description[:1].isupper() and description.endswith("."), f"{name}: {description!r}"
+        assert "``" not in description and "see the" not in description.lower(), f"{name}: {description!r}"
+        # a sentence ends at a full stop before a capital ("et al. 2024" and "q_i . k_j" do not end one)
+        assert not re.search(r"(?<! al)(?<! )\.\s+[A-Z]", description[:-1]), f"{name}: {description!r}"
 
 
 def test_the_suites_reproduce_offers_are_the_registered_papers(capsys):

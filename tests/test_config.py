@@ -60,6 +60,29 @@ def test_bad_values_get_clear_messages(overrides, message):
     assert message in str(err.value)
 
 
+def test_the_example_yaml_loads_and_names_its_run_after_itself():
+    cfg = load_config(str(Path(__file__).resolve().parents[1] / "examples" / "train.yaml"))
+    assert cfg.name == "train" and cfg.model.layer_mixers() == ["softmax", "gla", "softmax", "gla"]
+    assert cfg.model.mixer_config("gla").chunk_size == 32 and cfg.train.steps == 1000
+
+
+def test_a_yaml_file_without_a_name_names_its_run_after_the_file(tmp_path):
+    (tmp_path / "small.yaml").write_text("train:\n  steps: 3\n")
+    (tmp_path / "named.yaml").write_text("name: mine\ntrain:\n  steps: 3\n")
+    assert load_config(str(tmp_path / "small.yaml")).name == "small"
+    assert load_config(str(tmp_path / "named.yaml")).name == "mine"
+    assert load_config(str(tmp_path / "small.yaml"), ["name=other"]).name == "other"
+
+
+def test_a_mixers_unknown_field_lists_only_the_fields_its_entry_may_set():
+    """d_model, n_heads and layer_idx come from the model, and an entry that sets one is refused: never offered."""
+    with pytest.raises(ConfigError) as err:
+        load_config("demo", ["model.mixer_options.softmax.rop=false"])
+    known = str(err.value).split("Known: ")[1].split(", ")
+    assert known == ["model.mixer_options.softmax.output_gate", "model.mixer_options.softmax.rope",
+                     "model.mixer_options.softmax.rope_base"]
+
+
 def test_unknown_preset_suggests():
     with pytest.raises(ConfigError, match="did you mean 'demo'"):
         load_config("dem")

@@ -4,11 +4,15 @@ A fenced Python or shell block in README.md, docs/, a paper's README or results/
 `<!-- runnable -->` just before it is run as it stands, each in a fresh temporary folder with a timeout, all at
 once in separate processes (the whole module takes seconds): only quick ones are marked, never one that trains
 for minutes, needs a GPU or a network. Every relative link in those files must name a file of the checkout and,
-into a Markdown file, one of its headings."""
+into a Markdown file, one of its headings; and every link of the site that mkdocs builds (the pages of docs/ and
+the repository files that scripts/mkdocs_hooks.py adds to it, as it rewrites their links) must lead to a page or
+file of the site."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import posixpath
 import re
 import subprocess
 import sys
@@ -18,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 MARK = "<!-- runnable -->"
@@ -27,8 +32,15 @@ COMMANDS = {"python": [sys.executable], "bash": ["bash", "-e"], "sh": ["bash", "
 
 def documents() -> list[Path]:
     files = [ROOT / "README.md", ROOT / "results" / "README.md", *sorted((ROOT / "docs").rglob("*.md")),
-             *sorted((ROOT / "src" / "attnlab" / "experiments").glob("*/README.md"))]
+             *sorted((ROOT / "src" / "attnlab" / "papers").glob("*/README.md"))]
     return [f for f in files if f.is_file()]
+
+
+def test_the_documents_hold_every_papers_notes():
+    """A paper's notes beside its suite are read and checked here: a path that moved would leave them unchecked."""
+    papers = [p for p in (ROOT / "src" / "attnlab" / "papers").iterdir() if (p / "__init__.py").is_file()]
+    notes = {p.parent.name for p in documents() if p.name == "README.md" and p.parent.parent.name == "papers"}
+    assert notes == {p.name for p in papers if (p / "README.md").is_file()} and len(notes) >= 4, notes
 
 
 @dataclass(frozen=True)
@@ -165,3 +177,57 @@ def test_every_relative_link_leads_to_a_file_and_heading(path):
         elif anchor and destination.suffix == ".md" and anchor not in anchors(destination):
             broken.append(f"{target}: {destination.name} has no heading #{anchor}")
     assert not broken, f"{path.relative_to(ROOT)}: " + "; ".join(broken)
+
+
+def _load_hooks():
+    """scripts/mkdocs_hooks.py, which adds the repository files the docs link to to the site, as a module."""
+    spec = importlib.util.spec_from_file_location("attnlab_mkdocs_hooks", ROOT / "scripts" / "mkdocs_hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+hooks = _load_hooks()
+
+
+def test_mkdocs_fails_on_a_broken_link_and_adds_the_repository_files_the_docs_link_to():
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    assert config["docs_dir"] == hooks.DOCS and config["strict"] is True
+    assert set(config["validation"].values()) == {"warn"}, config["validation"]  # a warning fails --strict
+    assert config["hooks"] == ["scripts/mkdocs_hooks.py"]
+
+
+def test_every_link_of_the_site_leads_to_a_page_or_file_of_the_site():
+    """The site as mkdocs builds it: the docs' pages and the repository files the hooks add. Each page's links,
+    as the hooks rewrite them, are resolved from the page's place in the site as mkdocs resolves them."""
+    reached = hooks.reached(ROOT)
+    assert {"results/README.md", "examples/ema_mixer.py", "src/attnlab/papers/ccq/README.md"} <= reached
+    pages = [p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md")]
+    pages += sorted(p for p in reached if p.endswith(".md"))
+    site = {hooks.site_path(p, ROOT): p for p in [*pages, *reached]}
+    broken = []
+    for page in pages:
+        here = posixpath.dirname(hooks.site_path(page, ROOT))
+        for target in hooks.links(hooks.rewrite((ROOT / page).read_text(), page, ROOT)):
+            file, _, anchor = target.partition("#")
+            found = site.get(posixpath.normpath(posixpath.join(here, file)))
+            if found is None:
+                broken.append(f"{page}: {target} is no file of the site")
+            elif anchor and found.endswith(".md") and anchor not in anchors(ROOT / found):
+                broken.append(f"{page}: {target}: {found} has no heading #{anchor}")
+    assert not broken, "; ".join(broken)
+
+
+def test_a_link_out_of_docs_is_followed_into_the_site_and_a_broken_one_is_left_to_fail(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.md").write_text("# A\n\n[back](../docs/index.md#top) and [figure](f.png)\n")
+    (tmp_path / "notes" / "f.png").write_bytes(b"")
+    page = "[notes](../notes/a.md#a), [the folder](../notes/), [gone](../nowhere.md) and `[code](../x.md)`\n"
+    (tmp_path / "docs" / "index.md").write_text("# Top\n\n" + page)
+    assert hooks.reached(tmp_path) == {"notes/a.md", "notes/f.png", "notes"}
+    assert hooks.rewrite(page, "docs/index.md", tmp_path) == ("[notes](notes/a.md#a), [the folder](notes/index.md), "
+                                                              "[gone](../nowhere.md) and `[code](../x.md)`\n")
+    assert hooks.rewrite((tmp_path / "notes" / "a.md").read_text(), "notes/a.md", tmp_path) == \
+        "# A\n\n[back](../index.md#top) and [figure](f.png)\n"
+    assert hooks.folder_page(tmp_path, "notes") == "# notes/\n\n- [a.md](a.md)\n- [f.png](f.png)\n"

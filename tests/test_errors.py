@@ -17,6 +17,10 @@ BAD_INPUT = [
     (["train", "demo", "train.lr=-1"], "train.lr=-1.0 must be above 0, e.g. 1e-3"),
     (["train", "demo", "train.min_lr=-1"], "train.min_lr=-1.0 must be >= 0"),
     (["train", "demo", "train.precision=fp16"], "unknown train.precision 'fp16'; did you mean 'bf16'?"),
+    (["train", "demo", "model.mixer_options.softmax.n_heads=1"], "model.mixer_options.softmax.n_heads is set by the "
+     "decoder from model.n_heads, for every layer; remove it and set model.n_heads instead"),
+    (["train", "demo", "model.mixer_options.softmax.d_model=64"], "model.mixer_options.softmax.d_model is set by the "
+     "decoder from model.d_model, for every layer; remove it and set model.d_model instead"),
     (["train", "demo", "train.batch_size=5", "train.grad_accum=2"], "train.batch_size=5 is not divisible"),
     (["train", "demo", "train.context_parallel=2"], "train.context_parallel=2 does not divide the 1 process(es)"),
     (["train", "demo", "data.source=text", "data.path=/no/such/texts"], "data.path=/no/such/texts does not exist"),
@@ -84,6 +88,8 @@ BAD_INPUT = [
     (["trian", "demo"], "argument command: invalid choice: 'trian'; did you mean 'train'? (choose from 'train', "),
     (["eval", "runs/x", "--split", "vall"], "argument --split: invalid choice: 'vall'; did you mean 'val'?"),
     (["train", "demo", "out_dir=/proc/attnlab-test", "--quiet"], "out_dir=/proc/attnlab-test: "),
+    (["export", "runs/x", "/proc/attnlab-test"], "the output folder /proc/attnlab-test cannot be made in /proc (No "
+                                                 "such file or directory); give a folder where you can write"),
 ]
 
 
@@ -97,6 +103,21 @@ def test_bad_input_gets_one_clear_line(argv, message, capsys, tmp_path, monkeypa
     assert err.startswith("error: ") and message in err, err
     assert "Traceback" not in err and err.count("\n") == 1
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("argv", [["report", "results/mypaper"], ["results", "--root", "results"]])
+def test_results_of_a_paper_nothing_registers_say_how_to_import_it(argv, capsys, tmp_path, monkeypatch):
+    """A results folder of a paper kept outside attnlab, which does not record where the paper came from."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results" / "mypaper").mkdir(parents=True)
+    (tmp_path / "results" / "mypaper" / "results.json").write_text('{"suite": "mypaper", "runs": {}}')
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: results/mypaper/results.json is of suite 'mypaper', which no imported paper "
+                          "registers; pass --import <module or file.py> (before the command) or set "
+                          "ATTNLAB_IMPORT"), err
+    assert "Traceback" not in err and err.count("\n") == 1
+    assert sorted(p.name for p in (tmp_path / "results").rglob("*")) == ["mypaper", "results.json"]
 
 
 @pytest.mark.parametrize("positions", [12, 0])  # learned positions and the window both stop at 12, or the window alone

@@ -4,6 +4,7 @@ import io
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -202,6 +203,17 @@ def test_the_export_command_writes_a_folder_once(text_file, tmp_path, capsys):
     assert main(["export", str(run_dir), str(tmp_path / "hf")]) == 2  # never over an earlier export
     err = capsys.readouterr().err.strip()
     assert "already exists and is not an empty folder" in err and len(err.splitlines()) == 1
+
+
+def test_export_says_once_that_it_skips_a_damaged_newest_checkpoint(text_file, tmp_path, capsys):
+    cfg = tiny_config(text_file, tmp_path, name="damaged", steps=2, warmup_steps=1, seq_len=SEQ_LEN, eval_every=2,
+                      ckpt_every=1)
+    run_dir = train(cfg, progress=False, log=lambda *_: None)["run_dir"]
+    (Path(run_dir) / "step-00000002" / "model.safetensors").write_bytes(b"damaged")
+    capsys.readouterr()
+    assert main(["export", str(run_dir), str(tmp_path / "hf")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("skipping checkpoint") == 1 and "step-00000002: model.safetensors does not match" in out
 
 
 class Terminal(io.StringIO):

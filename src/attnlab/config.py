@@ -36,6 +36,10 @@ Sink = Literal[SINKS]
 # the tasks whose settings were sections of the data config (data.mqar.pairs) before data.task_options: saved runs
 # and older files and overrides name them so
 TASK_SECTIONS = ("mqar", "brackets", "niah")
+# the fields every mixer's config shares, which the decoder sets for each layer, and what sets them instead
+SET_BY_THE_MODEL = {"d_model": "model.d_model, for every layer; remove it and set model.d_model instead",
+                    "n_heads": "model.n_heads, for every layer; remove it and set model.n_heads instead",
+                    "layer_idx": "the layer's depth; remove it"}
 
 
 @dataclass
@@ -65,14 +69,18 @@ class ModelConfig:
         return list(self.layers) if self.layers is not None else [self.mixer] * self.n_layers
 
     def mixer_config(self, name: str, layer_idx: int = 0) -> MixerConfig:
-        """The typed config of mixer `name` at depth layer_idx: its model.mixer_options entry, with the
-        model's d_model, and its n_heads unless the entry sets them."""
-        options = dict(self.mixer_options.get(name, {}))
-        for reserved in ("d_model", "layer_idx"):
-            if reserved in options:
-                raise ConfigError(f"model.mixer_options.{name}.{reserved} is set by the decoder; remove it")
-        options.setdefault("n_heads", self.n_heads)
-        return mixer_config(name, where=f"model.mixer_options.{name}", d_model=self.d_model, layer_idx=layer_idx,
+        """The typed config of mixer `name` at depth layer_idx: its model.mixer_options entry, with the model's
+        d_model and n_heads (fields every mixer shares, which an entry may not set)."""
+        options = self.mixer_options.get(name, {})
+        where = f"model.mixer_options.{name}"
+        for key in options:
+            if key in SET_BY_THE_MODEL:
+                raise ConfigError(f"{where}.{key} is set by the decoder from {SET_BY_THE_MODEL[key]}")
+        own = [f.name for f in dataclasses.fields(mixer_class(name).config_class) if f.name not in SET_BY_THE_MODEL]
+        for key in options:  # named here so that the known fields listed are those an entry may set
+            if key not in own:
+                raise ConfigError(unknown_name("field", f"{where}.{key}", [f"{where}.{f}" for f in own]))
+        return mixer_config(name, where=where, d_model=self.d_model, n_heads=self.n_heads, layer_idx=layer_idx,
                             **options)
 
     def fitted(self, vocab_size: int, output_size: int = 0) -> ModelConfig:
@@ -124,43 +132,34 @@ class ModelConfig:
         problem = self._head_problem()
         if problem is None:
             return
-        where, message, other_fix = problem
-        counts = self._fitting_head_counts(where)
-        choose = f"choose {where} from {counts}" if counts else f"no head count fits model.d_model={self.d_model}"
+        message, other_fix = problem
+        counts = self._fitting_head_counts()
+        choose = f"choose model.n_heads from {counts}" if counts else f"no head count fits model.d_model={self.d_model}"
         raise ConfigError(f"{message}; {choose}{other_fix} or change model.d_model")
 
-    def _head_problem(self) -> tuple[str, str, str] | None:
-        """(the field that sets the head count, what is wrong, another fix) or None when the heads fit."""
+    def _head_problem(self) -> tuple[str, str] | None:
+        """(what is wrong with model.n_heads, another fix) or None when the heads fit."""
         if self.d_model % self.n_heads:
-            return "model.n_heads", f"model.n_heads={self.n_heads} does not divide model.d_model={self.d_model}", ""
+            return f"model.n_heads={self.n_heads} does not divide model.d_model={self.d_model}", ""
         for name in dict.fromkeys(self.layer_mixers()):
             cfg = self.mixer_config(name)
             # RoPE rotates channel pairs (i, i + D/2) of each head: its width D must be even
             if getattr(cfg, "rope", False) and cfg.head_dim % 2:
-                own = "n_heads" in self.mixer_options.get(name, {})
-                where = f"model.mixer_options.{name}.n_heads" if own else "model.n_heads"
-                return where, (f"{where}={cfg.n_heads} makes {name}'s heads {self.d_model} / {cfg.n_heads} = "
-                               f"{cfg.head_dim} channels wide, and RoPE needs an even width"), \
+                return (f"model.n_heads={cfg.n_heads} makes {name}'s heads {self.d_model} / {cfg.n_heads} = "
+                        f"{cfg.head_dim} channels wide, and RoPE needs an even width"), \
                     f", set model.mixer_options.{name}.rope=false"
         return None
 
-    def _fitting_head_counts(self, where: str, most: int = 6) -> list[int]:
-        """The head counts for `where` (model.n_heads or a mixer's own) that fit, the `most` nearest the given."""
+    def _fitting_head_counts(self, most: int = 6) -> list[int]:
+        """The values of model.n_heads that fit, the `most` nearest the given."""
         def fits(heads: int) -> bool:
             try:
-                return self._with_heads(where, heads)._head_problem() is None
+                return dataclasses.replace(self, n_heads=heads)._head_problem() is None
             except ConfigError:  # the count breaks another rule of a mixer (e.g. a width it must divide)
                 return False
 
         counts = [h for h in range(1, self.d_model + 1) if self.d_model % h == 0 and fits(h)]
         return sorted(sorted(counts, key=lambda h: abs(h - self.n_heads))[:most])
-
-    def _with_heads(self, where: str, heads: int) -> ModelConfig:
-        if where == "model.n_heads":
-            return dataclasses.replace(self, n_heads=heads)
-        name = where.split(".")[2]
-        options = {**self.mixer_options, name: {**self.mixer_options[name], "n_heads": heads}}
-        return dataclasses.replace(self, mixer_options=options)
 
 
 @dataclass
@@ -405,7 +404,7 @@ class TrainConfig:
 
 @dataclass
 class RunConfig:
-    name: str = "run"  # checkpoints and logs go to <out_dir>/<name>/
+    name: str = "run"  # checkpoints and logs go to <out_dir>/<name>/; a YAML file without it: the file's stem
     out_dir: str = "runs"
     # modules or .py files to import first, which register mixers and tasks from outside attnlab (see
     # attnlab.plugins); a run saves those its mixers and task come from
@@ -510,7 +509,8 @@ def preset_values(preset_or_path: str) -> dict:
     """The values of any YAML file by path, else of a preset by name (see ``list_presets``), as plain dicts
     that overrides apply to."""
     if user_path(preset_or_path).is_file():
-        return load_yaml(preset_or_path)
+        # a file without a name names its run after itself, as a preset does: two files never share runs/run
+        return {"name": user_path(preset_or_path).stem, **load_yaml(preset_or_path)}
     plugins.import_papers()
     if preset_or_path not in presets.PRESETS:
         raise ConfigError(unknown_name("config preset or file", preset_or_path, list_presets()))

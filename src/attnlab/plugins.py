@@ -69,10 +69,14 @@ def absolute(spec: str) -> str:
 
 
 def source_of(mixer_class) -> str | None:
-    """What imports a mixer's module again in another process, for a run to record: None for attnlab's own
-    and for a script's (__main__, which importing would run again); a single file's absolute path (it may
-    have been found through a search path that the other process lacks); else the module's name."""
-    name = mixer_class.__module__
+    """What imports a mixer's module again in another process, for a run to record (module_source)."""
+    return module_source(mixer_class.__module__)
+
+
+def module_source(name: str) -> str | None:
+    """What imports module `name` again in another process, for a run or a suite's results to record: None for
+    attnlab's own and for a script's (__main__, which importing would run again); a single file's absolute path
+    (it may have been found through a search path that the other process lacks); else the module's name."""
     if name == "__main__" or name.split(".")[0] == "attnlab":
         return None
     module = sys.modules.get(name)

@@ -186,6 +186,15 @@ def test_niah_training_length_must_hold_a_prompt_and_its_answer():
     assert niah.NIAHData(cfg, 182, {"train": HAYSTACK, "val": HAYSTACK}, TOKENIZER).train[0].shape == (2, 182)
 
 
+def test_multikey_training_validation_and_test_sequences_hold_the_configured_needles():
+    cfg = niah.NIAHConfig(kind="multikey", keys=3, train_examples=4, test_per_depth=1)
+    data = niah.NIAHData(cfg, 400, {"train": HAYSTACK, "val": HAYSTACK}, TOKENIZER)
+    for split in (data.train, data.val, data.test):
+        for row in split[0].tolist():
+            needles = re.findall(r"The special magic number for (\w+-\w+) is: \d{7}\.", TOKENIZER.decode(row))
+            assert len(set(needles)) == 3, needles  # under distinct keys, one of them asked for
+
+
 def test_niah_training_data_scores_only_the_answer():
     cfg = niah.NIAHConfig(kind="number", train_examples=20, test_per_depth=2)
     data = niah.NIAHData(cfg, 300, {"train": HAYSTACK, "val": HAYSTACK}, TOKENIZER)

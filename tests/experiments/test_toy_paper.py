@@ -42,6 +42,7 @@ def test_a_paper_from_outside_src_is_reproduced_like_a_built_in_one(registries_r
     # the toy task: trained on, measured by the suite's accuracy metric
     copy = json.loads((folder / "results.json").read_text())["runs"]["copy/toy/0"]
     assert 0 <= copy["accuracy"] <= 1 and "toy-copy" in tasks.TASKS
+    assert json.loads((folder / "results.json").read_text())["source"] == str(TOY.resolve())
     assert main(["--import", str(TOY), "list"]) == 0
     assert "toy-attention" in capsys.readouterr().out
     assert main(["--import", str(TOY), "bench", "--toy"]) == 0  # its bench case, a flag of its own
@@ -53,3 +54,23 @@ def test_a_paper_from_outside_src_is_reproduced_like_a_built_in_one(registries_r
                           env={**os.environ, "ATTNLAB_CACHE": str(tmp_path / "cache")})
     assert done.returncode == 0, done.stderr
     assert f"toy-copy test accuracy: {100 * copy['accuracy']:.2f}%" in done.stdout
+
+
+def test_a_paper_from_outside_src_is_reported_from_where_its_results_record_it(registries_restored, tmp_path):
+    """results.json names the file its paper came from: report and results import it in a new process (without
+    --import), and where the file is gone, say in one line how to import the paper."""
+    folder = tmp_path / "toy-quick"
+    folder.mkdir()
+    runs = {f"copy/{arm}/0": {"accuracy": 0.5, "seconds": 1.0, "params": 10} for arm in ("toy", "softmax")}
+    results = {"suite": "toy", "tier": "default", "quick": True, "runs": runs, "source": str(TOY.resolve())}
+    (folder / "results.json").write_text(json.dumps(results))
+    env = {**os.environ, "ATTNLAB_CACHE": str(tmp_path / "cache")}
+    for command in (["report", str(folder)], ["results", "--root", str(tmp_path), "--print"]):
+        done = subprocess.run([sys.executable, "-m", "attnlab.cli", *command], capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr
+    assert "toy attention is as good as softmax" in (folder / "report.md").read_text()
+    (folder / "results.json").write_text(json.dumps({**results, "source": str(tmp_path / "moved.py")}))
+    done = subprocess.run([sys.executable, "-m", "attnlab.cli", "report", str(folder)], capture_output=True,
+                          text=True, env=env)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"whose paper it records in {tmp_path / 'moved.py'}, which no longer exists; pass --import" in done.stderr

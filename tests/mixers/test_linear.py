@@ -57,6 +57,24 @@ def test_gdn_time_constants_keep_their_init_and_get_no_weight_decay():
     assert decay_of[id(mixer.q_proj.weight)] > 0
 
 
+@pytest.mark.parametrize("mixer", ["gdn", "ccq-gdn"])
+def test_negative_eigenvalues_write_with_beta_in_zero_to_two(mixer):
+    """beta = 2 sigmoid(W_b x) in (0, 2): the transition's eigenvalue 1 - beta along k reaches below 0 (a sign flip)
+    and stays above -1; without the option beta = sigmoid(W_b x) in (0, 1)."""
+    torch.manual_seed(0)
+    plain = build_mixer(mixer, d_model=D_MODEL, n_heads=N_HEADS)
+    doubled = build_mixer(mixer, d_model=D_MODEL, n_heads=N_HEADS, negative_eigenvalues=True)
+    doubled.load_state_dict(plain.state_dict())
+    with torch.no_grad():  # large write logits: beta near both ends of its range
+        plain.beta_proj.weight.mul_(20)
+        doubled.beta_proj.weight.mul_(20)
+    x = torch.randn(2, 64, D_MODEL)
+    beta, beta_doubled = plain.gates(x)["beta"], doubled.gates(x)["beta"]
+    torch.testing.assert_close(beta, torch.sigmoid(plain.beta_proj(x)).transpose(1, 2))
+    torch.testing.assert_close(beta_doubled, 2 * beta)
+    assert 0 < beta_doubled.min() < 0.1 and 1.9 < beta_doubled.max() < 2
+
+
 @pytest.mark.parametrize("mixer", ["linear", "gla", "gdn", "ccq-gla", "ccq-gdn"])
 def test_decoding_state_does_not_grow(mixer):
     m = build_mixer(mixer, d_model=D_MODEL, n_heads=N_HEADS)

@@ -128,13 +128,15 @@ def expect_sigmoid(m, x):
 
 
 def expect_stick_breaking(m, x):
-    """Key j < i gets beta_ij prod_{j < l < i} (1 - beta_il) of query i, from the definition's products."""
+    """Key j < i gets beta_ij prod_{j < l < i} (1 - beta_il) of query i, from the definition's products; with
+    attend_current, key j <= i gets beta_ij prod_{j < l <= i} (1 - beta_il): the query's own key breaks first."""
     q, k, v = attention_qkv(m, x)  # no position encoding, as the paper has it
     beta = torch.sigmoid(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]))
     weights = torch.zeros_like(beta)
     for i in range(x.shape[1]):
-        for j in range(i):
-            weights[..., i, j] = beta[..., i, j] * torch.prod(1 - beta[..., i, j + 1 : i], dim=-1)
+        last = i + 1 if m.cfg.attend_current else i  # one past the nearest key the query sees
+        for j in range(last):
+            weights[..., i, j] = beta[..., i, j] * torch.prod(1 - beta[..., i, j + 1 : last], dim=-1)
     return linear(merge(weights @ v), m.out_proj)
 
 
@@ -412,6 +414,7 @@ CASES = [
     ("nonlinear-q", {"hidden_ratio": 0.25, "rope_base": 700.0}, expect_nonlinear_q),
     ("sigmoid", {"bias": -1.3, "rope_base": 500.0}, expect_sigmoid),
     ("stick-breaking", {}, expect_stick_breaking),
+    ("stick-breaking", {"attend_current": True}, expect_stick_breaking),
     ("differential", {"layer_idx": 3, "norm_eps": 1e-3}, expect_differential),
     ("differential", {"output_gate": True}, expect_differential),
     ("coupled-qk", {"steps": 2, "dt_init": 0.5}, expect_coupled("euler")),

@@ -25,9 +25,9 @@ def add_parser(sub) -> None:
                    "niah (needle-in-a-haystack retrieval in held-out text) or one from --import; or extrapolation "
                    "(perplexity against context length)")
     p.add_argument("--kind", help="--task niah: the needle, passkey, number, uuid or multikey (RULER's S-NIAH-1, "
-                   "-2, -3 and MK-NIAH-1; default: passkey)")
+                   "-2, -3 and MK-NIAH-1; default: the run's own if it trained on data.source=niah, else passkey)")
     p.add_argument("--keys", type=positive_int, help="--task niah --kind multikey: needles in the haystack, one "
-                   "asked for (default: 4)")
+                   "asked for (default: the run's own if it trained on data.source=niah, else 4)")
     p.add_argument("--samples", type=positive_int, help="--task niah: prompts per depth (default: 10)")
     p.add_argument("--lengths", type=positive_int, nargs="+",
                    help="--task niah/extrapolation: context lengths in tokens (default: multiples of the training one)")

@@ -81,7 +81,7 @@ def check_writable(path: str, option: str) -> None:
 
 
 def main(args) -> None:
-    from ..lab.driver import dry_run, run_suite
+    from ..lab.driver import dry_run
     from ..papers import get_suite
 
     known = papers()
@@ -123,11 +123,29 @@ def main(args) -> None:
 
             print(describe_plan(suite, dry_run(suite, out, **options), device, args.jobs, recorded(out)))
             continue
-        results = run_suite(suite, out, executor=runner, **options)
-        from ..lab.plan import plan_of
-        from ..lab.report import write_report
+        _run_and_report(suite, out, runner, options, known[name])
 
-        print(f"report: {write_report(suite, results, plan_of(suite, results), out)}")
+
+def _run_and_report(suite, out: Path, runner, options: dict, paper) -> None:
+    """The suite run into out, then its report; the folder records where its paper came from, stopped or not."""
+    from ..lab.driver import run_suite
+    from ..lab.plan import plan_of
+    from ..lab.report import write_report
+    from ..lab.store import record_source
+
+    try:
+        results = run_suite(suite, out, executor=runner, **options)
+    finally:  # a stopped suite's folder names its paper too: its report is rebuilt without --import
+        record_source(out / "results.json", paper_source(paper))
+    print(f"report: {write_report(suite, results, plan_of(suite, results), out)}")
+
+
+def paper_source(paper) -> str | None:
+    """What imports a paper kept outside attnlab again (the module of its suite function); None: attnlab's own."""
+    from .. import plugins
+
+    module = getattr(paper.suite, "__module__", None)  # a partial or a callable object has none
+    return plugins.module_source(module) if module else None
 
 
 def executor(args):

@@ -41,12 +41,12 @@ def results_summary(root: str | Path) -> str:
     from ..lab.plan import plan_of
     from ..lab.report import summary_section
     from ..lab.store import Results
-    from ..papers import get_suite
+    from .report import suite_of
 
     lines = []
     for path in sorted(Path(root).glob("*/results.json")):
         results = Results.load(path)
-        suite = get_suite(results.suite, results.tier)
+        suite = suite_of(results, path)
         lines += summary_section(path.parent, suite, results, plan_of(suite, results))
     return "\n".join(lines)
 

@@ -22,7 +22,8 @@ attnlab list <mixer> shows a mixer's fields with their types, defaults and meani
 def add_parser(sub) -> None:
     p = sub.add_parser("train", help="train a model from a preset or YAML file plus dotted overrides",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("config", nargs="?", help="preset name (attnlab list) or path to a YAML file")
+    p.add_argument("config", nargs="?", help="preset name (attnlab list) or path to a YAML file (e.g. "
+                   "examples/train.yaml; one without name: trains into runs/<its stem>/)")
     p.add_argument("overrides", nargs="*", help="section.field=value, e.g. model.mixer=sigmoid train.steps=500")
     p.add_argument("--resume", type=non_empty,
                    help="'auto' (newest intact checkpoint of the run) or a checkpoint folder")

@@ -59,8 +59,8 @@ class NIAHConfig:
 class NIAHEval:
     """The settings of `attnlab eval --task niah`, from its flags of the same names."""
 
-    kind: Kind = "passkey"  # the needle
-    keys: int = 4  # multikey: needles in the haystack
+    kind: Kind | None = None  # the needle; None: the run's own where it trained on niah, else passkey
+    keys: int | None = None  # multikey: needles in the haystack; None: the run's own where it trained on niah, else 4
     samples: int = 10  # prompts per depth
     lengths: list[int] | None = None  # context lengths in tokens; None: the training length and twice it
 
@@ -261,11 +261,13 @@ def load(cfg: NIAHConfig, seq_len: int) -> NIAHData:
 
 def evaluate_run(run, options: NIAHEval) -> None:
     """`attnlab eval --task niah`: accuracy by depth at each length (by default the training length and twice
-    it), in held-out text (the run's validation split) or the task's own validation haystack."""
-    kind, seq_len = options.kind, run.config.train.seq_len
-    check_keys(options.keys, "--keys")
+    it), in held-out text (the run's validation split) or the task's own validation haystack. A run trained on
+    niah is measured on its own needles (kind and keys) unless the flags ask for others."""
+    own = run.config.data.task_config("niah") if run.config.data.source == "niah" else NIAHConfig()
+    kind, keys, seq_len = options.kind or own.kind, options.keys or own.keys, run.config.train.seq_len
+    check_keys(keys, "--keys")
     try:  # encoding the needle and question also checks that the vocabulary has their characters
-        shortest = shortest_length(kind, run.tokenizer.encode, options.keys)
+        shortest = shortest_length(kind, run.tokenizer.encode, keys)
     except UserError as err:
         raise UserError(f"--task niah --kind {kind}: {err}; its prompts need a run trained on text that has them "
                         "(e.g. data.source=shakespeare) or on data.source=niah") from None
@@ -281,10 +283,11 @@ def evaluate_run(run, options: NIAHEval) -> None:
     haystack = corpus.haystacks["val"] if run.config.data.source == "niah" else corpus.tokenizer.decode(
         corpus.split("val"))
     results = accuracy_by_length(run.model, run.tokenizer.encode, haystack, kind, lengths, options.samples,
-                                 NIAHConfig().depths, run.device, options.keys)
+                                 NIAHConfig().depths, run.device, keys)
+    needles = f"{kind}, {keys} keys" if kind == "multikey" else kind
     for length, by_depth in results.items():
         cells = "  ".join(f"{d:.2f}: {100 * a:5.1f}%" for d, a in by_depth.items())
-        print(f"S-NIAH {kind} at {length} tokens, accuracy by depth  {cells}")
+        print(f"S-NIAH {needles} at {length} tokens, accuracy by depth  {cells}")
 
 
 def floor(cfg: NIAHConfig, key: str) -> Floor | None:

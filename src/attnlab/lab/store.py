@@ -1,13 +1,15 @@
 """A suite's results as types: run keys, records, and the results.json that holds them.
 
 On disk a suite's results are `<out>/results.json`: the setting it was run with (suite, tier, --quick, --scale,
-the caller's overrides), the newest attempt's machine (`meta`) and `runs`, a flat record per key. A key is
-"<experiment>/<arm>/<seed>" for a seed and "<experiment>/<arm>/lr=<rate>" for a point of a learning-rate sweep.
-A record holds what was measured (its values, and the details its metric declares) beside what describes
+the caller's overrides), the newest attempt's machine (`meta`), where a paper kept outside attnlab comes from
+(`source`: what --import takes, so that its report is rebuilt without it) and `runs`, a flat record per key. A
+key is "<experiment>/<arm>/<seed>" for a seed and "<experiment>/<arm>/lr=<rate>" for a point of a learning-rate
+sweep. A record holds what was measured (its values, and the details its metric declares) beside what describes
 the run (JOB_FIELDS and EXTENT_FIELDS: its folder, its config's fingerprint, how far it trained, how long it
 took). The file keeps this format, and the order of its records and of their fields, so that no results
 folder needs migrating and every report reads the same.
-Only the driver of a suite writes the file, one record at a time under a lock (`Results.save_record`).
+Only the driver of a suite writes the file, one record at a time under a lock (`Results.save_record`); the
+command that ran it adds the paper's source under the same lock (`record_source`).
 """
 
 from __future__ import annotations
@@ -191,6 +193,11 @@ class Results:
         return {name: SharedRate.from_json(d) for name, d in self.data.get("shared_rates", {}).items()}
 
     @property
+    def source(self) -> str | None:
+        """What imports the suite's paper again (a module's name or a .py file's path); None: attnlab's own."""
+        return self.data.get("source")
+
+    @property
     def extra(self) -> list[str]:
         return self.data.get("extra", [])
 
@@ -259,6 +266,18 @@ class Results:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.to_json(), indent=1))
         os.replace(tmp, path)
+
+
+def record_source(path: Path, source: str | None) -> None:
+    """Records in the results.json at path where its suite's paper comes from (None, attnlab's own: nothing),
+    keeping the records another process has written there meanwhile."""
+    if source is None or not path.exists():
+        return
+    with _locked(path.parent):
+        results = Results.load(path)
+        if results.source != source:
+            results.data["source"] = source
+            results.write(path)
 
 
 def describe_setting(setting: dict) -> str:

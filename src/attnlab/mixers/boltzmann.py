@@ -164,7 +164,11 @@ class BoltzmannConfig(AttentionConfig):
 
 @register_mixer("boltzmann")
 class BoltzmannAttention(AttentionMixer):
-    """Attention weights from Ising marginals; see the module docstring and ``attnlab.ops.ising``."""
+    """Boltzmann attention (Kim & Park 2026): key j's weight is its spin's marginal in an Ising model whose fields
+    are the query-key scores and whose couplings between key positions are learned.
+
+    The inference forms (exact, banded, mean-field, annealing) are those of ``attnlab.ops.ising`` and
+    ``attnlab.ops.annealing``; the module docstring gives the equations."""
 
     config_class = BoltzmannConfig
     backends = ("torch", "flex", "triton")

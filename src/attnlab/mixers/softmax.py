@@ -50,7 +50,9 @@ def one_query_weights(q, k, scale: float | None = None) -> torch.Tensor:
 
 @register_mixer("softmax")
 class SoftmaxAttention(AttentionMixer):
-    """Causal multi-head softmax attention through ``F.scaled_dot_product_attention``."""
+    """Causal multi-head softmax attention, o_i = sum_{j<=i} softmax_j(q_i . k_j / sqrt(D)) v_j.
+
+    It runs through ``F.scaled_dot_product_attention``."""
 
     def attend(self, q, k, v):
         return causal_sdpa(q, k, v)
@@ -71,9 +73,11 @@ class NonlinearQConfig(AttentionConfig):
 @register_mixer("nonlinear-q")
 class NonlinearQueryAttention(SoftmaxAttention):
     """Softmax attention whose query is the input plus a bottleneck MLP of it, q = x + f(x), in place of W_q x
-    (Karbevski 2026, "The Case for Nonlinear Queries"): the identity anchors the query, f bends it. The
-    uncoupled control of the coupled-QK follow-up, which bends q and k together. f = W_2 gelu(W_1 x + b_1) + b_2
-    (the activation is not given in the abstract: GELU, as the GPT-3-style models it reports on)."""
+    (Karbevski 2026, "The Case for Nonlinear Queries").
+
+    The identity anchors the query, f bends it: the uncoupled control of the coupled-QK follow-up, which bends q
+    and k together. f = W_2 gelu(W_1 x + b_1) + b_2 (the activation is not given in the abstract: GELU, as the
+    GPT-3-style models it reports on)."""
 
     config_class = NonlinearQConfig
 
