@@ -896,3 +896,11 @@ def test_a_record_at_no_rate_its_arms_unfinished_sweep_could_choose_is_supersede
     results.records[RunKey("lm", "softmax", seed=0)] = Record.from_json({"val_ppl": 5.0, "config": at_before})
     results.records[RunKey("lm", "softmax", seed=1)] = Record.from_json({"val_ppl": 5.0, "config": at_grid})
     assert plan(suite, [sweep], results, settings).superseded == {RunKey("lm", "softmax", seed=0)}
+
+
+def test_a_report_reads_a_record_written_by_hand_without_its_seconds(tmp_path):
+    lm = Experiment("lm", "LM", "val_ppl", [Arm("softmax", "demo")], "softmax")
+    suite = Suite("s", "s", [lm])
+    results = Results({"suite": "s", "runs": {"lm/softmax/0": {"val_ppl": 5.0}}})
+    report = write_report(suite, results, plan_of(suite, results), tmp_path).read_text()
+    assert "0.0 minutes of training and evaluation" in report and "| softmax | 5 |" in report

@@ -58,7 +58,7 @@ def _fmt(mean: float, std: float, unit: str = "") -> str:
 def describe_run(suite: Suite, results: Results, plan: Plan) -> str:
     """Where and when the suite ran, from what run_suite recorded; a suite still under way says how far it got."""
     meta = results.meta
-    seconds = sum(r.seconds for _, r in results.items())
+    seconds = sum(r.seconds or 0.0 for _, r in results.items())  # a record written by hand may not say
     done, expected = _progress(results, plan)
     when = (f"finished {meta.get('finished', '?')}" if done == expected else
             f"partial: {done} of {expected} runs measured, last saved {meta.get('finished', '?')}")
