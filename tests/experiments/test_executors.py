@@ -202,6 +202,7 @@ def test_a_driver_killed_mid_suite_and_started_again_loses_no_finished_record(tm
 @pytest.mark.parametrize("argv, says", [
     (["--jobs", "0"], "--jobs: 0 is out of range; give 1 or more"),
     (["--runs-per-gpu", "2"], "--runs-per-gpu packs runs on GPUs, and this machine has none"),
+    (["--runs-per-gpu", "2", "--dry-run"], "--runs-per-gpu packs runs on GPUs, and this machine has none"),
     (["--runs-dir", "{file}"], "is a file; give a folder"),
     (["--runs-dir", "{file}/runs"], "cannot be written"),  # a folder inside a file: not even root makes it
 ])
@@ -212,8 +213,9 @@ def test_bad_options_of_where_jobs_run_are_one_line_before_anything_trains(argv,
     (tmp_path / "file").write_text("")
     argv = [a.format(file=tmp_path / "file") for a in argv]
     assert main(["reproduce", "coupled-qk", "--quick", "--out", str(tmp_path / "out"), *argv]) == 2
-    err = capsys.readouterr().err
-    assert says in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    captured = capsys.readouterr()
+    assert says in captured.err and len(captured.err.strip().splitlines()) == 1 and "Traceback" not in captured.err
+    assert not captured.out and not (tmp_path / "out").exists()  # no plan printed, nothing written
 
 
 def test_ray_without_ray_names_the_extra(monkeypatch, capsys, tmp_path):
