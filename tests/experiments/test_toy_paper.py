@@ -2,6 +2,7 @@
 suite with a claim), imported on the command line and reproduced, benched and listed like the built-in ones."""
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -53,3 +54,16 @@ def test_a_paper_from_outside_src_is_reproduced_like_a_built_in_one(registries_r
                           env={**os.environ, "ATTNLAB_CACHE": str(tmp_path / "cache")})
     assert done.returncode == 0, done.stderr
     assert f"toy-copy test accuracy: {100 * copy['accuracy']:.2f}%" in done.stdout
+
+
+def test_a_suite_says_each_config_note_once_in_its_run_and_none_in_its_reports(registries_restored, tmp_path,
+                                                                             monkeypatch, caplog):
+    """The toy's arms take the demo preset's 100 warmup steps into runs of 4: the run says it once; its report and
+    `attnlab report`, which make the config of every arm again (those not trained here among them), say none."""
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    with caplog.at_level(logging.WARNING, logger="attnlab.config"):
+        assert main(["--import", str(TOY), "reproduce", "toy", "--only", "lm", "--out", str(tmp_path)]) == 0
+        assert main(["--import", str(TOY), "report", str(tmp_path / "toy")]) == 0
+    notes = [record.getMessage() for record in caplog.records if record.name == "attnlab.config"]
+    assert notes == ["note: train.warmup_steps=100 is more than half of train.steps=4; warming up for 2 steps (set "
+                     "train.warmup_steps=2 or less to choose)"]
