@@ -2,6 +2,7 @@
 cluster with the same records; a worker killed mid-run and a driver killed mid-suite lose nothing finished."""
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -106,6 +107,63 @@ def test_a_jobs_estimate_probes_a_whole_micro_batch_not_one_sequence_times_the_b
     cfg = load_config("demo", ["train.batch_size=64", "train.grad_accum=4", "train.seq_len=32", "train.steps=100"])
     assert costs.step_seconds(cfg) == pytest.approx(4 * (0.01 + 0.016))  # 4 micro-batches of 16
     assert probed == [(32, 16)]
+
+
+def test_a_jobs_estimate_counts_its_evaluations_and_its_measurement_at_the_probes_forward_time(tmp_path,
+                                                                                                monkeypatch):
+    """A small model's measurement can cost more than its training: every window of the validation split is read,
+    and again in the blocks a bootstrap resamples. The plan prices each forward call as the probe times one."""
+    from attnlab import step_cost
+    from attnlab.data import load_data
+    from attnlab.lab import costs
+    from attnlab.lab.driver import dry_run
+    from attnlab.step_cost import duration
+
+    probed = []
+
+    def probe(models, seq_len, vocab_size, device, repeats=2, batch=1, backward=True):
+        probed.append((seq_len, batch, backward))
+        return {"model": 0.5 if backward else 1.0}  # a training step's micro-batch; a forward call
+
+    monkeypatch.setattr(step_cost, "probe_seconds", probe)
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    tiny = Changes.train(steps=10, batch_size=8, seq_len=16, eval_every=4, eval_batches=2) | Changes.data(
+        max_chars=20000)
+    arm = Arm("softmax", "demo", tiny)
+    suite = Suite("s", "s", [Experiment("lm", "lm", "val_ppl", [arm], "softmax"),
+                             Experiment("again", "the same models", "val_ppl", [arm], "softmax")], seeds=1)
+    jobs = dry_run(suite, tmp_path / "s")
+    lines, _ = costs.plan_lines(suite, jobs)
+    scored = len(load_data(jobs.jobs[0].cfg.data, 16).split("val")) - 1
+    assert scored // 16 >= 50  # enough windows for the bootstrap's blocks
+    # forward calls of a micro-batch of 8: every window (the last one shorter), then the blocks' full windows;
+    # softmax has no component to remove, so no third pass
+    measured = math.ceil(math.ceil(scored / 16) / 8) + math.ceil(scored // 16 / 8)
+    evaluations = 3 * 2  # at steps 4, 8 and 10, two batches of 8 each time
+    assert sorted(set(probed)) == [(16, 8, False), (16, 8, True)]
+    assert lines[1].endswith(f" {duration(10 * 0.5 + evaluations + measured)}")  # trains, then measures
+    assert "waits for the model of lm/softmax/0" in lines[2] and lines[2].endswith(f" {duration(measured)}")
+    evaluated = evaluations + 2 * measured
+    assert lines[-1].startswith(f"1 trains, 1 waits for; about {duration(5 + evaluated)} in all, 5 s of training "
+                                f"steps and {duration(evaluated)} of evaluation: each job's training steps, its "
+                                "evaluations every train.eval_every steps and its measurement after")
+
+
+@pytest.mark.parametrize("preset, length, options", [
+    ("mqar", 16, {"mqar": {"train_examples": 16, "test_examples": 8, "test_pairs": [1, 2, 4]}}),
+    ("brackets", 12, {"brackets": {"train_examples": 16, "test_examples": 8}}),
+    ("demo", 16, {"parity": {"train_examples": 16, "test_examples": 8, "test_lengths": [1, 2, 4]}}),
+])
+def test_a_tasks_test_sizes_before_its_examples_are_made_are_those_it_makes(preset, length, options):
+    from attnlab.config import load_config
+    from attnlab.data import TASKS, load_data
+
+    source = next(iter(options))
+    overrides = [f"data.source={source}", ("data.task_options", options), f"train.seq_len={length}"]
+    cfg = load_config(preset, overrides).data
+    data = load_data(cfg, length)
+    made = [tuple(data.test[0].shape)] + [tuple(x.shape) for x, _ in getattr(data, "slices", {}).values()]
+    assert TASKS[source].tests(cfg.task_config(), length) == made
 
 
 @pytest.fixture
