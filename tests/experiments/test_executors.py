@@ -257,6 +257,44 @@ def test_a_driver_killed_mid_suite_and_started_again_loses_no_finished_record(tm
     assert len(again) == 6 and all(again[key] == record for key, record in first.items())
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="elsewhere a thread of the worker watches its driver")
+def test_a_worker_ends_with_its_driver_even_in_a_call_that_holds_the_gil(tmp_path):
+    """A driver killed with SIGKILL cannot stop its workers; an orphan would finish its job and send a record that
+    nobody keeps, writing the run folder that the driver, started again, gives the same job. The worker is killed
+    with it, here in the middle of a long call that lets no thread of its own watch (a minute of it)."""
+    mark = tmp_path / "holding"
+    command = [sys.executable, "-m", "attnlab.cli", "--import", str(TOY), "--import", str(DIE_ONCE), "reproduce",
+               "toy", "--only", "lm", "--arms", "softmax", "--jobs", "1", "--out", str(tmp_path / "out")]
+    env = {**os.environ, "ATTNLAB_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
+           "ATTNLAB_HOLD_AT_STEP": "4", "ATTNLAB_DIE_MARK": str(mark)}
+    driver = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (mark.is_file() and mark.read_text()) and driver.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert mark.is_file(), "the worker never reached its checkpoint"
+        worker = int(mark.read_text())
+        driver.kill()
+        driver.wait()
+        deadline = time.monotonic() + 10
+        while alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(worker), "the worker outlived its driver"
+    finally:
+        driver.kill()
+        if mark.is_file() and alive(int(mark.read_text())):
+            os.kill(int(mark.read_text()), signal.SIGKILL)
+    assert not (tmp_path / "out" / "toy" / "results.json").exists()  # nothing finished, nothing written
+
+
+def alive(pid: int) -> bool:
+    """Whether the process runs (a zombie that no one has reaped yet does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 @pytest.mark.parametrize("argv, says", [
     (["--jobs", "0"], "--jobs: 0 is out of range; give 1 or more"),
     (["--runs-per-gpu", "2"], "--runs-per-gpu packs runs on GPUs, and this machine has none"),
@@ -326,12 +364,12 @@ def test_a_worker_interrupted_with_its_driver_leaves_quietly_sending_nothing(mon
         raise KeyboardInterrupt
 
     monkeypatch.setattr(executors, "_execute", interrupted)
-    monkeypatch.setattr(executors, "_exit_with_driver", lambda: None)
+    monkeypatch.setattr(executors, "_exit_with_driver", lambda driver: None)
     threads = torch.get_num_threads()
     receiver, sender = Pipe(duplex=False)
     try:
         executors.work_in_process(pickle.dumps(RunKey("lm", "softmax", seed=0)), {"gpu": None, "threads": 1}, [],
-                                  sender)
+                                  sender, os.getppid())
     finally:
         torch.set_num_threads(threads)
     with pytest.raises(EOFError):  # closed, nothing sent
