@@ -8,7 +8,9 @@ import signal
 import subprocess
 import sys
 import time
+from multiprocessing import get_context
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -293,6 +295,28 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_a_job_whose_worker_keeps_dying_is_started_three_times_then_stops_the_suite(monkeypatch):
+    """A worker killed (out of memory, say) has its job started again from its checkpoint, twice; a third death
+    stops the suite with one line."""
+    said, started = [], []
+    workers = executors.LocalWorkers(1, gpus=0, log=said.append)
+    workers.context = get_context("fork")  # a worker that dies at once needs no interpreter of its own
+    monkeypatch.setattr(executors, "work_in_process", lambda *args: os._exit(9))
+    submit = workers.submit
+
+    def counted(work, tries=0):
+        started.append(tries)
+        assert len(started) <= 3, f"started {len(started)} times"
+        submit(work, tries)
+
+    monkeypatch.setattr(workers, "submit", counted)
+    workers.submit(SimpleNamespace(key=RunKey("lm", "softmax", seed=0), ranks=1))
+    with pytest.raises(executors.JobFailed, match=r"^lm/softmax/0: its worker died 3 times \(exit code 9\); "):
+        workers.next_done()
+    assert started == [0, 1, 2] and not workers.running
+    assert said == ["    lm/softmax/0: its worker died (exit code 9); starting it again"] * 2
 
 
 @pytest.mark.parametrize("argv, says", [
