@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from attnlab import plugins
 from attnlab.bench import registry as bench_registry
 from attnlab.cli import main
 from attnlab.data import tasks
@@ -21,13 +22,17 @@ TOY = Path(__file__).parent / "toy_paper.py"
 
 @pytest.fixture
 def registries_restored():
-    """The registries as they were before the test: the toy paper registers into them for this test only."""
+    """The registries as they were before the test: the toy paper registers into them for this test only (and the
+    next test's --import imports it again, into registries without it)."""
     saved = [(table, dict(table)) for table in (registry.SUITES, registry.PAPERS, bench_registry.BENCH_CASES,
-                                                 metrics.METRICS, tasks.TASKS, mixer_registry._REGISTRY)]
+                                                 metrics.METRICS, tasks.TASKS, mixer_registry._REGISTRY,
+                                                 plugins._files)]
+    imported = list(plugins.IMPORTED)
     yield
     for table, before in saved:
         table.clear()
         table.update(before)
+    plugins.IMPORTED[:] = imported
 
 
 def test_a_paper_from_outside_src_is_reproduced_like_a_built_in_one(registries_restored, tmp_path, monkeypatch,
