@@ -88,7 +88,8 @@ def test_a_dry_run_lists_the_jobs_and_their_stages_without_training(tmp_path, ca
     monkeypatch.setattr("attnlab.lab.job.train", lambda *a, **k: pytest.fail("a dry run trains nothing"))
     assert main(["reproduce", "coupled-qk", "--quick", "--dry-run", "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
-    assert "coupled-qk (default): 72 jobs; estimated training time on this machine's CPU" in printed
+    assert ("coupled-qk (default): 72 jobs; estimated time of training and evaluation on this machine's CPU"
+            in printed)
     assert "lm/softmax/0" in printed and "waits for the model of lm/coupled-euler/0" in printed
     assert "45 trains, 27 waits for; about" in printed
     assert not (tmp_path / "coupled-qk-quick").exists()  # nothing written
@@ -147,8 +148,9 @@ def test_a_jobs_estimate_counts_its_evaluations_and_its_measurement_at_the_probe
     assert "waits for the model of lm/softmax/0" in lines[2] and lines[2].endswith(f" {duration(measured)}")
     evaluated = evaluations + 2 * measured
     assert lines[-1].startswith(f"1 trains, 1 waits for; about {duration(5 + evaluated)} in all, 5 s of training "
-                                f"steps and {duration(evaluated)} of evaluation: each job's training steps, its "
-                                "evaluations every train.eval_every steps and its measurement after")
+                                f"steps and {duration(evaluated)} of evaluation (the jobs that wait counted at their "
+                                "presets' rates); evaluation: each job's validation loss every train.eval_every "
+                                "steps and its measurement after (the forward passes its metric makes")
 
 
 @pytest.mark.parametrize("preset, length, options", [

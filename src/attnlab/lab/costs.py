@@ -124,10 +124,10 @@ def forward_seconds(cfg, batch: int, length: int, probes: dict) -> float:
 # what no prediction of a plan counts, said beside each one
 NOT_COUNTED = ("not counted: evaluation every train.eval_every steps, the measurements after training and the jobs "
                "that only measure; early stopping's caps counted in full (less where runs stop early)")
-# what a CPU estimate counts, said in its total
-COUNTED = ("each job's training steps, its evaluations every train.eval_every steps and its measurement after (its "
-           "metric's forward passes), each timed by the step-cost probe; not a job's start-up (loading its data, "
-           "building its model, checkpoints)")
+# what a CPU estimate's evaluation is, and what it leaves out, said beside its total
+COUNTED = ("evaluation: each job's validation loss every train.eval_every steps and its measurement after (the "
+           "forward passes its metric makes over what it scores), timed as its steps are by the step-cost probe; not "
+           "counted: a job's start-up (its data loaded, its model built, its checkpoints written)")
 
 
 def describe_plan(suite: Suite, plan: Plan, device: DeviceTimes | None = None, workers: int | None = None,
@@ -194,7 +194,7 @@ class _Total:
         from ..step_cost import duration
 
         counts = ", ".join(f"{plan.count(s)} {STATUS[s].rstrip(':')}" for s in STATUS if plan.count(s))
-        training = sum(map(sum, self.costs))
+        training, counted = sum(map(sum, self.costs)), ""
         if self.bound:
             total = f"at least {duration(training)} of training in all by FLOPs (a lower bound, not a prediction)"
         elif self.device:
@@ -202,11 +202,12 @@ class _Total:
                      "compile warm-up included")
         else:
             total = (f"about {duration(training + self.evaluation)} in all, {duration(training)} of training steps "
-                     f"and {duration(self.evaluation)} of evaluation: {COUNTED}")
+                     f"and {duration(self.evaluation)} of evaluation")
+            counted = f"; {COUNTED}"
         waiting = " (the jobs that wait counted at their presets' rates)"
         unpriced = f"; the measurement by {', '.join(sorted(self.unpriced))} has no estimate" if self.unpriced else ""
         untimed = f"; {self.untimed} that train have no timing on this device" if self.untimed else ""
-        return f"{counts}; {total}{waiting}{unpriced}{untimed}"
+        return f"{counts}; {total}{waiting}{counted}{unpriced}{untimed}"
 
 
 def prediction_lines(device: DeviceTimes, low: float, high: float, label: str) -> list[str]:
@@ -230,7 +231,7 @@ def _unit(device: DeviceTimes | None, bound: bool) -> str:
                 "are bound by kernel launches; --predict-on a GPU's doctor.json predicts them")
     if device is not None:
         return f"training time predicted on {device.device} from {device.source}"
-    return "estimated training time on this machine's CPU (step-cost probe)"
+    return "estimated time of training and evaluation on this machine's CPU (step-cost probe)"
 
 
 def _what(job: Job) -> str:
