@@ -46,6 +46,7 @@ def validation_passes(experiment: Experiment, cfg: RunConfig, model: Decoder) ->
         windows = [Passes(examples[0], examples[1], micro)]
         return windows * (2 if model.ablates() else 1)
     tokens = _val_tokens(cfg) - 1  # every position but the first is scored
+    # windows of seq_len, the last one shorter; packed documents fill rows of seq_len, about as many
     windows = [Passes(-(-tokens // t.seq_len), t.seq_len, micro)]
     full = tokens // t.seq_len
     blocks = [Passes(full, t.seq_len, BLOCKS_CHUNK)] if not cfg.data.pack and full >= VAL_BLOCKS else []
