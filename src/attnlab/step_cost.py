@@ -42,14 +42,18 @@ class StepCost:
     x_softmax: float  # against a softmax model of the same shape
 
 
-def probe_seconds(models: dict, seq_len: int, vocab_size: int, device, repeats: int = 2, batch: int = 1) -> dict:
-    """Median seconds of a forward+backward of `batch` sequences through each model (after a warm-up), taking
-    turns; the gradients are cleared after."""
+def probe_seconds(models: dict, seq_len: int, vocab_size: int, device, repeats: int = 2, batch: int = 1,
+                  backward: bool = True) -> dict:
+    """Median seconds of a forward+backward (a forward alone, without gradients, where not backward) of `batch`
+    sequences through each model (after a warm-up), taking turns; the gradients are cleared after."""
     tokens = torch.randint(vocab_size, (batch, seq_len), generator=torch.Generator().manual_seed(0)).to(device)
     targets = torch.zeros_like(tokens)  # a valid class for any head, tokens or positions
 
     def step(model):
-        model.loss(tokens, targets).backward()
+        with torch.set_grad_enabled(backward):
+            loss = model.loss(tokens, targets)
+        if backward:
+            loss.backward()
 
     seconds = round_robin({name: lambda m=model: step(m) for name, model in models.items()}, repeats)
     for model in models.values():

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from attnlab.cli import main
 from attnlab.config import load_config
@@ -143,9 +144,11 @@ def test_predicting_without_a_dry_run_or_a_gpus_report_is_one_line(argv, says, t
     assert says in err and len(err.strip().splitlines()) == 1
 
 
-def test_a_dry_run_predicts_each_job_and_the_whole_on_the_gpu(tmp_path, capsys):
+def test_a_dry_run_predicts_each_job_and_the_whole_on_the_gpu(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)  # packing runs on the GPU it predicts, not here
     assert main(["reproduce", "coupled-qk", "--quick", "--only", "lm", "--arms", "softmax", "--dry-run",
-                 "--predict-on", str(report(tmp_path)), "--jobs", "2", "--out", str(tmp_path / "out")]) == 0
+                 "--predict-on", str(report(tmp_path)), "--jobs", "2", "--runs-per-gpu", "2",
+                 "--out", str(tmp_path / "out")]) == 0
     printed = capsys.readouterr().out
     assert f"training time predicted on Test GPU from {tmp_path / 'doctor.json'}" in printed
     per_job = [int(s) for s in re.findall(r"trains\s+(\d+) s$", printed, re.M)]

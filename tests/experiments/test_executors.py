@@ -2,12 +2,15 @@
 cluster with the same records; a worker killed mid-run and a driver killed mid-suite lose nothing finished."""
 
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
 import time
+from multiprocessing import get_context
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -85,7 +88,8 @@ def test_a_dry_run_lists_the_jobs_and_their_stages_without_training(tmp_path, ca
     monkeypatch.setattr("attnlab.lab.job.train", lambda *a, **k: pytest.fail("a dry run trains nothing"))
     assert main(["reproduce", "coupled-qk", "--quick", "--dry-run", "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
-    assert "coupled-qk (default): 72 jobs; estimated training time on this machine's CPU" in printed
+    assert ("coupled-qk (default): 72 jobs; estimated time of training and evaluation on this machine's CPU"
+            in printed)
     assert "lm/softmax/0" in printed and "waits for the model of lm/coupled-euler/0" in printed
     assert "45 trains, 27 waits for; about" in printed
     assert not (tmp_path / "coupled-qk-quick").exists()  # nothing written
@@ -106,6 +110,64 @@ def test_a_jobs_estimate_probes_a_whole_micro_batch_not_one_sequence_times_the_b
     cfg = load_config("demo", ["train.batch_size=64", "train.grad_accum=4", "train.seq_len=32", "train.steps=100"])
     assert costs.step_seconds(cfg) == pytest.approx(4 * (0.01 + 0.016))  # 4 micro-batches of 16
     assert probed == [(32, 16)]
+
+
+def test_a_jobs_estimate_counts_its_evaluations_and_its_measurement_at_the_probes_forward_time(tmp_path,
+                                                                                                monkeypatch):
+    """A small model's measurement can cost more than its training: every window of the validation split is read,
+    and again in the blocks a bootstrap resamples. The plan prices each forward call as the probe times one."""
+    from attnlab import step_cost
+    from attnlab.data import load_data
+    from attnlab.lab import costs
+    from attnlab.lab.driver import dry_run
+    from attnlab.step_cost import duration
+
+    probed = []
+
+    def probe(models, seq_len, vocab_size, device, repeats=2, batch=1, backward=True):
+        probed.append((seq_len, batch, backward))
+        return {"model": 0.5 if backward else 1.0}  # a training step's micro-batch; a forward call
+
+    monkeypatch.setattr(step_cost, "probe_seconds", probe)
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    tiny = Changes.train(steps=10, batch_size=8, seq_len=16, eval_every=4, eval_batches=2) | Changes.data(
+        max_chars=20000)
+    arm = Arm("softmax", "demo", tiny)
+    suite = Suite("s", "s", [Experiment("lm", "lm", "val_ppl", [arm], "softmax"),
+                             Experiment("again", "the same models", "val_ppl", [arm], "softmax")], seeds=1)
+    jobs = dry_run(suite, tmp_path / "s")
+    lines, _ = costs.plan_lines(suite, jobs)
+    scored = len(load_data(jobs.jobs[0].cfg.data, 16).split("val")) - 1
+    assert scored // 16 >= 50  # enough windows for the bootstrap's blocks
+    # forward calls of a micro-batch of 8: every window (the last one shorter), then the blocks' full windows;
+    # softmax has no component to remove, so no third pass
+    measured = math.ceil(math.ceil(scored / 16) / 8) + math.ceil(scored // 16 / 8)
+    evaluations = 3 * 2  # at steps 4, 8 and 10, two batches of 8 each time
+    assert sorted(set(probed)) == [(16, 8, False), (16, 8, True)]
+    assert lines[1].endswith(f" {duration(10 * 0.5 + evaluations + measured)}")  # trains, then measures
+    assert "waits for the model of lm/softmax/0" in lines[2] and lines[2].endswith(f" {duration(measured)}")
+    evaluated = evaluations + 2 * measured
+    assert lines[-1].startswith(f"1 trains, 1 waits for; about {duration(5 + evaluated)} in all, 5 s of training "
+                                f"steps and {duration(evaluated)} of evaluation (the jobs that wait counted at their "
+                                "presets' rates); evaluation: each job's validation loss every train.eval_every "
+                                "steps and its measurement after (the forward passes its metric makes")
+
+
+@pytest.mark.parametrize("preset, length, options", [
+    ("mqar", 16, {"mqar": {"train_examples": 16, "test_examples": 8, "test_pairs": [1, 2, 4]}}),
+    ("brackets", 12, {"brackets": {"train_examples": 16, "test_examples": 8}}),
+    ("demo", 16, {"parity": {"train_examples": 16, "test_examples": 8, "test_lengths": [1, 2, 4]}}),
+])
+def test_a_tasks_test_sizes_before_its_examples_are_made_are_those_it_makes(preset, length, options):
+    from attnlab.config import load_config
+    from attnlab.data import TASKS, load_data
+
+    source = next(iter(options))
+    overrides = [f"data.source={source}", ("data.task_options", options), f"train.seq_len={length}"]
+    cfg = load_config(preset, overrides).data
+    data = load_data(cfg, length)
+    made = [tuple(data.test[0].shape)] + [tuple(x.shape) for x, _ in getattr(data, "slices", {}).values()]
+    assert TASKS[source].tests(cfg.task_config(), length) == made
 
 
 @pytest.fixture
@@ -199,9 +261,70 @@ def test_a_driver_killed_mid_suite_and_started_again_loses_no_finished_record(tm
     assert len(again) == 6 and all(again[key] == record for key, record in first.items())
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="elsewhere a thread of the worker watches its driver")
+def test_a_worker_ends_with_its_driver_even_in_a_call_that_holds_the_gil(tmp_path):
+    """A driver killed with SIGKILL cannot stop its workers; an orphan would finish its job and send a record that
+    nobody keeps, writing the run folder that the driver, started again, gives the same job. The worker is killed
+    with it, here in the middle of a long call that lets no thread of its own watch (a minute of it)."""
+    mark = tmp_path / "holding"
+    command = [sys.executable, "-m", "attnlab.cli", "--import", str(TOY), "--import", str(DIE_ONCE), "reproduce",
+               "toy", "--only", "lm", "--arms", "softmax", "--jobs", "1", "--out", str(tmp_path / "out")]
+    env = {**os.environ, "ATTNLAB_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
+           "ATTNLAB_HOLD_AT_STEP": "4", "ATTNLAB_DIE_MARK": str(mark)}
+    driver = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (mark.is_file() and mark.read_text()) and driver.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert mark.is_file(), "the worker never reached its checkpoint"
+        worker = int(mark.read_text())
+        driver.kill()
+        driver.wait()
+        deadline = time.monotonic() + 10
+        while alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(worker), "the worker outlived its driver"
+    finally:
+        driver.kill()
+        if mark.is_file() and alive(int(mark.read_text())):
+            os.kill(int(mark.read_text()), signal.SIGKILL)
+    assert not (tmp_path / "out" / "toy" / "results.json").exists()  # nothing finished, nothing written
+
+
+def alive(pid: int) -> bool:
+    """Whether the process runs (a zombie that no one has reaped yet does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_job_whose_worker_keeps_dying_is_started_three_times_then_stops_the_suite(monkeypatch):
+    """A worker killed (out of memory, say) has its job started again from its checkpoint, twice; a third death
+    stops the suite with one line."""
+    said, started = [], []
+    workers = executors.LocalWorkers(1, gpus=0, log=said.append)
+    workers.context = get_context("fork")  # a worker that dies at once needs no interpreter of its own
+    monkeypatch.setattr(executors, "work_in_process", lambda *args: os._exit(9))
+    submit = workers.submit
+
+    def counted(work, tries=0):
+        started.append(tries)
+        assert len(started) <= 3, f"started {len(started)} times"
+        submit(work, tries)
+
+    monkeypatch.setattr(workers, "submit", counted)
+    workers.submit(SimpleNamespace(key=RunKey("lm", "softmax", seed=0), ranks=1))
+    with pytest.raises(executors.JobFailed, match=r"^lm/softmax/0: its worker died 3 times \(exit code 9\); "):
+        workers.next_done()
+    assert started == [0, 1, 2] and not workers.running
+    assert said == ["    lm/softmax/0: its worker died (exit code 9); starting it again"] * 2
+
+
 @pytest.mark.parametrize("argv, says", [
     (["--jobs", "0"], "--jobs: 0 is out of range; give 1 or more"),
     (["--runs-per-gpu", "2"], "--runs-per-gpu packs runs on GPUs, and this machine has none"),
+    (["--runs-per-gpu", "2", "--dry-run"], "--runs-per-gpu packs runs on GPUs, and this machine has none"),
     (["--runs-dir", "{file}"], "is a file; give a folder"),
     (["--runs-dir", "{file}/runs"], "cannot be written"),  # a folder inside a file: not even root makes it
 ])
@@ -212,8 +335,9 @@ def test_bad_options_of_where_jobs_run_are_one_line_before_anything_trains(argv,
     (tmp_path / "file").write_text("")
     argv = [a.format(file=tmp_path / "file") for a in argv]
     assert main(["reproduce", "coupled-qk", "--quick", "--out", str(tmp_path / "out"), *argv]) == 2
-    err = capsys.readouterr().err
-    assert says in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    captured = capsys.readouterr()
+    assert says in captured.err and len(captured.err.strip().splitlines()) == 1 and "Traceback" not in captured.err
+    assert not captured.out and not (tmp_path / "out").exists()  # no plan printed, nothing written
 
 
 def test_ray_without_ray_names_the_extra(monkeypatch, capsys, tmp_path):
@@ -266,12 +390,12 @@ def test_a_worker_interrupted_with_its_driver_leaves_quietly_sending_nothing(mon
         raise KeyboardInterrupt
 
     monkeypatch.setattr(executors, "_execute", interrupted)
-    monkeypatch.setattr(executors, "_exit_with_driver", lambda: None)
+    monkeypatch.setattr(executors, "_exit_with_driver", lambda driver: None)
     threads = torch.get_num_threads()
     receiver, sender = Pipe(duplex=False)
     try:
         executors.work_in_process(pickle.dumps(RunKey("lm", "softmax", seed=0)), {"gpu": None, "threads": 1}, [],
-                                  sender)
+                                  sender, os.getppid())
     finally:
         torch.set_num_threads(threads)
     with pytest.raises(EOFError):  # closed, nothing sent

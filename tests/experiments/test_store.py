@@ -7,6 +7,7 @@ import pytest
 
 from attnlab.errors import UserError
 from attnlab.lab.store import Record, Results, RunKey
+from attnlab.lab.sweeps import SharedRate
 
 
 def test_a_record_splits_into_its_parts_and_writes_back_in_its_own_order():
@@ -42,3 +43,22 @@ def test_results_keep_their_records_typed_by_key():
     results = Results({"suite": "toy", "runs": {"lm/gla/0": {"val_ppl": 5.0}, "lm/gla/lr=0.001": {"val_ppl": 6.0}}})
     assert results.by_seed("lm", "gla", "val_ppl") == {0: 5.0}  # seeds only: a sweep's point is not a seed
     assert results.get(RunKey("lm", "gla", lr=1e-3)).values == {"val_ppl": 6.0}
+
+
+def decision(lr: float) -> SharedRate:
+    return SharedRate({"gla": lr}, {"gla": 0.1}, {"gla": {f"{lr:g}": 2.0}})
+
+
+def test_a_decision_another_process_saved_meanwhile_survives_this_ones_save(tmp_path):
+    """Two processes of one suite (other --only experiments) share its results.json: each saves what it decides
+    under the file's lock, keeping what the other saved since it loaded the file, and its own copy of an older
+    decision does not replace the other's newer one."""
+    path = tmp_path / "results.json"
+    Results({"suite": "toy", "runs": {}, "shared_rates": {"a": decision(1e-3).to_json()}}).write(path)
+    mine, theirs = Results.load(path), Results.load(path)
+    theirs.save_record(path, RunKey("b", "gla", seed=0), Record.from_json({"val_ppl": 6.0}))
+    theirs.save_shared_rates(path, {"a": decision(2e-3), "b": decision(4e-3)})  # a: its sweep trained again
+    mine.save_shared_rates(path, {"c": decision(8e-3)})
+    expected = {"a": decision(2e-3), "b": decision(4e-3), "c": decision(8e-3)}
+    assert Results.load(path).shared_rates == mine.shared_rates == expected
+    assert RunKey("b", "gla", seed=0) in Results.load(path) and RunKey("b", "gla", seed=0) in mine

@@ -2,6 +2,7 @@
 suite with a claim), imported on the command line and reproduced, benched and listed like the built-in ones."""
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from attnlab import plugins
 from attnlab.bench import registry as bench_registry
 from attnlab.cli import main
 from attnlab.data import tasks
@@ -20,13 +22,17 @@ TOY = Path(__file__).parent / "toy_paper.py"
 
 @pytest.fixture
 def registries_restored():
-    """The registries as they were before the test: the toy paper registers into them for this test only."""
+    """The registries as they were before the test: the toy paper registers into them for this test only (and the
+    next test's --import imports it again, into registries without it)."""
     saved = [(table, dict(table)) for table in (registry.SUITES, registry.PAPERS, bench_registry.BENCH_CASES,
-                                                 metrics.METRICS, tasks.TASKS, mixer_registry._REGISTRY)]
+                                                 metrics.METRICS, tasks.TASKS, mixer_registry._REGISTRY,
+                                                 plugins._files)]
+    imported = list(plugins.IMPORTED)
     yield
     for table, before in saved:
         table.clear()
         table.update(before)
+    plugins.IMPORTED[:] = imported
 
 
 def test_a_paper_from_outside_src_is_reproduced_like_a_built_in_one(registries_restored, tmp_path, monkeypatch,
@@ -74,3 +80,16 @@ def test_a_paper_from_outside_src_is_reported_from_where_its_results_record_it(r
                           text=True, env=env)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert f"whose paper it records in {tmp_path / 'moved.py'}, which no longer exists; pass --import" in done.stderr
+
+
+def test_a_suite_says_each_config_note_once_in_its_run_and_none_in_its_reports(registries_restored, tmp_path,
+                                                                             monkeypatch, caplog):
+    """The toy's arms take the demo preset's 100 warmup steps into runs of 4: the run says it once; its report and
+    `attnlab report`, which make the config of every arm again (those not trained here among them), say none."""
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    with caplog.at_level(logging.WARNING, logger="attnlab.config"):
+        assert main(["--import", str(TOY), "reproduce", "toy", "--only", "lm", "--out", str(tmp_path)]) == 0
+        assert main(["--import", str(TOY), "report", str(tmp_path / "toy")]) == 0
+    notes = [record.getMessage() for record in caplog.records if record.name == "attnlab.config"]
+    assert notes == ["note: train.warmup_steps=100 is more than half of train.steps=4; warming up for 2 steps (set "
+                     "train.warmup_steps=2 or less to choose)"]

@@ -52,7 +52,8 @@ def check(args) -> None:
         raise UserError("--predict-on predicts a plan's times without training: give it with --dry-run")
     if args.runs_dir is not None:
         check_writable(args.runs_dir, "--runs-dir")
-    if args.executor == "local" and args.runs_per_gpu and not args.dry_run:
+    # a dry run is refused what its run would be, but where it predicts the plan on another machine's GPU
+    if args.executor == "local" and args.runs_per_gpu and not args.predict_on:
         import torch
 
         if torch.cuda.device_count() == 0:

@@ -92,4 +92,5 @@ def load(cfg: BracketsConfig, seq_len: int) -> BracketData:
 
 
 register_task(Task("brackets", load, BracketsConfig,
-                   needs="a run trained on data.source=brackets (attnlab train brackets)"))
+                   needs="a run trained on data.source=brackets (attnlab train brackets)",
+                   tests=lambda cfg, seq_len: [(cfg.test_examples, seq_len)]))

@@ -121,5 +121,11 @@ def floor(cfg: MQARConfig, key: str) -> Floor | None:
     return None
 
 
+def tests(cfg: MQARConfig, seq_len: int) -> list[tuple[int, int]]:
+    """(examples, length) of the test set (every slice's examples together), then of each pair count's slice."""
+    slices = [(cfg.test_examples, seq_len) for _ in cfg.test_pairs or [cfg.pairs]]
+    return [(cfg.test_examples * len(slices), seq_len), *slices]
+
+
 register_task(Task("mqar", load, MQARConfig, vocab_size=lambda cfg: cfg.vocab_size,
-                   needs="a run trained on data.source=mqar (e.g. attnlab train mqar)", floor=floor))
+                   needs="a run trained on data.source=mqar (e.g. attnlab train mqar)", floor=floor, tests=tests))

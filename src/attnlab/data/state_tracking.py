@@ -181,6 +181,11 @@ def floor(cfg, key: str) -> Floor:
     return Floor(1 / cfg.order(), f"guessing one of the group's {cfg.order()} elements")
 
 
+def tests(cfg: WordProblemConfig, seq_len: int) -> list[tuple[int, int]]:
+    """(examples, length) of the test set at the training length, then of each longer one."""
+    return [(cfg.test_examples, seq_len), *((cfg.test_examples, k * seq_len) for k in cfg.test_lengths if k != 1)]
+
+
 for _options in (ParityConfig, ModularConfig, S5Config, A5Config):
     register_task(Task(_options.task, WordProblem, _options, vocab_size=lambda cfg: cfg.order(),
-                       needs=f"a run trained on data.source={_options.task}", floor=floor))
+                       needs=f"a run trained on data.source={_options.task}", floor=floor, tests=tests))

@@ -71,7 +71,9 @@ class Task:
     `eval_options` instance made from the command's flags (the run's own settings are run.config.data's
     task_config()); fits(run) says whether a run can be measured by it (by default: trained on it), and needs
     what a run that cannot lacks; floor(options, key) is the chance floor (Floor) of the accuracy its tests record
-    under key (a slice's or the pooled one), None where it has none above 0."""
+    under key (a slice's or the pooled one), None where it has none above 0; tests(options, seq_len) is
+    [(examples, length)] of its test set, then of each slice, before its examples are made (a plan's estimate
+    of a measurement; None: its data is loaded to count them)."""
 
     name: str
     load: Callable
@@ -82,6 +84,7 @@ class Task:
     fits: Callable | None = None
     needs: str = ""
     floor: Callable = no_floor
+    tests: Callable | None = None
 
     def fits_run(self, run) -> bool:
         return self.fits(run) if self.fits else run.config.data.source == self.name

@@ -36,13 +36,14 @@ class Settings:
 
 
 @contextmanager
-def notes_once():
+def notes_once(quiet: bool = False):
     """While it lasts, each note the configs say (a warmup capped to a short run, say) is said once: planning makes
-    every config many times."""
+    every config many times. quiet: none is said, where configs are made to read records, not to train (a report:
+    the run said its notes, and its plan makes the configs of arms that this attempt did not train too)."""
     said = set()
 
     def first_time(record: logging.LogRecord) -> bool:
-        new = record.getMessage() not in said
+        new = not quiet and record.getMessage() not in said
         said.add(record.getMessage())
         return new
 

@@ -7,16 +7,20 @@ its last checkpoint when it runs again, and ends as if never stopped.
 - `InProcess`: one job at a time, here (the default).
 - `LocalWorkers(n)`: n processes on this machine. With CUDA GPUs each worker holds one GPU or a share of one
   (`runs_per_gpu` small runs packed on a GPU); on a CPU each gets its share of the cores. A worker that dies
-  (killed, out of memory) has its job started again, which continues from its checkpoint.
+  (killed, out of memory) has its job started again, which continues from its checkpoint; a worker whose driver
+  dies ends with it, sending nothing, and its job continues from its checkpoint when the suite runs again.
 - `RayWorkers`: each job a Ray task asking for its share of a GPU (or its CPUs), on the cluster RAY_ADDRESS names
   or a local one; Ray starts a task again where its worker died.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import pickle
+import signal
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -32,6 +36,7 @@ if TYPE_CHECKING:  # torch and the job's code load in a worker only once it hold
     from .store import Record
 
 RETRIES = 2  # how many times a job whose worker died is started again (each time from its last checkpoint)
+PR_SET_PDEATHSIG = 1  # linux/prctl.h: the signal a process gets when its parent ends
 RAY_EXTRA = "pip install 'attnlab[ray]'"
 
 
@@ -104,7 +109,7 @@ class LocalWorkers:
         held = self.slots[slot] if work.ranks == 1 else {"gpu": None, "threads": max(1, self.cpus // work.ranks)}
         receiver, sender = self.context.Pipe(duplex=False)
         process = self.context.Process(target=work_in_process, daemon=True,
-                                       args=(pickle.dumps(work), held, self.imports, sender))
+                                       args=(pickle.dumps(work), held, self.imports, sender, os.getpid()))
         process.start()
         sender.close()  # the worker holds the only sending end: a dead worker closes the pipe
         self.running[slot] = (process, receiver, work, tries)
@@ -140,12 +145,13 @@ class LocalWorkers:
         self.running.clear()
 
 
-def work_in_process(payload: bytes, slot: dict, imports: list[str], sender) -> None:
+def work_in_process(payload: bytes, slot: dict, imports: list[str], sender, driver: int) -> None:
     """A worker's life: hold its GPU (or its threads), import what the driver imported, run one job, send back
-    ("done", record) or ("error", one line). Its log lines are prefixed with the job's key."""
+    ("done", record) or ("error", one line); it ends with its driver (the process `driver`). Its log lines are
+    prefixed with the job's key."""
+    _exit_with_driver(driver)
     if slot["gpu"] is not None:  # before torch starts CUDA: the worker sees only its own GPU, as cuda:0
         os.environ["CUDA_VISIBLE_DEVICES"] = str(slot["gpu"])
-    _exit_with_driver()
     _hold_threads(slot["threads"])
     try:
         work = _unpickled(payload, imports)
@@ -179,10 +185,16 @@ def _said(err: Exception) -> str:
     return f"{type(err).__name__}: {err}"
 
 
-def _exit_with_driver() -> None:
-    """End this worker when its driver dies (killed, it cannot stop its workers): an orphan would go on writing
-    the run folder that the driver, started again, gives the same job."""
-    driver = os.getppid()
+def _exit_with_driver(driver: int) -> None:
+    """End this worker when its driver dies (killed, it cannot stop its workers), sending nothing: an orphan would
+    go on writing the run folder that the driver, started again, gives the same job, and its record would be
+    lost. The job continues from its last checkpoint when the suite runs again. On Linux the kernel kills it
+    (PR_SET_PDEATHSIG) whatever it is doing; elsewhere a thread watches for its parent to change, which it sees
+    only while the job lets the interpreter's threads take turns (a long call that holds the GIL does not)."""
+    if _killed_with_parent():
+        if os.getppid() != driver:  # the driver died before the kernel was asked: no signal will come
+            os._exit(1)
+        return
 
     def watch():
         while os.getppid() == driver:
@@ -190,6 +202,14 @@ def _exit_with_driver() -> None:
         os._exit(1)
 
     threading.Thread(target=watch, daemon=True).start()
+
+
+def _killed_with_parent() -> bool:
+    """Asks Linux to SIGKILL this process when its parent ends (prctl PR_SET_PDEATHSIG); whether it could."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
 
 
 def _unpickled(payload: bytes, imports: list[str]) -> Work:

@@ -15,6 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, unknown_name
+from .forward_passes import (
+    VAL_BLOCKS,
+    Passes,
+    accuracy_passes,
+    extrapolation_passes,
+    niah_passes,
+    no_passes,
+    tracking_passes,
+    validation_passes,
+)
 from .spec import ABLATED, Experiment, ablated
 
 
@@ -37,6 +47,9 @@ class Metric:
     revision: int | None = None  # records measured under an earlier revision (or none) are measured again
     ablation: bool = False  # it also measures the model without its mechanism's own component (spec.ablated)
     details: tuple[str, ...] = ()  # the keys it writes beside its values (what it scored, a grid behind a mean)
+    # (the experiment, a run's config, its model on the meta device) -> the forward passes its measurement makes,
+    # which a plan's estimate prices (forward_passes); None: the plan says it has no estimate
+    passes: Callable[[Experiment, object, object], list[Passes]] | None = None
 
 
 METRICS: dict[str, Metric] = {}
@@ -73,7 +86,6 @@ def _without_component(run, measure):
         return measure()
 
 
-VAL_BLOCKS = 50  # consecutive blocks of the validation split's windows, each one's mean loss kept in the record
 
 
 def validation_perplexity(experiment: Experiment, run_dir: Path) -> dict:
@@ -212,17 +224,18 @@ def tokens_to_loss(metrics_path: Path, target: float, t, window: int = 5) -> flo
 
 CONTEXT_LENGTH = "context length (tokens)"
 for _metric in (
-    Metric("val_ppl", validation_perplexity, ablation=True, details=("val_loss", "val_tokens", "val_blocks")),
-    Metric("accuracy", task_accuracy, percent=True, ablation=True, details=(STATE_BYTES,)),
+    Metric("val_ppl", validation_perplexity, ablation=True, details=("val_loss", "val_tokens", "val_blocks"),
+           passes=validation_passes),
+    Metric("accuracy", task_accuracy, percent=True, ablation=True, details=(STATE_BYTES,), passes=accuracy_passes),
     # revision 2: a test at L tokens reads L tokens, prompt and answer (in 1 the prompt alone had L, so the
     # answer ran past the training length)
     Metric("niah", niah_accuracy, percent=True, curve=Curve(CONTEXT_LENGTH, "S-NIAH exact match (%)"), revision=2,
-           ablation=True, details=(NIAH_DEPTHS, STATE_BYTES)),
+           ablation=True, details=(NIAH_DEPTHS, STATE_BYTES), passes=niah_passes),
     # revision 2: every window of the validation split (in 1, its first PREFIX_TOKENS tokens per length)
     Metric("extrapolation", extrapolation, curve=Curve(CONTEXT_LENGTH, "perplexity"), ablation=True, revision=2,
-           details=("ppl_tokens",)),
-    Metric("tokens_to_loss", sample_efficiency),
+           details=("ppl_tokens",), passes=extrapolation_passes),
+    Metric("tokens_to_loss", sample_efficiency, passes=no_passes),
     Metric("tracking", tracking_accuracy, percent=True, ablation=True,
-           curve=Curve(CONTEXT_LENGTH, "per-token accuracy (%)"), details=(STATE_BYTES,)),
+           curve=Curve(CONTEXT_LENGTH, "per-token accuracy (%)"), details=(STATE_BYTES,), passes=tracking_passes),
 ):
     register_metric(_metric)

@@ -28,7 +28,7 @@ from ..data import TASKS, Floor
 from ..errors import UserError
 from ..model import Decoder
 from .claims import anchors_of, failed_calibrations
-from .configs import Settings, configured, settings_of
+from .configs import Settings, configured, notes_once, settings_of
 from .metrics import get_metric
 from .spec import Arm, Experiment, Suite, arm_seeds, seed_count, sweep_source
 from .stats import mean_std
@@ -122,8 +122,9 @@ def plan(suite: Suite, experiments: list[Experiment], results: Results, settings
 
 def plan_of(suite: Suite, results: Results) -> Plan:
     """The plan of every experiment as a results file stands, with the settings it was made with: what its report
-    reads."""
-    return plan(suite, suite.experiments, results, settings_of(suite, results))
+    reads. Its configs say no notes: their runs said them when they trained."""
+    with notes_once(quiet=True):
+        return plan(suite, suite.experiments, results, settings_of(suite, results))
 
 
 def _experiment_jobs(suite: Suite, experiment: Experiment, decisions: Decisions) -> list[Job]:

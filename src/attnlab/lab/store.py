@@ -252,12 +252,14 @@ class Results:
             self.write(path)
 
     def save_shared_rates(self, path: Path, decided: dict[str, SharedRate]) -> None:
-        """Adds shared-rate decisions, here and in the file at path (taking in the records written there
-        meanwhile, as save_record does)."""
+        """Adds shared-rate decisions, here and in the file at path, taking in the records and the decisions
+        another process of the suite (other --only experiments) has written there meanwhile: a decision in the
+        file is the newest of its experiment (every decision is saved at once), so it wins over this one's
+        copy, and only the decisions given win over it."""
         with _locked(path.parent):
             on_disk = Results.load(path) if path.exists() else Results.empty()
             self.records = {**self.records, **on_disk.records}
-            rates = {**on_disk.shared_rates, **self.shared_rates, **decided}
+            rates = {**self.shared_rates, **on_disk.shared_rates, **decided}
             self.data["shared_rates"] = {name: rate.to_json() for name, rate in rates.items()}
             self.write(path)
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...arguments import RUN, check_folder
+from ...lab.forward_passes import no_passes
 from ...lab.metrics import Curve, Metric
 
 if TYPE_CHECKING:
@@ -73,7 +74,8 @@ def learned_couplings(experiment: Experiment, run_dir: Path) -> dict:
     return {f"J@{d}": value for d, value in enumerate(mean.tolist(), start=1)}
 
 
-METRIC = Metric("couplings", learned_couplings, curve=Curve("distance |j - k|", "mean J", log_x=False, zero_line=True))
+METRIC = Metric("couplings", learned_couplings, curve=Curve("distance |j - k|", "mean J", log_x=False, zero_line=True),
+                passes=no_passes)
 
 
 def inspect_couplings(args) -> None:
