@@ -79,7 +79,7 @@ class Mixer(nn.Module):
     # state to its own tokens (state.row(row, length): a KV cache, which causal attention fills with no padding).
     # None: mix runs them, as padded batches where no states are kept, else one at a time.
     packs: str | None = None
-    # what forward(x, context=...) runs of one rank's shard (context_parallel.Context), its outputs those of the
+    # what forward(x, context=...) runs of one rank's shard (ops.cp.Context), its outputs those of the
     # whole sequences' positions there, its gradients the whole sequences', and its state (where it returns one,
     # unpacked) the whole sequences' final one on every rank; packed documents too (cu_seqlens the whole row's
     # boundaries). False: it does not split

@@ -17,10 +17,10 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ..context_parallel import Context
 from ..errors import ConfigError, UserError
 from ..nn import at_least_fp32, causal_mask, no_autocast, overwritten, positions_in_sequences, set_optim
 from ..ops import annealing, ising, ising_triton
+from ..ops.cp import Context
 from ..ops.field_attention import field_attention
 from .attention import AttentionConfig, AttentionMixer, KVCache
 from .registry import register_mixer

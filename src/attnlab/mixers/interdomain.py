@@ -18,11 +18,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..context_parallel import Context
 from ..errors import ConfigError
 from ..nn import Rotary, ShortConv, at_least_fp32, no_autocast
 from ..ops import fla as fla_ops
 from ..ops import interdomain as ops
+from ..ops.cp import Context
 from .backends import BACKENDS, runs_fla
 from .registry import register_mixer
 from .s4d import HeadNorm, S4DConfig, SSMState, StateSpaceMixer, contract

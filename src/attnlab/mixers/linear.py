@@ -18,12 +18,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..context_parallel import Context, Documents, flat_stats, unflat_stats
 from ..errors import ConfigError
 from ..nn import ShortConv, at_least_fp32, inverse_softplus, log_uniform_dt, overwritten, rms_norm_fp32, set_optim
 from ..ops import fla as fla_ops
 from ..ops.ccq import CCQStats, ccq_chunk, ccq_step
 from ..ops.ccq_ridge import ccq_ridge, ccq_ridge_reference
+from ..ops.cp import Context, Documents
 from ..ops.delta_rule import delta_rule_chunk, delta_rule_step
 from ..ops.gla import gla_chunk, gla_step
 from ..ops.packing import state_row
@@ -159,7 +159,7 @@ class LinearAttention(Mixer):
     backends = ("torch", "fla")
     state_type = LinearState
     packs = "states"  # the chunkwise forms, fla's and ours, take the boundaries and return each sequence's state
-    splits = True  # a rank's shard runs from the state that the ranks before it leave (context_parallel)
+    splits = True  # a rank's shard runs from the state that the ranks before it leave (ops.cp)
 
     def __init__(self, cfg: LinearConfig, recurrence: Recurrence, unit_qk: bool = False):
         super().__init__(cfg)
@@ -382,13 +382,14 @@ class CCQRead:
         chunk = ccq_ridge if self.cfg.read == "ridge" else fla_ops.ccq_fla if form == "fla" else ccq_chunk
 
         def piece(time, start, cu, silent):
-            q_clean, end = chunk(q[:, :, time], k_bar[:, :, time], lam[:, :, time], unflat_stats(start, q.shape[-1]),
+            q_clean, end = chunk(q[:, :, time], k_bar[:, :, time], lam[:, :, time],
+                                 None if start is None else CCQStats.from_flat(start),
                                  None if log_decay is None else log_decay[:, :, time], self.cfg.chunk_size,
                                  cu_seqlens=cu)
-            return q_clean, flat_stats(end)
+            return q_clean, None if end is None else end.flat()  # packed documents keep no statistics
 
         q_clean, final = context.scan(documents.run(piece, q.shape[2]), diagonal=True)
-        return q_clean, k, unflat_stats(final, q.shape[-1])
+        return q_clean, k, CCQStats.from_flat(final)
 
     def read_query(self, q, k, gates, ccq_state, form, cu_seqlens=None):
         q, k, k_bar, lam, log_decay = self.read_inputs(q, k, gates, form)
