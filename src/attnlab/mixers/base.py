@@ -99,6 +99,12 @@ class Mixer(nn.Module):
         state -> (y, the list of their final states, or None)."""
         raise NotImplementedError
 
+    def route(self, x: torch.Tensor, machine: dict | None = None) -> tuple[str, str]:
+        """(the form of `backends` that forward runs x's sequences on, why): on this machine, or on one with these
+        facts (`ops.fla.machine`'s), as the doctor's table says for a GPU it may lack. A mixer of several forms
+        chooses among them here, and its forward by asking this."""
+        return self.backends[0], "its only form"
+
     def init_state(self, batch: int, device=None, dtype=None):
         """The state before the first token."""
         raise NotImplementedError
@@ -121,9 +127,9 @@ class Mixer(nn.Module):
                     nn.init.zeros_(module.bias)
 
     def ablated(self):
-        """A context manager under which the mixer runs without the component its paper adds (Boltzmann's
-        couplings, the coupling's step, CCQ's correction), to measure at evaluation how much the trained model
-        uses it; None where the mixer has no such component."""
+        """A context manager under which the mixer runs without the component its paper adds (the couplings, a
+        query's correction, ...), to measure at evaluation how much the trained model uses it; None where the
+        mixer has no such component."""
         return None
 
 

@@ -27,7 +27,7 @@ from ..ops.cp import Context, Documents
 from ..ops.delta_rule import delta_rule_chunk, delta_rule_step
 from ..ops.gla import gla_chunk, gla_step
 from ..ops.packing import state_row
-from .backends import BACKENDS, runs_fla
+from .backends import BACKENDS, fla_or_torch
 from .base import Mixer, MixerConfig, marked
 from .registry import register_mixer
 
@@ -182,13 +182,17 @@ class LinearAttention(Mixer):
         B, T, _ = x.shape
         return x.view(B, T, self.cfg.n_heads, -1).transpose(1, 2)
 
+    def route(self, x: torch.Tensor, machine: dict | None = None) -> tuple[str, str]:
+        """The chunkwise forms on "fla"'s kernels (backend=fla, or auto where they train correctly:
+        `backends.fla_or_torch`) or on ours, "torch", every op of the layer alike; both take packed sequences'
+        boundaries."""
+        return fla_or_torch(self.cfg.backend, x, self.scalar_gates, machine)
+
     def form(self, x: torch.Tensor, cu_seqlens: torch.Tensor | None = None) -> str:
-        """How this call runs, every op of the layer alike: "step" for a single token (the recurrent steps), else
-        the chunkwise forms on "fla"'s kernels (backend=fla, or auto on a GPU where they train correctly:
-        `backends.runs_fla`) or on ours, "torch". Both take packed sequences' boundaries."""
+        """How this call runs: "step" for a single token (the recurrent steps), else its `route`."""
         if cu_seqlens is None and x.shape[1] == 1:
             return "step"
-        return "fla" if runs_fla(self.cfg.backend, x, self.scalar_gates) else "torch"
+        return self.route(x)[0]
 
     def forward(self, x: torch.Tensor, state: LinearState | None = None, *, cu_seqlens: torch.Tensor | None = None,
                 context: Context | None = None):
@@ -350,12 +354,13 @@ class CCQRead:
 
     @property
     def packs(self) -> str | None:
-        """fla's kernel returns each packed sequence's key statistics; ours keep none (the zeros that move the
-        sequences to their chunks would count), so where states are kept mix runs the sequences one at a time.
-        The ridge read solves its sequences one after another in any case: mix runs them as rows."""
+        """On the layer's device, as its `route` goes: fla's kernel returns each packed sequence's key statistics;
+        ours keep none (the zeros that move the sequences to their chunks would count), so where states are kept
+        mix runs the sequences one at a time. The ridge read solves its sequences one after another in any case:
+        mix runs them as rows."""
         if self.cfg.read == "ridge":
             return None
-        return "states" if runs_fla(self.cfg.backend, self.lambda_bias, self.scalar_gates) else "outputs"
+        return "states" if self.route(self.lambda_bias)[0] == "fla" else "outputs"
 
     def ablated(self):
         """lambda = sigmoid(w . q_bar + b) set to 0 (w = 0, b = -30): the backbone's own read."""
