@@ -13,17 +13,16 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from attnlab.context_parallel import (
+from attnlab.mixers.softmax import causal_sdpa
+from attnlab.ops.ccq import ccq_chunk, ccq_reference, ccq_shard
+from attnlab.ops.cp import (
     Context,
-    ccq_shard,
     exclusive_scan,
     gather_prefix,
-    linear_shard,
+    matrix_shard,
     run_shard,
     transition,
 )
-from attnlab.mixers.softmax import causal_sdpa
-from attnlab.ops.ccq import ccq_chunk, ccq_reference
 from attnlab.ops.delta_rule import delta_rule_chunk, delta_rule_reference
 from attnlab.ops.gla import gla_chunk, gla_reference
 from attnlab.ops.interdomain import interdomain_chunk, interdomain_reference
@@ -52,7 +51,7 @@ def linear_case(op, gates: int) -> Case:
     else:  # a log-decay <= 0 per key channel
         gates_ = [-torch.rand(B, H, T, D_K) * 0.3]
     return Case([q, k, v, *gates_], [], torch.randn(B, H, D_K, D_V),
-                lambda tokens, params: linear_shard(op, *tokens))
+                lambda tokens, params: matrix_shard(op, *tokens))
 
 
 def s4d_parameters() -> list[torch.Tensor]:

@@ -1,4 +1,4 @@
-"""A whole decoder with its sequences split across two gloo ranks (context_parallel.Context): each rank's logits are
+"""A whole decoder with its sequences split across two gloo ranks (ops.cp.Context): each rank's logits are
 the whole sequence's at its positions, and the parameters' gradients summed over the ranks are the whole sequence's,
 for every mixer that splits (attention over the gathered keys; the linear family and CCQ from the scanned state,
 short convolutions reaching across the boundary; Boltzmann attention's sliding window reading the previous rank's
@@ -16,13 +16,13 @@ import torch
 import torch.distributed as dist
 
 from attnlab.config import ModelConfig
-from attnlab.context_parallel import Context
 from attnlab.errors import ConfigError, UserError
 from attnlab.model import Decoder, next_token_loss
+from attnlab.ops.cp import Context
 from helpers import on_gloo_ranks
 
 # each case in fp64, where the split must agree to rounding, and in fp32 to 1e-5, where a transition read off as
-# the difference of two states (context_parallel.transition) would show its cancellation
+# the difference of two states (ops.cp.transition) would show its cancellation
 PRECISIONS = {"fp64": (torch.float64, 1e-9), "fp32": (torch.float32, 1e-5)}
 B, T, VOCAB, WORLD = 2, 22, 11, 2  # shards of 11 tokens: past one chunk of 4, not a multiple of it
 CHUNKED = {"chunk_size": 4, "short_conv": True}  # the short convolution's window crosses the shard boundary

@@ -99,13 +99,31 @@ def test_the_triton_torch_pins_is_read_from_its_requirements(monkeypatch):
 
 def test_the_scalar_gated_mixers_ask_for_the_scalar_gated_route():
     from attnlab.mixers import build_mixer
-    from attnlab.mixers.backends import auto_backend
 
-    routes = [auto_backend(build_mixer(name, d_model=16, n_heads=2, **options), **FACTS)[0]
+    routes = [build_mixer(name, d_model=16, n_heads=2, **options).route(torch.zeros(1), FACTS)[0]
               for name, options in [("gla", {}), ("gdn", {}), ("ccq-gla", {}), ("ccq-gla", {"ccq_decay": True}),
                                     ("ccq-gdn", {}), ("linear", {}), ("interdomain", {}),
                                     ("interdomain", {"form": "fft"}), ("s4d", {})]]
     assert routes == ["fla", "torch", "fla", "torch", "torch", "fla", "fla", "torch", "torch"]
+
+
+def test_the_routing_table_is_what_each_mixers_route_says(monkeypatch):
+    """The doctor's table holds each built mixer's own route on the facts it states (without a GPU, a Hopper one with
+    what is installed here), and nothing else: a route said otherwise is the table's."""
+    from attnlab.mixers import build_mixer, list_mixers, mixer_class
+    from attnlab.ops import fla
+
+    hopper = {**fla.machine(), "cuda": True, "hopper": True}
+    table = doctor.backend_routes(torch.device("cpu"), log=lambda *a: None)
+    assert set(table) == set(list_mixers())
+    for name in list_mixers():
+        mixer = build_mixer(name, d_model=64, n_heads=4)
+        form, why = mixer.route(torch.zeros(1, 2, 64), hopper)
+        assert table[name] == {"backends": list(mixer.backends), "auto": form, "why": why}
+    for name in list_mixers():
+        monkeypatch.setattr(mixer_class(name), "route", lambda self, x, machine=None: (f"{self.name}'s", "asked"))
+    table = doctor.backend_routes(torch.device("cpu"), log=lambda *a: None)
+    assert {name: row["auto"] for name, row in table.items()} == {name: f"{name}'s" for name in list_mixers()}
 
 
 def test_a_wrong_mixer_is_outside_the_limits(two_mixers, tmp_path, monkeypatch):

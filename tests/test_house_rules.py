@@ -5,6 +5,8 @@
   included (an import under `if TYPE_CHECKING:` never runs, so it does not count).
 - Every module has a docstring whose first sentence is under 20 words: the sentence the layout lists.
 - The layout in docs/development.md names every module as the tree holds it (scripts/layout.py writes it).
+- No module that every mechanism shares (the context-parallel scan, the mixer protocol, the backend routing) names
+  a mechanism: what is a mechanism's own (its statistics' layout, its routing rule) lives in its own files.
 
 Each rule is a function over a package folder, so it is also run on a small tree planted in a temporary folder,
 where a violation must be found: a rule that could never fail would keep nothing.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,6 +24,12 @@ SOURCE = ROOT / "src" / "attnlab"
 MAX_LINES = 50
 MAX_LAB_FILE = 500  # lines: a lab module a reader carries whole to change one rule
 MAX_WORDS = 19  # a first sentence of 20 words or more is too long for the one line the layout gives it
+# the modules every mechanism shares, which name none of them
+SHARED = ("ops/cp.py", "mixers/base.py", "mixers/backends.py", "mixers/registry.py", "mixers/attention.py")
+SHARED_OPS = {"__init__", "cp", "fla", "packing"}  # the op modules that are no mechanism's
+# words of the mechanisms' names that are also plain words of the trade: a function, a backend, a baseline
+GENERIC = {"attention", "linear", "nonlinear", "softmax", "sigmoid", "q", "qk", "field", "triton", "delta", "rule",
+           "ridge"}
 
 
 def _load_layout():
@@ -171,6 +180,30 @@ def docstring_faults(source: Path, limit: int = MAX_WORDS) -> list[str]:
     return found
 
 
+# --- mechanism names ----------------------------------------------------------------------------------------
+
+
+def mechanisms(source: Path) -> set[str]:
+    """The words of every registered mixer's name (`@register_mixer("...")`) and of every mechanism's op module,
+    less the generic ones."""
+    registered = re.findall(r'@register_mixer\("([^"]+)"\)',
+                            "".join(path.read_text() for path in sorted((source / "mixers").glob("*.py"))))
+    ops = [path.stem for path in (source / "ops").glob("*.py") if path.stem not in SHARED_OPS]
+    return {word for name in registered + ops for word in re.split(r"[-_]", name.lower())} - GENERIC
+
+
+def named_mechanisms(source: Path, shared=SHARED) -> list[str]:
+    """'file:line names word' for every word of a mechanism's name (any case) in a shared module, in an identifier
+    too (ccq_shard: an underscore parts words)."""
+    words = "|".join(sorted(map(re.escape, mechanisms(source))))
+    pattern = re.compile(rf"(?<![a-z0-9])({words})(?![a-z0-9])", re.IGNORECASE)
+    found = []
+    for name in shared:
+        for number, line in enumerate((source / name).read_text().splitlines(), 1):
+            found += [f"{source.name}/{name}:{number} names {match[0]}" for match in pattern.finditer(line)]
+    return found
+
+
 # --- the rules over src/attnlab -----------------------------------------------------------------------------
 
 
@@ -202,6 +235,12 @@ def test_no_import_circle():
 def test_every_module_docstring_starts_with_a_short_sentence():
     found = docstring_faults(SOURCE)
     assert not found, "\n".join(found)
+
+
+def test_no_shared_module_names_a_mechanism():
+    assert {"ccq", "boltzmann", "ising", "interdomain", "gla", "gdn", "s4d", "stick"} <= mechanisms(SOURCE)
+    found = named_mechanisms(SOURCE)
+    assert not found, "move what is the mechanism's own into its own files:\n" + "\n".join(found)
 
 
 def test_the_layout_in_development_md_is_current():
@@ -273,3 +312,12 @@ def test_the_layout_names_every_module_with_its_first_sentence(tmp_path):
     rewritten = layout.rewrite(document, layout.section(source))
     assert layout.committed(rewritten) == layout.section(source)
     assert rewritten.startswith("# Title\n\n") and rewritten.endswith(f"{layout.END}\nkept\n")
+
+
+def test_a_shared_module_that_names_a_mechanism_is_found(tmp_path):
+    source = plant(tmp_path, {"mixers/widget.py": '@register_mixer("widget-net")\nclass W: ...\n',
+                              "ops/gizmo_rule.py": "", "ops/cp.py": '"""A scan."""\n',
+                              "mixers/base.py": "# the Widget's rule: a linear map, and gizmo_shard\n"})
+    assert mechanisms(source) == {"widget", "net", "gizmo"}
+    assert named_mechanisms(source, ("ops/cp.py", "mixers/base.py")) == ["pkg/mixers/base.py:1 names Widget",
+                                                                           "pkg/mixers/base.py:1 names gizmo"]

@@ -246,7 +246,7 @@ CONTEXT_PARALLEL_CASES = [("gla", {}, [0, 5, 20, 34]), ("gdn", {}, None), ("ccq-
 
 
 def check_context_parallel():
-    """Linear-attention mixers with backend=fla split across two gloo ranks (context_parallel.Context, shards of
+    """Linear-attention mixers with backend=fla split across two gloo ranks (ops.cp.Context, shards of
     17 tokens against fla's chunks of 16 and more): each rank's outputs are the whole sequence's there, its final
     state the whole sequence's, and the parameters' gradients summed over the ranks the whole sequence's; on a
     packed row, its middle document across the cut, the outputs and gradients."""
@@ -259,7 +259,7 @@ def check_context_parallel():
 def context_parallel_rank(rank: int, store: str):
     import torch.distributed as dist
 
-    from attnlab.context_parallel import Context
+    from attnlab.ops.cp import Context
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     try:

@@ -109,7 +109,7 @@ class Decoder(nn.Module):
         N; flash-linear-attention's convention): each is read from a fresh state and its positions count from
         0, and every layer's state is a list, one per sequence (None without keep_states: training and
         scoring need no states, and the mixers then take their fastest packed form).
-        context: this rank holds one shard of every sequence (context_parallel.Context; tokens [B, T_shard], the
+        context: this rank holds one shard of every sequence (ops.cp.Context; tokens [B, T_shard], the
         shards of equal length), the ranks of its group the others: the logits are those of the whole sequences at
         this shard's positions, and a recurrent layer's state is the whole sequences' final one on every rank
         (attention, which would need every rank's keys, and packed documents keep none).

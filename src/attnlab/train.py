@@ -23,7 +23,6 @@ from tqdm.auto import tqdm
 
 from . import checkpoint, distributed, loggers, step_cost
 from .config import RunConfig, TrainConfig
-from .context_parallel import Context
 from .data import TokenCorpus, load_data
 from .data.corpus import IGNORE, default_cache_dir, packed_rows
 from .data.tokenizer import NotInVocabulary
@@ -32,6 +31,7 @@ from .errors import ConfigError, UserError
 from .evaluate import perplexity, split_loss, to_device
 from .mixers.base import check_splits
 from .model import Decoder, next_token_loss
+from .ops.cp import Context
 from .paths import user_path
 from .starting_point import check_tokenizer, checkpoint_tokenizer, starting_point
 

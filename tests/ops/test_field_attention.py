@@ -7,7 +7,6 @@ import torch
 
 from attnlab.errors import ConfigError
 from attnlab.mixers import build_mixer
-from attnlab.mixers.backends import auto_backend
 
 D_MODEL, N_HEADS, T = 32, 4, 11
 CASES = {"exact, whole window": {"window": 16},
@@ -63,6 +62,7 @@ def test_flex_takes_fields_only_and_auto_takes_it_on_a_gpu():
         build_mixer("boltzmann", d_model=D_MODEL, n_heads=N_HEADS, backend="flex")
     fields = build_mixer("boltzmann", d_model=D_MODEL, n_heads=N_HEADS, mode="h-only")
     coupled = build_mixer("boltzmann", d_model=D_MODEL, n_heads=N_HEADS)
-    assert not fields.uses_flex(torch.zeros(1))  # auto on a CPU: the torch form
-    assert auto_backend(fields, cuda=True)[0] == "flex" and auto_backend(fields, cuda=False)[0] == "torch"
-    assert auto_backend(coupled, cuda=True)[0] == "torch"
+    x = torch.zeros(1)
+    assert fields.route(x)[0] != "flex"  # auto on a CPU: the torch form
+    assert fields.route(x, {"cuda": True})[0] == "flex" and fields.route(x, {"cuda": False})[0] == "torch"
+    assert coupled.route(x, {"cuda": True})[0] == "torch"

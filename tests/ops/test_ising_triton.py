@@ -7,7 +7,6 @@ import torch
 from attnlab.cli import main
 from attnlab.errors import ConfigError
 from attnlab.mixers import build_mixer
-from attnlab.mixers.backends import auto_backend
 from attnlab.ops import ising_triton
 from helpers import triton_worker_results
 
@@ -59,5 +58,5 @@ def test_triton_on_cpu_tensors_is_refused_before_any_kernel(monkeypatch):
 ])
 def test_auto_takes_triton_for_banded_inference_on_a_gpu(options, facts, backend):
     machine = {"cuda": True, "hopper": True, "fla": "0.6.0", "triton": "3.6.0", "tilelang": False, **facts}
-    assert auto_backend(build_mixer("boltzmann", **{**BANDED, **options}), **machine)[0] == backend
+    assert build_mixer("boltzmann", **{**BANDED, **options}).route(torch.zeros(1), machine)[0] == backend
     assert ising_triton.available()  # the dev extras install Triton, so the checks above run the kernels

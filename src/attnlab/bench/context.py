@@ -19,8 +19,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from ..config import ModelConfig
-from ..context_parallel import Context
 from ..model import Decoder, next_token_loss
+from ..ops.cp import Context
 from .mixers import contenders
 
 RANKS = 2

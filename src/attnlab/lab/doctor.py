@@ -30,7 +30,6 @@ from ..bench.mixers import contenders
 from ..bench.registry import SPEED_GOALS, VARIANTS
 from ..errors import ConfigError, UserError
 from ..mixers import build_mixer, list_mixers, mixer_class
-from ..mixers.backends import auto_backend
 from ..ops import fla
 from ..timing import round_robin
 from .device_times import DEMO_BATCH, DEMO_LENGTH
@@ -164,8 +163,7 @@ def _check_mixers(device: torch.device, log, saved) -> dict:
 
 def _runs_fla(name: str, options: dict, machine: dict) -> bool:
     """Whether backend=auto runs this mixer on fla's kernels on a machine with these facts."""
-    mixer = build_mixer(name, d_model=16, n_heads=2, **options)
-    return auto_backend(mixer, **machine)[0] == "fla"
+    return build_mixer(name, d_model=16, n_heads=2, **options).route(torch.zeros(1, 2, 16), machine)[0] == "fla"
 
 
 def time_mixers(device: torch.device, batch: int, seq_len: int, d_model: int, n_heads: int, repeats: int,
@@ -209,7 +207,7 @@ def backend_routes(device: torch.device, log=print) -> dict:
     routes = {}
     for name in list_mixers():
         mixer = build_mixer(name, d_model=64, n_heads=4)
-        backend, why = auto_backend(mixer, **machine)
+        backend, why = mixer.route(torch.zeros(1, 2, 64), machine)  # the facts decide, not x's device
         routes[name] = {"backends": list(mixer.backends), "auto": backend, "why": why}
         log(f"{name:<22} {', '.join(mixer.backends):<11} auto: {backend:<6} {why}")
     return routes

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..context_parallel import Context, gather_prefix
 from ..nn import Rotary
+from ..ops.cp import Context, gather_prefix
 from .base import Mixer, MixerConfig, marked
 
 

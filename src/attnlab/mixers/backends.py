@@ -1,8 +1,7 @@
-"""Where each mixer's sequences run under backend=auto, and why: the one routing policy, keyed by mixer.
+"""Whether flash-linear-attention's kernels run a mixer's sequences under backend=auto, and why.
 
-The facts it reads are the machine's (`ops.fla.machine`: a CUDA GPU, a Hopper one, the fla and Triton
-versions installed, whether fla's TileLang backend can run); the forms it chooses between sit beside it
-(`ops.fla` for flash-linear-attention's kernels, `ops.ising_triton` for banded inference, FlexAttention).
+The facts it reads are the machine's (`ops.fla.machine`: a CUDA GPU, a Hopper one, the fla and Triton versions
+installed, whether fla's TileLang backend can run). Each mixer's `route` asks it, where it has fla forms.
 """
 
 from __future__ import annotations
@@ -28,8 +27,8 @@ def auto_route(scalar_gates: bool, *, cuda: bool, hopper: bool, fla: str | None,
                tilelang: bool) -> tuple[bool, str]:
     """(whether backend=auto runs fla's kernels, why) on a machine with these facts: a CUDA GPU, a Hopper one,
     the installed fla and Triton versions (None: not installed) and whether fla's TileLang backend can run.
-    Triton 3.4.0 to 3.7.0 miscompiles the backward of fla's scalar-gated kernels (the gated delta rule,
-    decayed CCQ's statistics) on Hopper, and fla 0.6.0 refuses it there; Triton 3.7.1 fixes it, and fla's
+    Triton 3.4.0 to 3.7.0 miscompiles the backward of fla's scalar-gated kernels (one gate per head) on
+    Hopper, and fla 0.6.0 refuses it there; Triton 3.7.1 fixes it, and fla's
     TileLang backend computes that backward without Triton."""
     if not cuda:
         return False, "no CUDA GPU: the torch forms"
@@ -48,7 +47,6 @@ def auto_route(scalar_gates: bool, *, cuda: bool, hopper: bool, fla: str | None,
     return False, (f"the torch forms: Triton {triton} miscompiles fla's scalar-gated backward on Hopper GPUs; "
                    "a torch whose Triton is 3.7.1 or newer, or tilelang (pip install tilelang, with nvcc), "
                    "lets fla's kernels run")
-
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -71,54 +69,17 @@ def on_gpu(x: torch.Tensor) -> bool:
     return x.is_cuda
 
 
-def runs_fla(backend: str, x: torch.Tensor, scalar_gates: bool = False) -> bool:
-    """Whether x's sequences run on fla's kernels: backend=fla, or backend=auto on a CUDA GPU where fla's
-    kernels (scalar-gated ones, if so) train correctly (`route`)."""
-    if backend == "auto":
-        return on_gpu(x) and route(scalar_gates)[0]
-    return backend == "fla"
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# backend=auto per mixer: (the backend it takes, why) on a machine with these facts
-
-
-def _fla_or_torch(scalar_gates: bool, machine: dict) -> tuple[str, str]:
-    uses_fla, why = auto_route(scalar_gates, **machine)
+def fla_or_torch(backend: str, x: torch.Tensor, scalar_gates: bool = False, machine: dict | None = None
+                 ) -> tuple[str, str]:
+    """("fla" or "torch", why) for x's sequences under the `backend` option: as set, or under auto fla's kernels
+    (scalar-gated ones, if so) where they train correctly (`auto_route`), on this machine for x on its GPU
+    (`route`, said once) or on one with these facts (`ops.fla.machine`'s)."""
+    if backend != "auto":
+        return backend, f"backend={backend}"
+    if machine is not None:
+        uses_fla, why = auto_route(scalar_gates, **machine)
+    elif on_gpu(x):
+        uses_fla, why = route(scalar_gates)
+    else:
+        uses_fla, why = False, f"on {x.device.type}, not a CUDA GPU: the torch forms"
     return ("fla" if uses_fla else "torch"), why
-
-
-def _linear(mixer, machine: dict) -> tuple[str, str]:
-    return _fla_or_torch(mixer.scalar_gates, machine)
-
-
-def _interdomain(mixer, machine: dict) -> tuple[str, str]:
-    cfg = mixer.cfg
-    if cfg.query == "linear" or cfg.form == "fft":
-        return "torch", f"query={cfg.query}, form={cfg.form}: the torch form"
-    return _fla_or_torch(False, machine)
-
-
-def _boltzmann(mixer, machine: dict) -> tuple[str, str]:
-    if not machine["cuda"]:
-        return "torch", "no CUDA GPU: the torch forms"
-    if mixer.fields_only():
-        return "flex", "FlexAttention: fields only, softmax of log sigma(2h) over a sliding causal block mask"
-    if mixer.cfg.inference != "banded":
-        return "torch", f"inference={mixer.cfg.inference}: the torch form (Triton runs banded inference)"
-    if not machine["triton"]:
-        return "torch", "Triton is not installed: the torch form"
-    return "triton", "banded inference: each chain's messages in one Triton kernel per pass"
-
-
-# by the name a mixer class is registered under; a subclass registered under another name takes its base's
-AUTO = {"linear": _linear, "gla": _linear, "gdn": _linear, "ccq-gla": _linear, "ccq-gdn": _linear,
-        "interdomain": _interdomain, "boltzmann": _boltzmann}
-
-
-def auto_backend(mixer, **machine) -> tuple[str, str]:
-    """(the backend backend=auto takes for this mixer, why) on a machine with these facts (`ops.fla.machine`'s)."""
-    for cls in type(mixer).__mro__:
-        if (rule := AUTO.get(cls.__dict__.get("name"))) is not None:
-            return rule(mixer, machine)
-    return "torch", "its only form"

@@ -79,7 +79,7 @@ class Mixer(nn.Module):
     # state to its own tokens (state.row(row, length): a KV cache, which causal attention fills with no padding).
     # None: mix runs them, as padded batches where no states are kept, else one at a time.
     packs: str | None = None
-    # what forward(x, context=...) runs of one rank's shard (context_parallel.Context), its outputs those of the
+    # what forward(x, context=...) runs of one rank's shard (ops.cp.Context), its outputs those of the
     # whole sequences' positions there, its gradients the whole sequences', and its state (where it returns one,
     # unpacked) the whole sequences' final one on every rank; packed documents too (cu_seqlens the whole row's
     # boundaries). False: it does not split
@@ -98,6 +98,12 @@ class Mixer(nn.Module):
         `packs` says so, cu_seqlens: x [1, N, d_model] holds sequences that start there, each run from a fresh
         state -> (y, the list of their final states, or None)."""
         raise NotImplementedError
+
+    def route(self, x: torch.Tensor, machine: dict | None = None) -> tuple[str, str]:
+        """(the form of `backends` that forward runs x's sequences on, why): on this machine, or on one with these
+        facts (`ops.fla.machine`'s), as the doctor's table says for a GPU it may lack. A mixer of several forms
+        chooses among them here, and its forward by asking this."""
+        return self.backends[0], "its only form"
 
     def init_state(self, batch: int, device=None, dtype=None):
         """The state before the first token."""
@@ -121,9 +127,9 @@ class Mixer(nn.Module):
                     nn.init.zeros_(module.bias)
 
     def ablated(self):
-        """A context manager under which the mixer runs without the component its paper adds (Boltzmann's
-        couplings, the coupling's step, CCQ's correction), to measure at evaluation how much the trained model
-        uses it; None where the mixer has no such component."""
+        """A context manager under which the mixer runs without the component its paper adds (the couplings, a
+        query's correction, ...), to measure at evaluation how much the trained model uses it; None where the
+        mixer has no such component."""
         return None
 
 

@@ -17,10 +17,10 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ..context_parallel import Context
 from ..errors import ConfigError, UserError
 from ..nn import at_least_fp32, causal_mask, no_autocast, overwritten, positions_in_sequences, set_optim
 from ..ops import annealing, ising, ising_triton
+from ..ops.cp import Context
 from ..ops.field_attention import field_attention
 from .attention import AttentionConfig, AttentionMixer, KVCache
 from .registry import register_mixer
@@ -216,23 +216,28 @@ class BoltzmannAttention(AttentionMixer):
         FlexAttention's case."""
         return self.uses_h and not self.uses_J and not self.uses_K and self.bias is None and self.cfg.normalise
 
-    def uses_flex(self, x: torch.Tensor) -> bool:
-        """Whether attention runs on FlexAttention: backend=flex, or backend=auto with fields only on a CUDA GPU."""
-        return self.cfg.backend == "flex" or (self.cfg.backend == "auto" and x.is_cuda and self.fields_only())
-
-    def uses_triton(self, x: torch.Tensor) -> bool:
-        """Whether banded inference runs on the Triton kernels: backend=triton, or backend=auto on a CUDA GPU
-        where FlexAttention does not apply and Triton imports."""
-        if self.cfg.backend == "auto":
-            return x.is_cuda and not self.fields_only() and ising_triton.available()
-        return self.cfg.backend == "triton"
+    def route(self, x: torch.Tensor, machine: dict | None = None) -> tuple[str, str]:
+        """backend as set, or under auto on a CUDA GPU: FlexAttention for fields only, else Triton's kernels for
+        banded inference where Triton imports; the torch form otherwise."""
+        backend = self.cfg.backend
+        if backend != "auto":
+            return backend, f"backend={backend}"
+        if not (x.is_cuda if machine is None else machine["cuda"]):
+            return "torch", "not on a CUDA GPU: the torch forms"
+        if self.fields_only():
+            return "flex", "FlexAttention: fields only, softmax of log sigma(2h) over a sliding causal block mask"
+        if self.cfg.inference != "banded":
+            return "torch", f"inference={self.cfg.inference}: the torch form (Triton runs banded inference)"
+        if not (ising_triton.available() if machine is None else machine["triton"]):
+            return "torch", "Triton is not installed: the torch form"
+        return "triton", "banded inference: each chain's messages in one Triton kernel per pass"
 
     @property
     def packs(self) -> str | None:
         """Banded inference over a sliding window runs packed sequences in one call (forward), keeping no states (a
         sliding window's cache keeps a row's last keys, and a padded row's last keys are padding); otherwise,
-        FlexAttention too, mix runs them."""
-        native = self.cfg.sliding() and self.cfg.inference == "banded" and not self.uses_flex(self.qkv.weight)
+        FlexAttention too (its route on the layer's device), mix runs them."""
+        native = self.cfg.sliding() and self.cfg.inference == "banded" and self.route(self.qkv.weight)[0] != "flex"
         return "outputs" if native else None
 
     @property
@@ -240,7 +245,7 @@ class BoltzmannAttention(AttentionMixer):
         """A sequence splits across ranks, packed documents too, but on FlexAttention: banded inference over a
         sliding window reads at most window - 1 keys of the rank before (its halo), every other form the keys
         gathered up to its shard, as attention does."""
-        return not self.uses_flex(self.qkv.weight)
+        return self.route(self.qkv.weight)[0] != "flex"
 
     def forward(self, x: torch.Tensor, state: KVCache | None = None, *, cu_seqlens: torch.Tensor | None = None,
                 context: Context | None = None):
@@ -283,7 +288,7 @@ class BoltzmannAttention(AttentionMixer):
         if S > self.cfg.window and not self.cfg.sliding():
             raise UserError(f"Boltzmann attention with window={self.cfg.window} sees at most {self.cfg.window} "
                             f"positions, but this call reaches {S}; {self.length_advice(S)}")
-        if self.uses_flex(q):
+        if self.route(q)[0] == "flex":
             with no_autocast(q.device):  # fields and partition functions in fp32, as below
                 q, k = at_least_fp32(q), at_least_fp32(k)
                 try:
@@ -382,7 +387,7 @@ class BoltzmannAttention(AttentionMixer):
         element = max(4, q.element_size())  # the chains run in fp32 or wider
         budget = int(self.cfg.memory_budget_gib * 2**30)
         marginals = ising.banded_log_marginals
-        if self.uses_triton(q):  # the kernels keep two messages per spin; their programs hold the chains
+        if self.route(q)[0] == "triton":  # the kernels keep two messages per spin; their programs hold the chains
             marginals = ising_triton.banded_log_marginals
             group = max(1, budget // (n * (2 ** (w + 1) * 4 + q.shape[-1] * element) * B * H))
         else:

@@ -18,12 +18,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..context_parallel import Context
 from ..errors import ConfigError
 from ..nn import Rotary, ShortConv, at_least_fp32, no_autocast
 from ..ops import fla as fla_ops
 from ..ops import interdomain as ops
-from .backends import BACKENDS, runs_fla
+from ..ops.cp import Context
+from .backends import BACKENDS, fla_or_torch
 from .registry import register_mixer
 from .s4d import HeadNorm, S4DConfig, SSMState, StateSpaceMixer, contract
 
@@ -92,6 +92,14 @@ class InterdomainAttention(StateSpaceMixer):
         themselves, in one forward; the FFT form's read does not, and mix runs it. No states: padding after a
         sequence would decay them."""
         return "outputs" if self.cfg.query == "linear" or self.cfg.form == "chunk" else None
+
+    def route(self, x: torch.Tensor, machine: dict | None = None) -> tuple[str, str]:
+        """The chunk form's query read on fla's kernels or ours (`backends.fla_or_torch`); the FFT form and the
+        linear contraction have a torch form alone."""
+        cfg = self.cfg
+        if cfg.query == "linear" or cfg.form == "fft":
+            return "torch", f"query={cfg.query}, form={cfg.form}: the torch form"
+        return fla_or_torch(cfg.backend, x, machine=machine)
 
     def forward(self, x: torch.Tensor, state: SSMState | None = None, *, cu_seqlens: torch.Tensor | None = None,
                 context: Context | None = None):
@@ -174,7 +182,7 @@ class InterdomainAttention(StateSpaceMixer):
             return o[:, :, None], memory
         if cu_seqlens is None and self.cfg.form == "fft":
             return ops.interdomain_fft(xi_q, z, lam, B_bar, C, self.cfg.readout, memory)
-        chunk = fla_ops.interdomain_fla if runs_fla(self.cfg.backend, z) else ops.interdomain_chunk
+        chunk = fla_ops.interdomain_fla if self.route(z)[0] == "fla" else ops.interdomain_chunk
         return chunk(xi_q, z, lam, B_bar, C, self.cfg.readout, memory, self.cfg.chunk_size, cu_seqlens=cu_seqlens)
 
     def state_width(self) -> int:

@@ -18,16 +18,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..context_parallel import Context, Documents, flat_stats, unflat_stats
 from ..errors import ConfigError
 from ..nn import ShortConv, at_least_fp32, inverse_softplus, log_uniform_dt, overwritten, rms_norm_fp32, set_optim
 from ..ops import fla as fla_ops
 from ..ops.ccq import CCQStats, ccq_chunk, ccq_step
 from ..ops.ccq_ridge import ccq_ridge, ccq_ridge_reference
+from ..ops.cp import Context, Documents
 from ..ops.delta_rule import delta_rule_chunk, delta_rule_step
 from ..ops.gla import gla_chunk, gla_step
 from ..ops.packing import state_row
-from .backends import BACKENDS, runs_fla
+from .backends import BACKENDS, fla_or_torch
 from .base import Mixer, MixerConfig, marked
 from .registry import register_mixer
 
@@ -159,7 +159,7 @@ class LinearAttention(Mixer):
     backends = ("torch", "fla")
     state_type = LinearState
     packs = "states"  # the chunkwise forms, fla's and ours, take the boundaries and return each sequence's state
-    splits = True  # a rank's shard runs from the state that the ranks before it leave (context_parallel)
+    splits = True  # a rank's shard runs from the state that the ranks before it leave (ops.cp)
 
     def __init__(self, cfg: LinearConfig, recurrence: Recurrence, unit_qk: bool = False):
         super().__init__(cfg)
@@ -182,13 +182,17 @@ class LinearAttention(Mixer):
         B, T, _ = x.shape
         return x.view(B, T, self.cfg.n_heads, -1).transpose(1, 2)
 
+    def route(self, x: torch.Tensor, machine: dict | None = None) -> tuple[str, str]:
+        """The chunkwise forms on "fla"'s kernels (backend=fla, or auto where they train correctly:
+        `backends.fla_or_torch`) or on ours, "torch", every op of the layer alike; both take packed sequences'
+        boundaries."""
+        return fla_or_torch(self.cfg.backend, x, self.scalar_gates, machine)
+
     def form(self, x: torch.Tensor, cu_seqlens: torch.Tensor | None = None) -> str:
-        """How this call runs, every op of the layer alike: "step" for a single token (the recurrent steps), else
-        the chunkwise forms on "fla"'s kernels (backend=fla, or auto on a GPU where they train correctly:
-        `backends.runs_fla`) or on ours, "torch". Both take packed sequences' boundaries."""
+        """How this call runs: "step" for a single token (the recurrent steps), else its `route`."""
         if cu_seqlens is None and x.shape[1] == 1:
             return "step"
-        return "fla" if runs_fla(self.cfg.backend, x, self.scalar_gates) else "torch"
+        return self.route(x)[0]
 
     def forward(self, x: torch.Tensor, state: LinearState | None = None, *, cu_seqlens: torch.Tensor | None = None,
                 context: Context | None = None):
@@ -350,12 +354,13 @@ class CCQRead:
 
     @property
     def packs(self) -> str | None:
-        """fla's kernel returns each packed sequence's key statistics; ours keep none (the zeros that move the
-        sequences to their chunks would count), so where states are kept mix runs the sequences one at a time.
-        The ridge read solves its sequences one after another in any case: mix runs them as rows."""
+        """On the layer's device, as its `route` goes: fla's kernel returns each packed sequence's key statistics;
+        ours keep none (the zeros that move the sequences to their chunks would count), so where states are kept
+        mix runs the sequences one at a time. The ridge read solves its sequences one after another in any case:
+        mix runs them as rows."""
         if self.cfg.read == "ridge":
             return None
-        return "states" if runs_fla(self.cfg.backend, self.lambda_bias, self.scalar_gates) else "outputs"
+        return "states" if self.route(self.lambda_bias)[0] == "fla" else "outputs"
 
     def ablated(self):
         """lambda = sigmoid(w . q_bar + b) set to 0 (w = 0, b = -30): the backbone's own read."""
@@ -382,13 +387,14 @@ class CCQRead:
         chunk = ccq_ridge if self.cfg.read == "ridge" else fla_ops.ccq_fla if form == "fla" else ccq_chunk
 
         def piece(time, start, cu, silent):
-            q_clean, end = chunk(q[:, :, time], k_bar[:, :, time], lam[:, :, time], unflat_stats(start, q.shape[-1]),
+            q_clean, end = chunk(q[:, :, time], k_bar[:, :, time], lam[:, :, time],
+                                 None if start is None else CCQStats.from_flat(start),
                                  None if log_decay is None else log_decay[:, :, time], self.cfg.chunk_size,
                                  cu_seqlens=cu)
-            return q_clean, flat_stats(end)
+            return q_clean, None if end is None else end.flat()  # packed documents keep no statistics
 
         q_clean, final = context.scan(documents.run(piece, q.shape[2]), diagonal=True)
-        return q_clean, k, unflat_stats(final, q.shape[-1])
+        return q_clean, k, CCQStats.from_flat(final)
 
     def read_query(self, q, k, gates, ccq_state, form, cu_seqlens=None):
         q, k, k_bar, lam, log_decay = self.read_inputs(q, k, gates, form)

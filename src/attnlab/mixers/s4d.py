@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..context_parallel import Context, Documents
 from ..errors import ConfigError
 from ..nn import Rotary, ShortConv, at_least_fp32, log_uniform_dt, no_autocast, positions_in_sequences, set_optim
 from ..ops import s4d
+from ..ops.cp import Context, Documents
 from ..ops.packing import span_groups
 from .base import Mixer, MixerConfig, marked
 from .registry import register_mixer

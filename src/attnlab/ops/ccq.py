@@ -20,11 +20,14 @@ Shapes: q, k [B, H, T, D]; lam [B, H, T]. Forms: `ccq_reference` (loop over time
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from ..nn import at_least_fp32
+from .cp import Shard
 from .packing import aligned, autocast_off, chunk_layout, decay_matrix, to_chunks
 
 
@@ -49,6 +52,30 @@ class CCQStats:
 
     def to(self, dtype) -> CCQStats:
         return CCQStats(self.second.to(dtype), self.total.to(dtype), self.count.to(dtype))
+
+    def flat(self) -> torch.Tensor:
+        """The statistics as one state [B, H, D * D + D + 1], as a sequence split across ranks carries them (one
+        decay ages all three: a diagonal transition, `ops.cp`)."""
+        return torch.cat([self.second.flatten(-2), self.total, self.count[..., None]], -1)
+
+    @staticmethod
+    def from_flat(flat: torch.Tensor) -> CCQStats:
+        """The statistics that `flat` made [B, H, D * D + D + 1]: D = isqrt(D * D + D), since D^2 <= D^2 + D <
+        (D + 1)^2."""
+        d = math.isqrt(flat.shape[-1] - 1)
+        return CCQStats(flat[..., : d * d].unflatten(-1, (d, d)), flat[..., d * d : -1], flat[..., -1])
+
+
+def ccq_shard(op: Callable, q, k, lam, log_decay=None, **options) -> Shard:
+    """A shard of the read, op(q, k, lam, stats, log_decay=...) -> (q_clean, CCQStats), for `ops.cp.run_shard`: its
+    statistics travel flat (`CCQStats.flat`), from a start of None where none is given."""
+
+    def shard(start, silent=False):
+        q_clean, end = op(q, k, lam, None if start is None else CCQStats.from_flat(start), log_decay=log_decay,
+                          **options)
+        return q_clean, end.flat()
+
+    return shard
 
 
 def covariance_times(q, second, total, count):

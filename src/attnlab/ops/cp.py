@@ -1,13 +1,13 @@
-"""Context parallelism for the recurrent ops: one sequence split across ranks, each rank holding one shard of it.
+"""Context parallelism for the recurrent ops: one sequence split across ranks, each rank holding one shard.
 
 Every recurrent op here carries its state across time by an affine map. After a shard of tokens,
 
     h_end = M h_start + U,
 
-where M (the shard's transition: the decays, gates and delta-rule reflections) does not depend on the state, and U
-is the state the shard leaves from a zero start. M acts on the key side of a linear-attention state h [D_k, D_v]
-(a D_k x D_k matrix), and elementwise on an S4D state (the powers of its diagonal) and on CCQ's key statistics (the
-product of the decays). So each rank
+where M (the shard's transition: its decays, gates and rank-one reflections) does not depend on the state, and U
+is the state the shard leaves from a zero start. M acts on the key side of a matrix state h [D_k, D_v] (a D_k x D_k
+matrix), or elementwise on a diagonal one (the powers of a diagonal recurrence, or statistics that one decay ages:
+the product of the decays). So each rank
 
 1. computes its own (M, U) with h_start = 0 (`transition`),
 2. exchanges the pairs with the other ranks (one all-gather: the traffic is the state's size per rank, whatever the
@@ -36,9 +36,8 @@ from typing import Protocol
 import torch
 import torch.distributed as dist
 
-from .errors import UserError
-from .nn import positions_in_sequences
-from .ops.ccq import CCQStats
+from ..errors import UserError
+from ..nn import positions_in_sequences
 
 
 @dataclass(frozen=True)
@@ -257,34 +256,12 @@ def run_shard(shard: Shard, diagonal: bool = False, group=None, initial_state=No
     return outputs, final
 
 
-def linear_shard(op: Callable, q, k, v, *gates, **options) -> Shard:
-    """A shard of an op of the linear-attention family, op(q, k, v, *gates, initial_state=...) -> (o, state
-    [B, H, D_k, D_v]), whose update is h_t = A_t h_{t-1} + (a term linear in v_t): linear attention, GLA and the
-    gated delta rule. Its transition is a D_k x D_k matrix."""
+def matrix_shard(op: Callable, q, k, v, *gates, **options) -> Shard:
+    """A shard of an op whose matrix state follows h_t = A_t h_{t-1} + (a term linear in v_t), op(q, k, v, *gates,
+    initial_state=...) -> (o, state [B, H, D_k, D_v]). Its transition is a D_k x D_k matrix."""
 
     def shard(start, silent=False):
         values = v.new_zeros(*v.shape[:-1], start.shape[-1]) if silent else v
         return op(q, k, values, *gates, initial_state=start, **options)
 
     return shard
-
-
-def ccq_shard(op: Callable, q, k, lam, log_decay=None, **options) -> Shard:
-    """A shard of CCQ's read, op(q, k, lam, stats, log_decay=...) -> (q_clean, CCQStats): its statistics (second
-    moment, key sum and count, each aged by the same decay) travel as one flat state [B, H, D * D + D + 1]."""
-
-    def shard(start, silent=False):
-        q_clean, end = op(q, k, lam, unflat_stats(start, q.shape[-1]), log_decay=log_decay, **options)
-        return q_clean, flat_stats(end)
-
-    return shard
-
-
-def flat_stats(stats: CCQStats | None) -> torch.Tensor | None:
-    """CCQ's statistics as one flat state [B, H, D * D + D + 1] (None: none)."""
-    return None if stats is None else torch.cat([stats.second.flatten(-2), stats.total, stats.count[..., None]], -1)
-
-
-def unflat_stats(flat: torch.Tensor | None, d: int) -> CCQStats | None:
-    return None if flat is None else CCQStats(flat[..., : d * d].unflatten(-1, (d, d)), flat[..., d * d : -1],
-                                              flat[..., -1])
