@@ -904,3 +904,5 @@ def test_a_report_reads_a_record_written_by_hand_without_its_seconds(tmp_path):
     results = Results({"suite": "s", "runs": {"lm/softmax/0": {"val_ppl": 5.0}}})
     report = write_report(suite, results, plan_of(suite, results), tmp_path).read_text()
     assert "0.0 minutes of training and evaluation" in report and "| softmax | 5 |" in report
+    results.data["meta"] = {"commit": "abc1234"}  # the code the runs came from, where the driver could tell
+    assert "from commit abc1234" in write_report(suite, results, plan_of(suite, results), tmp_path).read_text()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import platform
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -191,7 +192,7 @@ def _open_results(out: Path, suite: Suite, setting: dict, extra: list[str], seed
     results.data |= setting
     results.data["extra"] = list(extra)  # the caller's overrides: what `superseded` needs to know the configs
     results.data["meta"] = {**results.meta, "cpu": _cpu_name(),  # the newest attempt's
-                            "threads": torch.get_num_threads(), "torch": torch.__version__}
+                            "threads": torch.get_num_threads(), "torch": torch.__version__, "commit": _commit()}
     if partial:
         results.meta.setdefault("seeds", seeds)
     else:
@@ -204,6 +205,17 @@ def _same_setting(out: Path, results: Results, setting: dict) -> None:
     if len(results) and results.setting != setting:
         raise UserError(f"{out} holds results of {describe_setting(results.setting)}, not of "
                         f"{describe_setting(setting)}; give another --out, or move {out} away to start afresh")
+
+
+def _commit() -> str | None:
+    """The commit of the attnlab checkout that runs the suite (None outside a git checkout): what a report names as
+    the code its runs came from."""
+    try:
+        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                              text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
 
 
 def _cpu_name() -> str:

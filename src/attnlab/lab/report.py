@@ -63,6 +63,7 @@ def describe_run(suite: Suite, results: Results, plan: Plan) -> str:
     when = (f"finished {meta.get('finished', '?')}" if done == expected else
             f"partial: {done} of {expected} runs measured, last saved {meta.get('finished', '?')}")
     workers = f", its jobs run by {meta['workers']}" if meta.get("workers") else ""
+    workers += f", from commit {meta['commit']}" if meta.get("commit") else ""
     # (the meta is the last invocation's: runs merged from earlier ones may have run elsewhere)
     return (f"{meta.get('seeds', '?')} seed(s), the last run on {meta.get('cpu', 'an unrecorded machine')} "
             f"({meta.get('threads', '?')} threads, torch {meta.get('torch', '?')}){workers}, {when}, "
