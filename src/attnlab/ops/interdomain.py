@@ -190,14 +190,14 @@ def interdomain_chunk(xi_q, z, lam, B_bar, C, readout="re_first", initial_state=
 
 def interdomain_read(xi_q, z, lam, B_bar, C, readout="re_first", initial_state=None, chunk_size: int = 64,
                      cu_seqlens=None, context=None, fft: bool = False, chunk=interdomain_chunk):
-    """The read in the form that suits the call: the step for one token, the FFT form (where asked, on one
-    sequence), else the chunk form `chunk` (ours, or `ops.fla.interdomain_fla`), which takes packed sequences; a
-    rank's shard of a split sequence (context, `ops.cp.split`) in pieces of these, from the state the ranks before
-    it leave (lambda's powers: a diagonal transition)."""
+    """The read in the form that suits the call: the step for one token that continues a state, the FFT form
+    (where asked, on one sequence), else the chunk form `chunk` (ours, or `ops.fla.interdomain_fla`), which takes
+    packed sequences; a rank's shard of a split sequence (context, `ops.cp.split`) in pieces of these, from the
+    state the ranks before it leave (lambda's powers: a diagonal transition)."""
     if context is not None:
         return split(interdomain_read, (xi_q, z), context, cu_seqlens, diagonal=True, lam=lam, B_bar=B_bar, C=C,
                      readout=readout, chunk_size=chunk_size, fft=fft, chunk=chunk)
-    if cu_seqlens is None and z.shape[2] == 1:
+    if cu_seqlens is None and z.shape[2] == 1 and initial_state is not None:
         o, state = interdomain_step(xi_q[:, :, 0], z[:, :, 0], lam, B_bar, C, initial_state, readout)
         return o[:, :, None], state
     if cu_seqlens is None and fft:

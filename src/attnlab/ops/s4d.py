@@ -113,14 +113,14 @@ def s4d_fft_sequences(u, c, lam, B_bar, groups):
 def s4d_contract(z, w, C, lam, B_bar, initial_state=None, cu_seqlens=None, context=None):
     """y = sum_m w_m Re(C X_t)[m] = Re(c . X_t) with c = C^T w, over inputs z [B, H, T, width] -> (y, final state):
     one convolution per sequence (packed ones, each from zeros, in batches of similar lengths, no states), the
-    recurrence for a single token; a rank's shard of a split sequence (context, `ops.cp.split`) from the state the
-    ranks before it leave (its powers of lambda: a diagonal transition)."""
+    recurrence for a single token that continues a state; a rank's shard of a split sequence (context,
+    `ops.cp.split`) from the state the ranks before it leave (its powers of lambda: a diagonal transition)."""
     if context is not None:
         return split(s4d_contract, (z,), context, cu_seqlens, diagonal=True, w=w, C=C, lam=lam, B_bar=B_bar)
     c = torch.einsum("hm,hmn->hn", w.to(C.dtype), C)
     if cu_seqlens is not None:
         return s4d_fft_sequences(z, c, lam, B_bar, span_groups(cu_seqlens)), None
-    if z.shape[2] == 1:
+    if z.shape[2] == 1 and initial_state is not None:
         o, state = s4d_step(z[:, :, 0], c, lam, B_bar, initial_state)
         return o[:, :, None], state
     return s4d_fft(z, c, lam, B_bar, initial_state)
