@@ -154,8 +154,17 @@ class ShortConv(nn.Module):
         self.kernel_size = kernel_size
         self.conv = nn.Conv1d(channels, channels, kernel_size, groups=channels, bias=False)
 
-    def forward(self, x: torch.Tensor, state: torch.Tensor | None = None):
-        """x [B, T, channels] -> (y [B, T, channels], state)."""
+    def forward(self, x: torch.Tensor, state: torch.Tensor | None = None, cu_seqlens: torch.Tensor | None = None,
+                context=None):
+        """x [B, T, channels] -> (y [B, T, channels], state), from state; or the sequences packed in x at
+        cu_seqlens, each from zeros, with each one's state (`packed`); or, given a context (`ops.cp.Context`), this
+        rank's shard of a split sequence after the previous rank's last inputs, with the whole sequence's last
+        (`continued`; cu_seqlens then the whole row's boundaries)."""
+        if context is not None:
+            before, last = context.boundary(x, self.kernel_size - 1)
+            return self.continued(x, before, context.documents(cu_seqlens, x.shape[1]).positions), last
+        if cu_seqlens is not None:
+            return self.packed(x, cu_seqlens)
         if state is None:
             state = x.new_zeros(x.shape[0], self.kernel_size - 1, x.shape[2])
         window = torch.cat((state.to(x.dtype), x), dim=1)

@@ -65,6 +65,19 @@ def test_cheap_decode_step_matches_reference(readout):
     compare(stepped, readout)
 
 
+@pytest.mark.parametrize("fft", [False, True])
+def test_a_read_of_one_token_runs_from_a_state_or_from_none(fft):
+    """The step continues a state; one token from none (a rank's last document, one token long) is the loop's."""
+    leaves, A = inputs(T=1)
+    xi_q, z, log_dt, C_real, X0 = (t.detach() for t in leaves)
+    lam, B_bar = discretize(log_dt, A)
+    C, X0 = torch.view_as_complex(C_real), torch.view_as_complex(X0)
+    for start in (None, X0):
+        got = ops.interdomain_read(xi_q, z, lam, B_bar, C, initial_state=start, fft=fft)
+        expected = ops.interdomain_reference(xi_q, z, lam, B_bar, C, initial_state=start)
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+
+
 def test_hermitian_readout_is_a_real_basis_of_twice_the_size():
     """Re(xi^T U^H Gamma) = xi^T (Re U^T Re Gamma + Im U^T Im Gamma): 2M real basis functions."""
     (xi_q, z, log_dt, C_real, X0), A = inputs(T=9)

@@ -59,6 +59,18 @@ def test_fft_form_and_step_match_the_loop_with_a_carried_state():
     torch.testing.assert_close(y, y_ref[:, :, 0])
 
 
+def test_a_contraction_of_one_token_runs_from_a_state_or_from_none():
+    """The step continues a state; one token from none (a rank's last document, one token long) is the loop's."""
+    c, lam, B_bar = ssm()
+    w, C = torch.randn(3, 5, dtype=f64), torch.diag_embed(torch.ones(3, 5, dtype=torch.complex128))  # C^T w = w
+    u = torch.randn(2, 3, 1, 4, dtype=f64)
+    y, x = s4d.s4d_contract(u, w, C, lam, B_bar)
+    y_ref, x_ref = s4d.s4d_reference(u, w.to(C.dtype), lam, B_bar)
+    torch.testing.assert_close((y, x), (y_ref, x_ref), rtol=0, atol=1e-12)
+    y, _ = s4d.s4d_contract(u, w, C, lam, B_bar, x_ref)
+    torch.testing.assert_close(y, s4d.s4d_reference(u, w.to(C.dtype), lam, B_bar, x_ref)[0], rtol=0, atol=1e-12)
+
+
 def test_packed_sequences_each_convolve_from_zeros():
     """Sequences laid end to end, batched in groups padded to their longest, give what each gives alone."""
     c, lam, B_bar = ssm()

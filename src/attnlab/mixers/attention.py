@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ..nn import Rotary
-from ..ops.cp import Context, gather_prefix
+from ..ops.cp import Context, attend_prefix
 from .base import Mixer, MixerConfig, marked
 
 
@@ -129,28 +129,13 @@ class AttentionMixer(Mixer):
                 context: Context | None = None):
         """x from the state's KV cache; or this rank's shard under a context, cu_seqlens then the whole row's
         document boundaries (packed calls outside a context reach it as padded batches: `packs`)."""
-        if context is not None:
-            return self.output(self.attend_shard(x, cu_seqlens, context), x), None  # a shard keeps no state
+        if context is not None:  # a shard keeps no state
+            q, k, v = self.projections(x, positions=context.documents(cu_seqlens, x.shape[1]).positions.to(x.device))
+            return self.output(attend_prefix(self.attend, q, k, v, context, cu_seqlens), x), None
         q, k, v = self.projections(x, 0 if state is None else state.position)
         state = KVCache.holding(k, v) if state is None else state.extend(k, v)
         y = self.attend(q, state.k, state.v)  # [B, H', T, D'], in fp32 where attend normalises in it
         return self.output(y, x), state
-
-    def attend_shard(self, x: torch.Tensor, cu_seqlens: torch.Tensor | None, context: Context) -> torch.Tensor:
-        """This rank's queries over the keys and values of every shard up to its own (gathered), each query's
-        document's alone on packed documents: a document's queries are the last positions of its keys."""
-        T = x.shape[1]
-        documents, first = context.documents(cu_seqlens, T), context.offset(T)
-        q, k, v = self.projections(x, positions=documents.positions.to(x.device))
-        k, v = gather_prefix(k, context.group), gather_prefix(v, context.group)  # positions 0 .. first + T
-        if documents.local is None:
-            return self.attend(q, k, v)
-        bounds = documents.local.tolist()
-        ys = []
-        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-            begins = first + a - int(documents.positions[a])  # where the document begins in the whole row
-            ys.append(self.attend(q[:, :, a:b], k[:, :, begins : first + b], v[:, :, begins : first + b]))
-        return torch.cat(ys, dim=2)
 
     def projections(self, x: torch.Tensor, offset: int = 0, positions: torch.Tensor | None = None):
         """q, k, v [B, H, T, D] of x [B, T, d_model], q and k rotated to positions offset.. (or the given ones)."""

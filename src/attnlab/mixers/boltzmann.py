@@ -20,7 +20,7 @@ from torch.utils.checkpoint import checkpoint
 from ..errors import ConfigError, UserError
 from ..nn import at_least_fp32, causal_mask, no_autocast, overwritten, positions_in_sequences, set_optim
 from ..ops import annealing, ising, ising_triton
-from ..ops.cp import Context
+from ..ops.cp import Context, attend_halo
 from ..ops.field_attention import field_attention
 from .attention import AttentionConfig, AttentionMixer, KVCache
 from .registry import register_mixer
@@ -249,8 +249,20 @@ class BoltzmannAttention(AttentionMixer):
 
     def forward(self, x: torch.Tensor, state: KVCache | None = None, *, cu_seqlens: torch.Tensor | None = None,
                 context: Context | None = None):
-        if context is not None:
-            return self.output(self.attend_shard(x, cu_seqlens, context), x), None
+        """x from the state's KV cache (its last window - 1 keys, sliding); packed sequences, each query's chain
+        beginning no earlier than its sequence's start (`packs`); or this rank's shard under a context (cu_seqlens
+        then the whole row's boundaries), the sliding banded form over its halo of the previous rank's last window
+        - 1 keys and values, every other form over the keys gathered up to its shard, as attention does."""
+        if context is not None and self.cfg.halo is None:
+            return super().forward(x, cu_seqlens=cu_seqlens, context=context)
+        if context is not None:  # a shard keeps no state
+            halo, T = self.cfg.halo[0], x.shape[1]
+            if T < halo:
+                raise UserError(f"a shard of {T} tokens is shorter than Boltzmann attention's halo of window - 1 = "
+                                f"{halo} keys: give each rank at least {halo} tokens (train.seq_len / "
+                                "train.context_parallel)")
+            q, k, v = self.projections(x, positions=context.documents(cu_seqlens, T).positions.to(x.device))
+            return self.output(attend_halo(self.attend_banded, q, k, v, context, halo, cu_seqlens), x), None
         if cu_seqlens is not None:  # each query's chain begins no earlier than its own sequence's start
             positions = positions_in_sequences(cu_seqlens, x.device)
             q, k, v = self.projections(x, positions=positions)
@@ -260,24 +272,6 @@ class BoltzmannAttention(AttentionMixer):
         if self.cfg.sliding():  # the next token sees at most the last window - 1 of these keys: keep only those
             state = state.keep_last(self.cfg.window - 1)
         return y, state
-
-    def attend_shard(self, x: torch.Tensor, cu_seqlens: torch.Tensor | None, context: Context) -> torch.Tensor:
-        """This rank's queries over its keys and the halo of the previous rank's last window - 1 keys and values,
-        each query's chain beginning no earlier than its document's start (cu_seqlens: the whole row's boundaries;
-        the first rank's halo is zeros that no chain reads); or, off the sliding banded form, over the keys of
-        every shard up to its own."""
-        if self.cfg.halo is None:  # not the sliding banded form: every key before the shard
-            return super().attend_shard(x, cu_seqlens, context)
-        halo, T = self.cfg.halo[0], x.shape[1]
-        if T < halo:
-            raise UserError(f"a shard of {T} tokens is shorter than Boltzmann attention's halo of window - 1 = "
-                            f"{halo} keys: give each rank at least {halo} tokens (train.seq_len / "
-                            "train.context_parallel)")
-        positions = context.documents(cu_seqlens, T).positions.to(x.device)  # each token's, in its document
-        q, k, v = self.projections(x, positions=positions)
-        k, v = (torch.cat((context.previous(t, halo), t), dim=-2) for t in (k, v))
-        starts = (halo + torch.arange(T, device=x.device) - positions).clamp(min=0)  # keys index the halo first
-        return self.attend_banded(q, k, v, starts)
 
     def state_size(self, seq_len: int) -> int:
         return super().state_size(min(seq_len, self.cfg.window - 1) if self.cfg.sliding() else seq_len)

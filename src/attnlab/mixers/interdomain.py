@@ -23,9 +23,10 @@ from ..nn import Rotary, ShortConv, at_least_fp32, no_autocast
 from ..ops import fla as fla_ops
 from ..ops import interdomain as ops
 from ..ops.cp import Context
+from ..ops.s4d import s4d_contract
 from .backends import BACKENDS, fla_or_torch
 from .registry import register_mixer
-from .s4d import HeadNorm, S4DConfig, SSMState, StateSpaceMixer, contract
+from .s4d import HeadNorm, S4DConfig, SSMState, StateSpaceMixer
 
 
 @dataclass
@@ -110,17 +111,16 @@ class InterdomainAttention(StateSpaceMixer):
         sequence."""
         cfg = self.cfg
         state = state if state is not None else self.init_state(x.shape[0], x.device, x.dtype)
-        documents = None if context is None else context.documents(cu_seqlens, x.shape[1])
         conditioned, dual = cfg.query == "conditioned", cfg.input == "dual"
         streams = ([self.q_proj(x)] if conditioned else []) + [self.k_proj(x)] + ([] if dual else [self.v_proj(x)])
         streams = torch.cat(streams, dim=-1)
-        convolved, conv_state = self.convolve(streams, state, cu_seqlens, context, documents)
+        convolved, conv_state = self.conv(streams, state.conv, cu_seqlens, context)
         convolved = [self.heads(t) for t in convolved.split(cfg.d_model, dim=-1)]
         q = convolved.pop(0) if conditioned else None
         key_half = convolved.pop(0)
         value_half = convolved.pop(0) if not dual else self.heads(self.v_proj(x))
         if self.rotary is not None:
-            positions = self.positions(cu_seqlens, documents, x.device)
+            positions = self.positions(cu_seqlens, context, x.shape[1], x.device)
             q = None if q is None else self.rotary(q, state.position, positions)
             key_half = self.rotary(key_half, state.position, positions)
         if dual:
@@ -134,17 +134,11 @@ class InterdomainAttention(StateSpaceMixer):
                     xi_q = self.shared_direction(xi_q, state)
                 if cfg.normalize:  # a constant channel whose readout is the denominator
                     z = torch.cat((z, torch.ones_like(z[..., :1])), dim=-1)
-                def piece(time, start, cu, silent=False):
-                    return self.read(xi_q[:, :, time], z[:, :, time], lam, B_bar, C, start, cu)
-
-                o, memory = self.carry(piece, x.shape[1], state, cu_seqlens, context, documents)
+                o, memory = self.read(xi_q, z, lam, B_bar, C, state.memory, cu_seqlens, context)
                 if cfg.normalize:
                     o = o[..., :-1] / (o[..., -1:] + cfg.normalize_eps)
             else:
-                def piece(time, start, cu, silent=False):
-                    return contract(z[:, :, time], self.contraction, C, lam, B_bar, start, cu)
-
-                o, memory = self.carry(piece, x.shape[1], state, cu_seqlens, context, documents)
+                o, memory = s4d_contract(z, self.contraction, C, lam, B_bar, state.memory, cu_seqlens, context)
         return self.project_out(x, o, memory, conv_state, state, cu_seqlens, context)
 
     def ablated(self):
@@ -174,16 +168,12 @@ class InterdomainAttention(StateSpaceMixer):
                              "sequence: enter it before the prompt, not part-way through decoding")
         return self.mean_query.expand_as(xi_q)
 
-    def read(self, xi_q, z, lam, B_bar, C, memory, cu_seqlens=None):
-        """The query read: the step for one token, else the FFT form, or the chunk form on fla's kernels or ours
-        (both take packed sequences' boundaries, which the FFT form does not)."""
-        if cu_seqlens is None and z.shape[2] == 1:
-            o, memory = ops.interdomain_step(xi_q[:, :, 0], z[:, :, 0], lam, B_bar, C, memory, self.cfg.readout)
-            return o[:, :, None], memory
-        if cu_seqlens is None and self.cfg.form == "fft":
-            return ops.interdomain_fft(xi_q, z, lam, B_bar, C, self.cfg.readout, memory)
+    def read(self, xi_q, z, lam, B_bar, C, memory, cu_seqlens=None, context=None):
+        """The query read (`ops.interdomain.interdomain_read`), its chunk form on the layer's route: fla's kernels
+        or ours."""
         chunk = fla_ops.interdomain_fla if self.route(z)[0] == "fla" else ops.interdomain_chunk
-        return chunk(xi_q, z, lam, B_bar, C, self.cfg.readout, memory, self.cfg.chunk_size, cu_seqlens=cu_seqlens)
+        return ops.interdomain_read(xi_q, z, lam, B_bar, C, self.cfg.readout, memory, self.cfg.chunk_size, cu_seqlens,
+                                    context, fft=self.cfg.form == "fft", chunk=chunk)
 
     def state_width(self) -> int:
         return 2 * self.cfg.head_dim + int(self.cfg.normalize)  # and the constant channel, if normalized

@@ -23,7 +23,7 @@ from ..nn import ShortConv, at_least_fp32, inverse_softplus, log_uniform_dt, ove
 from ..ops import fla as fla_ops
 from ..ops.ccq import CCQStats, ccq_chunk, ccq_step
 from ..ops.ccq_ridge import ccq_ridge, ccq_ridge_reference
-from ..ops.cp import Context, Documents
+from ..ops.cp import Context
 from ..ops.delta_rule import delta_rule_chunk, delta_rule_step
 from ..ops.gla import gla_chunk, gla_step
 from ..ops.packing import state_row
@@ -188,9 +188,10 @@ class LinearAttention(Mixer):
         boundaries."""
         return fla_or_torch(self.cfg.backend, x, self.scalar_gates, machine)
 
-    def form(self, x: torch.Tensor, cu_seqlens: torch.Tensor | None = None) -> str:
-        """How this call runs: "step" for a single token (the recurrent steps), else its `route`."""
-        if cu_seqlens is None and x.shape[1] == 1:
+    def form(self, x: torch.Tensor, cu_seqlens: torch.Tensor | None = None, context: Context | None = None) -> str:
+        """How this call runs: "step" for a single token (the recurrent steps), else its `route` (a rank's shard
+        of a split sequence too)."""
+        if cu_seqlens is None and context is None and x.shape[1] == 1:
             return "step"
         return self.route(x)[0]
 
@@ -201,35 +202,17 @@ class LinearAttention(Mixer):
         rank's shard of every sequence, returning on every rank the state at the end of the whole sequence (none
         for packed documents, which end on different ranks)."""
         B, T, _ = x.shape
-        form = self.form(x, cu_seqlens)
+        form = self.form(x, cu_seqlens, context)
         state = state if state is not None else self.init_state(B, x.device)
         qkv = torch.cat((self.q_proj(x), self.k_proj(x), self.v_proj(x)), dim=-1)
-        conv_state, documents = None, None if context is None else context.documents(cu_seqlens, T)
+        conv_state = None
         if self.conv is not None:
-            if documents is not None:  # a shard's windows reach into the previous rank's last inputs
-                before, conv_state = context.boundary(qkv, self.cfg.conv_size - 1)
-                qkv = self.conv.continued(qkv, before, documents.positions)
-            elif cu_seqlens is not None:
-                qkv, conv_state = self.conv.packed(qkv, cu_seqlens)
-            else:
-                qkv, conv_state = self.conv(qkv, state.conv)
+            qkv, conv_state = self.conv(qkv, state.conv, cu_seqlens, context)
         q, k, v = (self.split_heads(t) for t in qkv.split([self.cfg.key_dim, self.cfg.key_dim, self.cfg.value_dim], -1))
         gates = self.gates(x)
         memory, ccq_state = (state.memory, state.ccq) if cu_seqlens is None else (None, None)  # packed: from zeros
-        if documents is None:
-            q, k, ccq_state = self.read_query(q, k, gates, ccq_state, form=form, cu_seqlens=cu_seqlens)
-            o, memory = self.recur(q, k, v, gates, memory, form=form, cu_seqlens=cu_seqlens)
-        else:  # the shard from the state the ranks before it leave (a scan of their transitions)
-            q, k, ccq_state = self.read_shard(q, k, gates, form, context, documents)
-            chunk = self.recurrence.fla if form == "fla" else self.recurrence.torch
-
-            def piece(time, start, cu, silent):
-                values = v[:, :, time]
-                values = values.new_zeros(*values.shape[:-1], self.head_k) if silent else values
-                return chunk(q[:, :, time], k[:, :, time], values, *(g[:, :, time] for g in gates.values()),
-                             initial_state=start, chunk_size=self.cfg.chunk_size, cu_seqlens=cu)
-
-            o, memory = context.scan(documents.run(piece, T))
+        q, k, ccq_state = self.read_query(q, k, gates, ccq_state, form=form, cu_seqlens=cu_seqlens, context=context)
+        o, memory = self.recur(q, k, v, gates, memory, form=form, cu_seqlens=cu_seqlens, context=context)
         o = rms_norm_fp32(self.out_norm, o) * F.silu(self.split_heads(self.gate_proj(x)))
         y = self.out_proj(o.transpose(1, 2).reshape(B, T, -1).to(x.dtype))
         state = LinearState(memory, conv_state, ccq_state)
@@ -239,23 +222,18 @@ class LinearAttention(Mixer):
             return y, None
         return y, [state_row(state, row) for row in range(len(cu_seqlens) - 1)]
 
-    def read_query(self, q, k, gates, ccq_state, form: str, cu_seqlens=None):
-        """Transform the queries before the read (identity here; CCQ cleans them)."""
+    def read_query(self, q, k, gates, ccq_state, form: str, cu_seqlens=None, context=None):
+        """Transform the queries before the read (identity here; CCQ cleans them): (q, k, the read's state)."""
         return q, k, ccq_state
 
-    def read_shard(self, q, k, gates, form: str, context: Context, documents: Documents):
-        """read_query on this rank's shard of the documents (CCQ's statistics from the ranks before it) -> (q, k,
-        the read's state at the end of the whole sequence)."""
-        return self.read_query(q, k, gates, None, form=form)
-
-    def recur(self, q, k, v, gates: dict, memory, form: str, cu_seqlens=None):
+    def recur(self, q, k, v, gates: dict, memory, form: str, cu_seqlens=None, context=None):
         """The recurrence over q, k, v and the gates from memory (None: zeros): (outputs, final memory)."""
         if form == "step":
             o, memory = self.recurrence.step(*(t[:, :, 0] for t in (q, k, v, *gates.values())), memory)
             return o[:, :, None], memory
         chunk = self.recurrence.fla if form == "fla" else self.recurrence.torch
         return chunk(q, k, v, *gates.values(), initial_state=memory, chunk_size=self.cfg.chunk_size,
-                     cu_seqlens=cu_seqlens)
+                     cu_seqlens=cu_seqlens, context=context)
 
     def gates(self, x: torch.Tensor) -> dict:
         raise NotImplementedError
@@ -328,7 +306,7 @@ class GatedDeltaNet(LinearAttention):
             beta = 2 * beta
         return {"log_decay": log_decay.transpose(1, 2), "beta": beta.transpose(1, 2)}  # [B, H, T]
 
-    def read_query(self, q, k, gates, ccq_state, form, cu_seqlens=None):
+    def read_query(self, q, k, gates, ccq_state, form, cu_seqlens=None, context=None):
         return F.normalize(q, dim=-1, eps=1e-6), F.normalize(k, dim=-1, eps=1e-6), ccq_state
 
 
@@ -380,26 +358,12 @@ class CCQRead:
             log_decay = log_decay.mean(-1) if log_decay.ndim == 4 else log_decay  # GLA: mean over channels
         return q, k, k_bar, lam, log_decay
 
-    def read_shard(self, q, k, gates, form, context, documents):
-        """The read on this rank's shard: the key statistics from those the ranks before it leave (one decay ages
-        them all: a diagonal scan), each document's from zero."""
-        q, k, k_bar, lam, log_decay = self.read_inputs(q, k, gates, form)
-        chunk = ccq_ridge if self.cfg.read == "ridge" else fla_ops.ccq_fla if form == "fla" else ccq_chunk
-
-        def piece(time, start, cu, silent):
-            q_clean, end = chunk(q[:, :, time], k_bar[:, :, time], lam[:, :, time],
-                                 None if start is None else CCQStats.from_flat(start),
-                                 None if log_decay is None else log_decay[:, :, time], self.cfg.chunk_size,
-                                 cu_seqlens=cu)
-            return q_clean, None if end is None else end.flat()  # packed documents keep no statistics
-
-        q_clean, final = context.scan(documents.run(piece, q.shape[2]), diagonal=True)
-        return q_clean, k, CCQStats.from_flat(final)
-
-    def read_query(self, q, k, gates, ccq_state, form, cu_seqlens=None):
+    def read_query(self, q, k, gates, ccq_state, form, cu_seqlens=None, context=None):
+        """The read from the statistics ccq_state; a rank's shard (context) from those the ranks before it leave."""
         q, k, k_bar, lam, log_decay = self.read_inputs(q, k, gates, form)
         if self.cfg.read == "ridge":  # the loop over time for one token; else a chunk's statistics at a time
-            ridge = ccq_ridge_reference if form == "step" else partial(ccq_ridge, chunk_size=self.cfg.chunk_size)
+            ridge = ccq_ridge_reference if form == "step" else partial(
+                ccq_ridge, chunk_size=self.cfg.chunk_size, cu_seqlens=cu_seqlens, context=context)
             q_clean, ccq_state = ridge(q, k_bar, lam, ccq_state, log_decay)
             return q_clean, k, ccq_state
         if form == "step":
@@ -408,7 +372,8 @@ class CCQRead:
                                           None if log_decay is None else log_decay[:, :, 0])
             return q_clean[:, :, None], k, ccq_state
         chunk = fla_ops.ccq_fla if form == "fla" else ccq_chunk
-        q_clean, ccq_state = chunk(q, k_bar, lam, ccq_state, log_decay, self.cfg.chunk_size, cu_seqlens=cu_seqlens)
+        q_clean, ccq_state = chunk(q, k_bar, lam, ccq_state, log_decay, self.cfg.chunk_size, cu_seqlens=cu_seqlens,
+                                   context=context)
         return q_clean, k, ccq_state
 
     def init_state(self, batch, device=None, dtype=None):

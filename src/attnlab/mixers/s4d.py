@@ -20,8 +20,7 @@ from torch import nn
 from ..errors import ConfigError
 from ..nn import Rotary, ShortConv, at_least_fp32, log_uniform_dt, no_autocast, positions_in_sequences, set_optim
 from ..ops import s4d
-from ..ops.cp import Context, Documents
-from ..ops.packing import span_groups
+from ..ops.cp import Context
 from .base import Mixer, MixerConfig, marked
 from .registry import register_mixer
 
@@ -110,30 +109,12 @@ class StateSpaceMixer(Mixer):
         B, T, _ = x.shape
         return x.view(B, T, self.cfg.n_heads, -1).transpose(1, 2)
 
-    def convolve(self, streams: torch.Tensor, state: SSMState, cu_seqlens, context: Context | None,
-                 documents: Documents | None):
-        """The short convolution of the streams (and its state): after the state's inputs, within each packed
-        sequence, or on a shard after the previous rank's last inputs (its state the whole sequence's last)."""
-        if documents is not None:
-            before, last = context.boundary(streams, self.cfg.conv_size - 1)
-            return self.conv.continued(streams, before, documents.positions), last
-        return self.conv(streams, state.conv) if cu_seqlens is None else self.conv.packed(streams, cu_seqlens)
-
     @staticmethod
-    def positions(cu_seqlens, documents: Documents | None, device) -> torch.Tensor | None:
+    def positions(cu_seqlens, context: Context | None, length: int, device) -> torch.Tensor | None:
         """RoPE's positions where they are not the state's count on: in each packed sequence, or on a shard."""
-        if documents is not None:
-            return documents.positions.to(device)
+        if context is not None:
+            return context.documents(cu_seqlens, length).positions.to(device)
         return None if cu_seqlens is None else positions_in_sequences(cu_seqlens, device)
-
-    @staticmethod
-    def carry(piece, length: int, state: SSMState, cu_seqlens, context: Context | None,
-              documents: Documents | None):
-        """piece(time, start, cu_seqlens) -> (outputs, final memory) over the call's `length` tokens from the state's
-        memory, or on a shard from the memory the ranks before it leave (a diagonal scan)."""
-        if documents is None:
-            return piece(slice(None), state.memory, cu_seqlens)
-        return context.scan(documents.run(piece, length), diagonal=True)
 
     def project_out(self, x, o, memory, conv_state, state: SSMState, cu_seqlens, context=None):
         """The heads' readouts o [B, H, T, width] merged, gated (if so) and projected, with the state carried on
@@ -161,19 +142,6 @@ class StateSpaceMixer(Mixer):
     def state_size(self, seq_len: int) -> int:
         cfg = self.cfg
         return 2 * cfg.n_heads * cfg.modes * self.state_width() + (cfg.conv_size - 1) * self.conv_channels
-
-
-def contract(z, w, C, lam, B_bar, memory, cu_seqlens=None):
-    """y = sum_m w_m Re(C X_t)[m] = Re(c . X_t) with c = C^T w, over inputs z [B, H, T, width]: one convolution
-    per sequence (packed ones, each from zeros, in batches of similar lengths), the recurrence for a single
-    token."""
-    c = torch.einsum("hm,hmn->hn", w.to(C.dtype), C)
-    if cu_seqlens is not None:
-        return s4d.s4d_fft_sequences(z, c, lam, B_bar, span_groups(cu_seqlens)), None
-    if z.shape[2] == 1:
-        o, memory = s4d.s4d_step(z[:, :, 0], c, lam, B_bar, memory)
-        return o[:, :, None], memory
-    return s4d.s4d_fft(z, c, lam, B_bar, memory)
 
 
 @register_mixer("s4d")
@@ -204,18 +172,13 @@ class S4DMixer(StateSpaceMixer):
         restart), returning no state; or, given a context, over this rank's shard of every sequence, returning
         the state at the end of the whole sequence."""
         state = state if state is not None else self.init_state(x.shape[0], x.device, x.dtype)
-        documents = None if context is None else context.documents(cu_seqlens, x.shape[1])
         ab = torch.cat((self.k_proj(x), self.v_proj(x)), dim=-1)
-        ab, conv_state = self.convolve(ab, state, cu_seqlens, context, documents)
+        ab, conv_state = self.conv(ab, state.conv, cu_seqlens, context)
         a, b = (self.heads(t) for t in ab.split(self.cfg.d_model, dim=-1))
         if self.rotary is not None:
-            a = self.rotary(a, state.position, self.positions(cu_seqlens, documents, x.device))
+            a = self.rotary(a, state.position, self.positions(cu_seqlens, context, x.shape[1], x.device))
         z = at_least_fp32(torch.cat((self.key_norm(a), self.value_norm(b)), dim=-1))
         with no_autocast(x.device):  # the state and its readout stay in fp32
             lam, B_bar, C = self.ssm()
-
-            def piece(time, start, cu, silent=False):
-                return contract(z[:, :, time], self.contraction, C, lam, B_bar, start, cu)
-
-            o, memory = self.carry(piece, x.shape[1], state, cu_seqlens, context, documents)
+            o, memory = s4d.s4d_contract(z, self.contraction, C, lam, B_bar, state.memory, cu_seqlens, context)
         return self.project_out(x, o, memory, conv_state, state, cu_seqlens, context)

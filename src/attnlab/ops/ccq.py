@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from ..nn import at_least_fp32
-from .cp import Shard
+from .cp import Context, Shard, split
 from .packing import aligned, autocast_off, chunk_layout, decay_matrix, to_chunks
 
 
@@ -67,15 +67,29 @@ class CCQStats:
 
 
 def ccq_shard(op: Callable, q, k, lam, log_decay=None, **options) -> Shard:
-    """A shard of the read, op(q, k, lam, stats, log_decay=...) -> (q_clean, CCQStats), for `ops.cp.run_shard`: its
-    statistics travel flat (`CCQStats.flat`), from a start of None where none is given."""
+    """A shard of a form of the read, op(q, k, lam, stats, log_decay=...) -> (q_clean, CCQStats), for
+    `ops.cp.run_shard`: its statistics travel flat, and one decay ages them all (a diagonal transition)."""
 
     def shard(start, silent=False):
-        q_clean, end = op(q, k, lam, None if start is None else CCQStats.from_flat(start), log_decay=log_decay,
-                          **options)
+        stats = None if start is None else CCQStats.from_flat(start)
+        q_clean, end = op(q, k, lam, stats, log_decay=log_decay, **options)
         return q_clean, end.flat()
 
     return shard
+
+
+def split_read(op: Callable, q, k, lam, log_decay, context: Context, cu_seqlens=None, **options):
+    """A form of the read, op(q, k, lam, stats, log_decay, cu_seqlens=, **options) -> (q_clean, CCQStats or None),
+    over this rank's shard of a split sequence (`ops.cp.split`), its statistics flat (`CCQStats.flat`) and aged by
+    one decay (a diagonal transition): (q_clean, the whole sequence's statistics)."""
+
+    def read(q, k, lam, log_decay, initial_state=None, cu_seqlens=None):
+        stats = None if initial_state is None else CCQStats.from_flat(initial_state)
+        q_clean, end = op(q, k, lam, stats, log_decay, cu_seqlens=cu_seqlens, **options)
+        return q_clean, None if end is None else end.flat()  # packed sequences keep no statistics
+
+    q_clean, final = split(read, (q, k, lam, log_decay), context, cu_seqlens, diagonal=True)
+    return q_clean, CCQStats.from_flat(final)
 
 
 def covariance_times(q, second, total, count):
@@ -118,15 +132,18 @@ def ccq_step(q, k, lam, stats: CCQStats, log_decay=None):
 
 @autocast_off
 def ccq_chunk(q, k, lam, stats: CCQStats | None = None, log_decay=None, chunk_size: int = 64, cu_seqlens=None,
-              starts=None):
+              starts=None, context=None):
     """Chunkwise form: within a chunk with cumulative log-decays b and Gamma_ij = exp(b_i - b_j), j <= i,
         P_i q_i = exp(b_i) P_prev q_i + sum_{j<=i} Gamma_ij (q_i . k_j) k_j      (no D x D matrix per token)
         m_i = exp(b_i) m_prev + sum_{j<=i} Gamma_ij k_j,    n_i = exp(b_i) n_prev + sum_{j<=i} Gamma_ij.
     Without decay (the paper's form) Gamma is all ones on and below the diagonal: P_prev is a prefix sum over
     chunks, m_i and n_i are prefix sums over the sequence. The rest runs for all chunks at once.
     cu_seqlens (and starts; see `gla_chunk`): packed sequences, each from empty statistics, and none are returned
-    (None): the zeros that move the next sequence to its chunk would count.
+    (None): the zeros that move the next sequence to its chunk would count. context: a rank's shard of a split
+    sequence, as in `gla_chunk`, returning the whole sequence's statistics.
     """
+    if context is not None:
+        return split_read(ccq_chunk, q, k, lam, log_decay, context, cu_seqlens, chunk_size=chunk_size)
     if cu_seqlens is not None:
         return aligned(ccq_chunk, cu_seqlens, chunk_size, (q, k, lam, None, log_decay))
     out_dtype = q.dtype

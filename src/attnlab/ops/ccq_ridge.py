@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .ccq import CCQStats, prepare_inputs
+from .ccq import CCQStats, prepare_inputs, split_read
 from .packing import autocast_off
 
 
@@ -43,12 +43,16 @@ def ccq_ridge_reference(q, k, lam, stats: CCQStats | None = None, log_decay=None
 
 
 @autocast_off
-def ccq_ridge(q, k, lam, stats: CCQStats | None = None, log_decay=None, chunk_size: int = 64, cu_seqlens=None):
+def ccq_ridge(q, k, lam, stats: CCQStats | None = None, log_decay=None, chunk_size: int = 64, cu_seqlens=None,
+              context=None):
     """Every position's statistics a chunk at a time: within a chunk with cumulative log-decays b and
     Gamma_ij = exp(b_i - b_j) for j <= i (never above 1),
         P_i = exp(b_i) P_prev + sum_{j<=i} Gamma_ij k_j k_j^T,   m_i and n_i alike,
     then one batched solve per chunk; the chunk's last statistics carry to the next. cu_seqlens: packed
-    sequences in one row, each from empty statistics, read one after another (none are returned, as `ccq_chunk`)."""
+    sequences in one row, each from empty statistics, read one after another (none are returned, as `ccq_chunk`);
+    context: a rank's shard of a split sequence, as `ccq_chunk`."""
+    if context is not None:
+        return split_read(ccq_ridge, q, k, lam, log_decay, context, cu_seqlens, chunk_size=chunk_size)
     if cu_seqlens is not None:
         bounds = cu_seqlens.tolist()
         pieces = [ccq_ridge(*(x[:, :, a:b] for x in (q, k, lam)), None,

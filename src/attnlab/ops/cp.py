@@ -22,9 +22,12 @@ Attention that reads every earlier key has no such state: a rank's queries read 
 up to its own (`gather_prefix`, an all-gather along time), and the attention ops take queries that are the last
 positions of their keys as they are. Its traffic grows with the sequence, as ring attention's does.
 
-A whole decoder runs one rank's shard with `Decoder(tokens, context=Context(group))`: every mixer that splits
-(`Mixer.splits`) takes the context, packed documents too (`Context.documents`: a shard's first document continues
-the previous rank's last, the others start afresh), and `train.context_parallel` trains so under torchrun.
+The ops take the context beside cu_seqlens (as fla's take cp_context): a recurrent op with `context=` runs its shard
+through `split`, an attention op's caller through `attend_prefix` (or `attend_halo`, where a query reads a window
+of earlier keys). A whole decoder runs one rank's shard with `Decoder(tokens, context=Context(group))`: every
+mixer that splits (`Mixer.splits`) passes the context on to its ops, packed documents too (`Context.documents`: a
+shard's first document continues the previous rank's last, the others start afresh), and `train.context_parallel`
+trains so under torchrun.
 """
 
 from __future__ import annotations
@@ -246,6 +249,33 @@ def gather_prefix(x: torch.Tensor, group=None) -> torch.Tensor:
     return _GatherTime.apply(x, group)[..., : (rank + 1) * x.shape[-2], :]
 
 
+def attend_prefix(attend: Callable, q, k, v, context: Context, cu_seqlens: torch.Tensor | None = None):
+    """attend(q, k, v) -> y [B, H', T, D'] of this rank's queries q [B, H, T, D] over the keys and values of every
+    shard up to its own (gathered), each query's document's alone on packed documents (cu_seqlens: the whole row's
+    boundaries): a document's queries are the last positions of its keys."""
+    T = q.shape[2]
+    documents, first = context.documents(cu_seqlens, T), context.offset(T)
+    k, v = gather_prefix(k, context.group), gather_prefix(v, context.group)  # positions 0 .. first + T
+    if documents.local is None:
+        return attend(q, k, v)
+    bounds = documents.local.tolist()
+    ys = []
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        begins = first + a - int(documents.positions[a])  # where the document begins in the whole row
+        ys.append(attend(q[:, :, a:b], k[:, :, begins : first + b], v[:, :, begins : first + b]))
+    return torch.cat(ys, dim=2)
+
+
+def attend_halo(attend: Callable, q, k, v, context: Context, n: int, cu_seqlens: torch.Tensor | None = None):
+    """attend(q, k, v, starts) -> y of this rank's queries q [B, H, T, D] over its keys after the previous rank's
+    last n (its halo; zeros on the first rank, which no query reads), starts [T] the first key each query may read:
+    its document's start among the keys (cu_seqlens: the whole row's boundaries)."""
+    T = q.shape[2]
+    positions = context.documents(cu_seqlens, T).positions.to(q.device)  # each token's, in its document
+    k, v = (torch.cat((context.previous(t, n), t), dim=-2) for t in (k, v))
+    return attend(q, k, v, (n + torch.arange(T, device=q.device) - positions).clamp(min=0))  # keys: the halo first
+
+
 def run_shard(shard: Shard, diagonal: bool = False, group=None, initial_state=None):
     """This rank's shard of a sequence whose shards lie on the ranks of `group` in rank order -> (its outputs, the
     final state of the whole sequence, which every rank gets). initial_state, where given, is the state before the
@@ -254,6 +284,23 @@ def run_shard(shard: Shard, diagonal: bool = False, group=None, initial_state=No
     start, final = _ShardStart.apply(M, U, initial_state, group, diagonal)
     outputs, _ = shard(start)
     return outputs, final
+
+
+def split(op: Callable, timed: tuple, context: Context, cu_seqlens: torch.Tensor | None = None, *,
+          diagonal: bool = False, **options):
+    """op(*timed, initial_state=, cu_seqlens=, **options) -> (outputs, final state) over this rank's shard of the
+    sequence, packed documents too (cu_seqlens: the whole row's boundaries; `Documents.run`): (its outputs, the
+    whole sequence's final state). timed: the inputs with time on dim 2 (None stays None), for a matrix transition
+    (not diagonal) q, k, v first, whose silent shard reads values of zeros as wide as the keys (`Shard`)."""
+    length = timed[0].shape[2]
+
+    def piece(time, start, cu, silent):
+        inputs = [None if x is None else x[:, :, time] for x in timed]
+        if silent:  # h_end = M h_start: nothing written, at the width D_k of the identity it starts from
+            inputs[2] = inputs[2].new_zeros(*inputs[2].shape[:-1], inputs[1].shape[-1])
+        return op(*inputs, initial_state=start, cu_seqlens=cu, **options)
+
+    return context.scan(context.documents(cu_seqlens, length).run(piece, length), diagonal)
 
 
 def matrix_shard(op: Callable, q, k, v, *gates, **options) -> Shard:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from .cp import split
 from .packing import SequenceStarts, aligned, autocast_off, chunk_layout, decay_matrix, prepare_memory_inputs, to_chunks
 
 
@@ -46,15 +47,18 @@ def delta_rule_step(q, k, v, g, beta, state, scale=None):
 
 @autocast_off
 def delta_rule_chunk(q, k, v, g, beta, scale=None, initial_state=None, chunk_size: int = 64, cu_seqlens=None,
-                     starts=None):
+                     starts=None, context=None):
     """Chunkwise WY/UT form. Within a chunk with cumulative log-decays b and Gamma_ij = exp(b_i - b_j)
     (j <= i), the corrected values u solve a unit lower-triangular system,
         (I + strict_tril(diag(beta) (K K^T * Gamma))) u = diag(beta) V - diag(beta) (K exp(b)) h_prev,
     so u = U - W h_prev with U, W from one triangular solve per chunk (all chunks in parallel). Then
         o = (Q exp(b)) h_prev + (Q K^T * Gamma) u,    h_next = exp(b_C) h_prev + (K exp(b_C - b))^T u,
     the only part that runs chunk after chunk. Padding uses k = 0, beta = 0, g = 0 (no effect).
-    cu_seqlens (and starts): packed sequences, as in `gla_chunk`.
+    cu_seqlens (and starts): packed sequences; context: a rank's shard of a split sequence; both as in `gla_chunk`.
     """
+    if context is not None:
+        return split(delta_rule_chunk, (q, k, v, g, beta), context, cu_seqlens, scale=scale,
+                     chunk_size=chunk_size)
     if cu_seqlens is not None:
         return aligned(delta_rule_chunk, cu_seqlens, chunk_size, (q, k, v, g, beta), scale)
     out_dtype = v.dtype

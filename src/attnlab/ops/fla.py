@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ConfigError
-from .ccq import CCQStats
+from .ccq import CCQStats, split_read
+from .cp import split
 from .interdomain import as_real, beta_map, conjugate_real, rotate
 from .packing import autocast_off
 
@@ -135,9 +136,11 @@ def _scale(q: torch.Tensor, scale: float | None) -> float:
 
 
 @autocast_off
-def gla_fla(q, k, v, g, scale=None, initial_state=None, chunk_size: int = 64, cu_seqlens=None):
+def gla_fla(q, k, v, g, scale=None, initial_state=None, chunk_size: int = 64, cu_seqlens=None, context=None):
     """`gla_chunk` on fla's chunk_gla: per-channel log-decays g [B, H, T, D_k]. chunk_size is accepted for
     the common signature only: the GLA kernel chooses its own chunk (16 to 64 tokens)."""
+    if context is not None:
+        return split(gla_fla, (q, k, v, g), context, cu_seqlens, scale=scale)
     o, h = _kernels().chunk_gla(*_time_major(q, k, v, g), scale=_scale(q, scale),
                                 initial_state=_state(initial_state), output_final_state=True, cu_seqlens=cu_seqlens)
     return o.transpose(1, 2).to(v.dtype), h
@@ -154,16 +157,22 @@ def _simple_gla(q, k, v, g, scale, initial_state, chunk_size, cu_seqlens=None):
 
 
 @autocast_off
-def linear_fla(q, k, v, scale=None, initial_state=None, chunk_size: int = 64, cu_seqlens=None):
+def linear_fla(q, k, v, scale=None, initial_state=None, chunk_size: int = 64, cu_seqlens=None, context=None):
     """Plain linear attention, `gla_chunk` with g = 0: h_t = h_{t-1} + k_t v_t^T, o_t = h_t^T (scale q_t).
     fla's chunk_simple_gla without gates; not chunk_linear_attn, which divides by q . sum k by default."""
+    if context is not None:
+        return split(linear_fla, (q, k, v), context, cu_seqlens, scale=scale, chunk_size=chunk_size)
     return _simple_gla(q, k, v, None, scale, initial_state, chunk_size, cu_seqlens)
 
 
 @autocast_off
-def delta_rule_fla(q, k, v, g, beta, scale=None, initial_state=None, chunk_size: int = 64, cu_seqlens=None):
+def delta_rule_fla(q, k, v, g, beta, scale=None, initial_state=None, chunk_size: int = 64, cu_seqlens=None,
+                   context=None):
     """`delta_rule_chunk` on fla's chunk_gated_delta_rule: scalar log-decays g and write strengths beta
     [B, H, T]. k is used as given (the mixers L2-normalise it), so the kernel's own normalisation stays off."""
+    if context is not None:
+        return split(delta_rule_fla, (q, k, v, g, beta), context, cu_seqlens, scale=scale,
+                     chunk_size=chunk_size)
     o, h = _kernels().chunk_gated_delta_rule(*_time_major(q, k, v, g, beta), scale=_scale(q, scale),
                                              initial_state=_state(initial_state), output_final_state=True,
                                              use_qk_l2norm_in_kernel=False, chunk_size=_kernel_chunk(chunk_size),
@@ -172,13 +181,16 @@ def delta_rule_fla(q, k, v, g, beta, scale=None, initial_state=None, chunk_size:
 
 
 @autocast_off
-def ccq_fla(q, k, lam, stats: CCQStats | None = None, log_decay=None, chunk_size: int = 64, cu_seqlens=None):
+def ccq_fla(q, k, lam, stats: CCQStats | None = None, log_decay=None, chunk_size: int = 64, cu_seqlens=None,
+            context=None):
     """`ccq_chunk` as one linear-attention kernel call. With keys and values x_t = [k_t, 1] (width D + 1) the
     state sum_{j<=t} x_j x_j^T is [[P_t, m_t], [m_t^T, n_t]]: read with [q_t, 0] it gives [P_t q_t, m_t . q_t],
     read with [0, 1] it gives [m_t, n_t]. So 2H heads (the same keys, two queries), scale 1, and
         Sigma_t q_t = P_t q_t / n_t - m_t (m_t . q_t) / n_t^2,    q_clean = q_t - lambda_t Sigma_t q_t.
     log_decay [B, H, T] ages the whole state (P, m and n alike), as in `ccq_chunk`. Everything runs in
     fp32: Sigma q is a difference of two terms that grow with the length."""
+    if context is not None:
+        return split_read(ccq_fla, q, k, lam, log_decay, context, cu_seqlens, chunk_size=chunk_size)
     B, H, T, D = q.shape
     stats = (stats or CCQStats.empty(B, H, D, q.device)).to(torch.float32)
     q32 = q.float()

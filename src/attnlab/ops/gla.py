@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from .cp import split
 from .packing import SequenceStarts, aligned, autocast_off, chunk_layout, pad_time, prepare_memory_inputs, to_chunks
 
 
@@ -65,7 +66,8 @@ def decayed_scores(q: torch.Tensor, k: torch.Tensor, b: torch.Tensor) -> torch.T
 
 
 @autocast_off
-def gla_chunk(q, k, v, g, scale=None, initial_state=None, chunk_size: int = 64, cu_seqlens=None, starts=None):
+def gla_chunk(q, k, v, g, scale=None, initial_state=None, chunk_size: int = 64, cu_seqlens=None, starts=None,
+              context=None):
     """Chunkwise-parallel form. Within a chunk with cumulative log-decays b (from its start):
         o_i = (q_i exp(b_i)) h_prev + sum_{j<=i} A_ij v_j,   A from `decayed_scores`
         h_next = exp(b_C) h_prev + (k exp(b_C - b))^T v
@@ -75,7 +77,11 @@ def gla_chunk(q, k, v, g, scale=None, initial_state=None, chunk_size: int = 64, 
     final states one per sequence, [N_seq, H, D_k, D_v]; the sequences run moved to begin at a chunk
     (`ops.packing.aligned`), where starts, bool [B, T / chunk_size], marks the chunks that begin one: their
     h_prev is zeros, and the states returned are those after every chunk, [B, T / chunk_size, H, D_k, D_v].
+    context (`ops.cp.Context`): this rank's shard of a sequence split across ranks, from the state the ranks before
+    it leave, returning the whole sequence's final state (cu_seqlens then the whole row's boundaries).
     """
+    if context is not None:
+        return split(gla_chunk, (q, k, v, g), context, cu_seqlens, scale=scale, chunk_size=chunk_size)
     if cu_seqlens is not None:
         return aligned(gla_chunk, cu_seqlens, chunk_size, (q, k, v, g), scale)
     out_dtype = v.dtype

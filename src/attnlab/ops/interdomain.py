@@ -12,13 +12,14 @@ which costs O(M (R + D) + M^2) per token. Shapes: xi_q [B, H, T, R]; z [B, H, T,
 [H, M]; C [H, M, M]; states [B, H, M, R + D] complex. Forms: `interdomain_reference` (loop over time,
 the naive readout), `interdomain_fft` (all states from one FFT convolution), `interdomain_chunk`
 (training: no per-position state beyond a chunk) and `interdomain_step` (decoding); `ops.fla.interdomain_fla`
-runs the chunk form's contract on fla's kernels.
+runs the chunk form's contract on fla's kernels, and `interdomain_read` picks the form a call needs.
 """
 
 from __future__ import annotations
 
 import torch
 
+from .cp import split
 from .packing import SequenceStarts, aligned, chunk_layout, to_chunks
 from .s4d import causal_conv, powers
 
@@ -185,3 +186,20 @@ def interdomain_chunk(xi_q, z, lam, B_bar, C, readout="re_first", initial_state=
     o = mix @ zc[..., R:]
     o = o + torch.einsum("bhgim,bhgmd->bhgid", conjugate_real(rotate(rise, beta)), X0[..., R:])
     return o.reshape(B, H, padded, -1)[:, :, :T], final
+
+
+def interdomain_read(xi_q, z, lam, B_bar, C, readout="re_first", initial_state=None, chunk_size: int = 64,
+                     cu_seqlens=None, context=None, fft: bool = False, chunk=interdomain_chunk):
+    """The read in the form that suits the call: the step for one token that continues a state, the FFT form
+    (where asked, on one sequence), else the chunk form `chunk` (ours, or `ops.fla.interdomain_fla`), which takes
+    packed sequences; a rank's shard of a split sequence (context, `ops.cp.split`) in pieces of these, from the
+    state the ranks before it leave (lambda's powers: a diagonal transition)."""
+    if context is not None:
+        return split(interdomain_read, (xi_q, z), context, cu_seqlens, diagonal=True, lam=lam, B_bar=B_bar, C=C,
+                     readout=readout, chunk_size=chunk_size, fft=fft, chunk=chunk)
+    if cu_seqlens is None and z.shape[2] == 1 and initial_state is not None:
+        o, state = interdomain_step(xi_q[:, :, 0], z[:, :, 0], lam, B_bar, C, initial_state, readout)
+        return o[:, :, None], state
+    if cu_seqlens is None and fft:
+        return interdomain_fft(xi_q, z, lam, B_bar, C, readout, initial_state)
+    return chunk(xi_q, z, lam, B_bar, C, readout, initial_state, chunk_size, cu_seqlens=cu_seqlens)

@@ -4,7 +4,8 @@
 with lambda = exp(dt A) and B_bar = (lambda - 1) / A (zero-order hold, B = 1), or the bilinear
 transform. The impulse response is the kernel K[tau] = Re sum_n c_n B_bar_n lambda_n^tau, so a whole
 sequence is one causal convolution (done with FFTs), and so are sequences packed along time, each from a zero
-state (`s4d_fft_sequences`); decoding is the recurrence.
+state (`s4d_fft_sequences`); decoding is the recurrence. `s4d_contract` reads a state of several channels
+through learned weights in whichever of these forms a call needs.
 Shapes: lam, B_bar, c [H, M] complex; inputs u [B, H, T, D] real (D channels share the SSM of head H).
 """
 
@@ -14,7 +15,8 @@ import math
 
 import torch
 
-from .packing import pad_time
+from .cp import split
+from .packing import pad_time, span_groups
 
 
 def s4d_inv_imag(modes: int, inv_uses_2M: bool = False) -> torch.Tensor:
@@ -106,3 +108,19 @@ def s4d_fft_sequences(u, c, lam, B_bar, groups):
         for row, (start, end) in enumerate(group):
             outputs[start] = y[row, :, : end - start]
     return torch.cat([outputs[start] for start in sorted(outputs)], dim=1)[None]
+
+
+def s4d_contract(z, w, C, lam, B_bar, initial_state=None, cu_seqlens=None, context=None):
+    """y = sum_m w_m Re(C X_t)[m] = Re(c . X_t) with c = C^T w, over inputs z [B, H, T, width] -> (y, final state):
+    one convolution per sequence (packed ones, each from zeros, in batches of similar lengths, no states), the
+    recurrence for a single token that continues a state; a rank's shard of a split sequence (context,
+    `ops.cp.split`) from the state the ranks before it leave (its powers of lambda: a diagonal transition)."""
+    if context is not None:
+        return split(s4d_contract, (z,), context, cu_seqlens, diagonal=True, w=w, C=C, lam=lam, B_bar=B_bar)
+    c = torch.einsum("hm,hmn->hn", w.to(C.dtype), C)
+    if cu_seqlens is not None:
+        return s4d_fft_sequences(z, c, lam, B_bar, span_groups(cu_seqlens)), None
+    if z.shape[2] == 1 and initial_state is not None:
+        o, state = s4d_step(z[:, :, 0], c, lam, B_bar, initial_state)
+        return o[:, :, None], state
+    return s4d_fft(z, c, lam, B_bar, initial_state)
