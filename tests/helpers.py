@@ -222,3 +222,14 @@ def _rank_into_file(rank: int, worker, folder: str) -> None:
     out = {}
     worker(rank, f"{folder}/store", out)
     (Path(folder) / f"out{rank}.pickle").write_bytes(pickle.dumps(out))
+
+
+def load_script(name: str):
+    """scripts/<name>.py as a module: scripts/ is not a package."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"attnlab_script_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -10,7 +10,6 @@ file of the site."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import posixpath
 import re
@@ -23,6 +22,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 MARK = "<!-- runnable -->"
@@ -179,15 +180,7 @@ def test_every_relative_link_leads_to_a_file_and_heading(path):
     assert not broken, f"{path.relative_to(ROOT)}: " + "; ".join(broken)
 
 
-def _load_hooks():
-    """scripts/mkdocs_hooks.py, which adds the repository files the docs link to to the site, as a module."""
-    spec = importlib.util.spec_from_file_location("attnlab_mkdocs_hooks", ROOT / "scripts" / "mkdocs_hooks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-hooks = _load_hooks()
+hooks = load_script("mkdocs_hooks")  # adds the repository files the docs link to to the site
 
 
 def test_mkdocs_fails_on_a_broken_link_and_adds_the_repository_files_the_docs_link_to():

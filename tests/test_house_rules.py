@@ -15,9 +15,10 @@ where a violation must be found: a rule that could never fail would keep nothing
 from __future__ import annotations
 
 import ast
-import importlib.util
 import re
 from pathlib import Path
+
+from helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "src" / "attnlab"
@@ -32,15 +33,7 @@ GENERIC = {"attention", "linear", "nonlinear", "softmax", "sigmoid", "q", "qk", 
            "ridge"}
 
 
-def _load_layout():
-    """scripts/layout.py, the layout's writer, as a module: scripts/ is not a package."""
-    spec = importlib.util.spec_from_file_location("attnlab_layout_script", ROOT / "scripts" / "layout.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-layout = _load_layout()
+layout = load_script("layout")  # the layout's writer
 
 
 def _where(path: Path, source: Path) -> str:
