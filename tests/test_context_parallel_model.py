@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import ema_mixer  # noqa: F401  (the examples' mixer, registered in every rank's process too)
 import pytest
 import torch
 import torch.distributed as dist
@@ -39,6 +40,7 @@ SPLIT = {
     # over positions, a window as long as the sequence: the keys gathered up to the shard, as attention's
     "boltzmann banded": {"inference": "banded", "band": 2, "window": T, "j_init_std": 0.1},
     "boltzmann mean-field": {"inference": "mean-field", "window": T, "mean_field_iterations": 5, "j_init_std": 0.1},
+    "ema": {},  # the examples' plugin mixer: it splits by calling an op that takes the context
 }
 
 
