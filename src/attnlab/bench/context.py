@@ -18,7 +18,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from .. import plugins
 from ..config import ModelConfig
+from ..mixers import mixer_class
 from ..model import Decoder, next_token_loss
 from ..ops.cp import Context
 from .mixers import contenders
@@ -68,7 +70,9 @@ def _splitting(lengths: list[int], d_model: int, n_heads: int) -> tuple[list[tup
 
 
 def _rank(rank: int, port: int, cases: list, lengths: list[int], d_model: int, n_layers: int, n_heads: int,
-          out: dict) -> None:
+          out: dict, sources: list[str]) -> None:
+    for source in sources:  # a plugin's mixer, registered in this new process as in the one that chose the cases
+        plugins.import_plugin(source, "the context benchmark's ranks")
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=RANKS)
     torch.set_num_threads(1)
     try:
@@ -95,8 +99,9 @@ def bench_context(lengths: list[int], d_model: int = 64, n_layers: int = 2, n_he
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cases, skipped = _splitting(lengths, d_model, n_heads)
+    sources = sorted({source for _, name, _ in cases if (source := plugins.source_of(mixer_class(name)))})
     out = mp.Manager().dict()
-    mp.spawn(_rank, args=(port, cases, lengths, d_model, n_layers, n_heads, out), nprocs=RANKS)
+    mp.spawn(_rank, args=(port, cases, lengths, d_model, n_layers, n_heads, out, sources), nprocs=RANKS)
     labels = list(dict.fromkeys(label for label, _, _ in out.keys()))
     log(f"context parallelism on {RANKS} gloo ranks: KiB a rank sends in one training step (forward and backward) of "
         f"a decoder of d_model {d_model}, {n_layers} layers, one sequence split in {RANKS}")
