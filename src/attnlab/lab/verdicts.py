@@ -220,6 +220,10 @@ def not_learned(claim: Claim, results: Results) -> str | None:
     return f"{arm} reached {mean:.3g} in {metric}, short of {least:g}: the task is not learned, so it tests nothing yet"
 
 
+# how a calibration line names whether the paper's number held (None: not measured yet)
+_CHECKED = {True: "calibrated", False: "**not calibrated**", None: "not yet run"}
+
+
 def calibration_lines(claims: list[Claim], results: Results, planned=None) -> list[str]:
     """Markdown bullets, one per number of the paper's that a baseline must reproduce: ours against it, and where
     it missed with all its planned seeds (planned(experiment, arm) -> seeds), that nothing is compared with it."""
@@ -253,9 +257,6 @@ def reading_lines(anchors: list[Anchor], results: Results) -> list[str]:
                      f"- **{experiment}: the paper's {paper:g} is reproduced under {', '.join(held)}**, of "
                      f"{len(checks)} readings tried")
     return lines
-
-
-_CHECKED = {True: "calibrated", False: "**not calibrated**", None: "not yet run"}
 
 
 def engagement_lines(claims: list[Claim], results: Results, floors: Floors = no_floors) -> list[str]:
